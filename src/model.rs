@@ -1,0 +1,465 @@
+//! The shared vocabulary of nudge: source names, slots, references, workloads, and
+//! the stamp specifications that annotations and discovery produce and the engine consumes.
+//!
+//! Everything here is plain data: no I/O, no Kubernetes client types.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde::Serialize;
+
+use crate::fingerprint::Algorithm;
+
+/// Longest name part a Kubernetes annotation key may have.
+pub const MAX_ANNOTATION_NAME_LEN: usize = 63;
+
+/// Why a source name or slot was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The string is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// The string contains a character or shape the grammar does not allow.
+    #[error("{value:?} does not match {grammar}")]
+    Grammar {
+        /// The rejected value.
+        value: String,
+        /// The grammar it had to match.
+        grammar: &'static str,
+    },
+    /// The string is longer than an annotation name allows.
+    #[error("{value:?} is longer than {max} characters")]
+    TooLong {
+        /// The rejected value.
+        value: String,
+        /// The longest allowed length.
+        max: usize,
+    },
+}
+
+/// Name of a config source as it appears in annotations: `configmap`, `secret`,
+/// `consul`, `consul.eu`. Grammar: `[a-z0-9]+(\.[a-z0-9]+)*` (no `-`, since the
+/// first `-` of an annotation name ends the source name).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SourceName(String);
+
+impl SourceName {
+    /// Grammar a source name must match.
+    pub const GRAMMAR: &'static str = "[a-z0-9]+(.[a-z0-9]+)*";
+
+    /// Validates and wraps a source name.
+    pub fn new(value: impl Into<String>) -> Result<Self, NameError> {
+        let value = value.into();
+        if value.is_empty() {
+            return Err(NameError::Empty);
+        }
+        let valid = value.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        });
+        if !valid {
+            return Err(NameError::Grammar {
+                value,
+                grammar: Self::GRAMMAR,
+            });
+        }
+        if value.len() > MAX_ANNOTATION_NAME_LEN {
+            return Err(NameError::TooLong {
+                value,
+                max: MAX_ANNOTATION_NAME_LEN,
+            });
+        }
+        Ok(Self(value))
+    }
+
+    /// The built-in ConfigMap source.
+    pub fn configmap() -> Self {
+        Self("configmap".to_owned())
+    }
+
+    /// The built-in Secret source.
+    pub fn secret() -> Self {
+        Self("secret".to_owned())
+    }
+
+    /// The default Consul source.
+    pub fn consul() -> Self {
+        Self("consul".to_owned())
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SourceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The per-workload name of an explicit reference; it names the written annotation
+/// (`nudge.dev/checksum-<slot>`). Grammar: `[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Slot(String);
+
+impl Slot {
+    /// Grammar a slot must match.
+    pub const GRAMMAR: &'static str = "[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?";
+
+    /// Validates and wraps a slot. `max_len` is what is left of the 63-character
+    /// annotation name once the fixed part (e.g. `checksum-`) is taken.
+    pub fn new(value: impl Into<String>, max_len: usize) -> Result<Self, NameError> {
+        let value = value.into();
+        let bytes = value.as_bytes();
+        let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+            return Err(NameError::Empty);
+        };
+        let inner_ok = bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !(first.is_ascii_alphanumeric() && last.is_ascii_alphanumeric() && inner_ok) {
+            return Err(NameError::Grammar {
+                value,
+                grammar: Self::GRAMMAR,
+            });
+        }
+        if value.len() > max_len {
+            return Err(NameError::TooLong {
+                value,
+                max: max_len,
+            });
+        }
+        Ok(Self(value))
+    }
+
+    /// The slot as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The workload kinds nudge can stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum WorkloadKind {
+    /// `apps/v1` Deployment.
+    Deployment,
+    /// `apps/v1` StatefulSet.
+    StatefulSet,
+    /// `apps/v1` DaemonSet.
+    DaemonSet,
+}
+
+impl WorkloadKind {
+    /// All kinds, in a stable order.
+    pub const ALL: [WorkloadKind; 3] = [Self::Deployment, Self::StatefulSet, Self::DaemonSet];
+
+    /// The Kubernetes `kind` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deployment => "Deployment",
+            Self::StatefulSet => "StatefulSet",
+            Self::DaemonSet => "DaemonSet",
+        }
+    }
+
+    /// Parses a kind as users type it on the command line (`deployment`, `deploy`,
+    /// `sts`, `ds`, any case).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.to_ascii_lowercase().as_str() {
+            "deployment" | "deployments" | "deploy" => Some(Self::Deployment),
+            "statefulset" | "statefulsets" | "sts" => Some(Self::StatefulSet),
+            "daemonset" | "daemonsets" | "ds" => Some(Self::DaemonSet),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identity of one workload.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct WorkloadId {
+    /// Its kind.
+    pub kind: WorkloadKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl WorkloadId {
+    /// Builds an id.
+    pub fn new(kind: WorkloadKind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Which keys of an object a reference covers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum KeySelection {
+    /// Every key of the object.
+    All,
+    /// Only these keys (from `items`, `configMapKeyRef`, `secretKeyRef`).
+    Only(BTreeSet<String>),
+}
+
+impl KeySelection {
+    /// A selection of exactly one key.
+    pub fn one(key: impl Into<String>) -> Self {
+        Self::Only(BTreeSet::from([key.into()]))
+    }
+
+    /// The union of two selections; `All` absorbs everything.
+    pub fn union(&self, other: &KeySelection) -> KeySelection {
+        match (self, other) {
+            (Self::Only(a), Self::Only(b)) => Self::Only(a.union(b).cloned().collect()),
+            _ => Self::All,
+        }
+    }
+
+    /// Whether `key` is covered.
+    pub fn contains(&self, key: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(keys) => keys.contains(key),
+        }
+    }
+}
+
+/// One thing a workload depends on: an object or key in a source, possibly narrowed
+/// to some keys.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Reference {
+    /// The source that holds it.
+    pub source: SourceName,
+    /// Namespace, for namespaced sources (ConfigMap, Secret); `None` for Consul and
+    /// other cluster-external sources.
+    pub namespace: Option<String>,
+    /// Object name (ConfigMap/Secret) or key path (Consul).
+    pub name: String,
+    /// Which keys count.
+    pub keys: KeySelection,
+}
+
+impl Reference {
+    /// A reference to a whole namespaced object.
+    pub fn object(source: SourceName, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            source,
+            namespace: Some(namespace.into()),
+            name: name.into(),
+            keys: KeySelection::All,
+        }
+    }
+
+    /// A reference to a key of a cluster-external source such as Consul.
+    pub fn key(source: SourceName, path: impl Into<String>) -> Self {
+        Self {
+            source,
+            namespace: None,
+            name: path.into(),
+            keys: KeySelection::All,
+        }
+    }
+
+    /// The same reference narrowed to `keys`.
+    pub fn with_keys(mut self, keys: KeySelection) -> Self {
+        self.keys = keys;
+        self
+    }
+}
+
+impl fmt::Display for Reference {
+    /// `source/name`, or `source/namespace/name`, plus `[k1,k2]` when narrowed.
+    /// Never contains content.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/", self.source)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, "{ns}/")?;
+        }
+        f.write_str(&self.name)?;
+        if let KeySelection::Only(keys) = &self.keys {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            write!(f, "[{}]", keys.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a source must fingerprint: a reference and the algorithm to use on it.
+/// This is the unit sources track and the fingerprint store is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Tracked {
+    /// What is fingerprinted.
+    pub reference: Reference,
+    /// How.
+    pub algorithm: Algorithm,
+}
+
+impl Tracked {
+    /// Builds a tracked item.
+    pub fn new(reference: Reference, algorithm: Algorithm) -> Self {
+        Self {
+            reference,
+            algorithm,
+        }
+    }
+}
+
+impl fmt::Display for Tracked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.reference, self.algorithm)
+    }
+}
+
+/// Where nudge writes one stamped value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Output {
+    /// An annotation on the pod template (`spec.template.metadata.annotations`).
+    PodTemplateAnnotation(String),
+    /// The same annotation on the pod template and on the workload's own metadata
+    /// (k8s-consul-mutator's checksums).
+    PodTemplateAndWorkloadAnnotation(String),
+    /// An environment variable already present in one or more containers of the pod
+    /// template (Reloader's env-vars strategy); updated in place wherever it appears.
+    ContainerEnv(String),
+}
+
+impl Output {
+    /// The annotation key or env var name.
+    pub fn key(&self) -> &str {
+        match self {
+            Self::PodTemplateAnnotation(k)
+            | Self::PodTemplateAndWorkloadAnnotation(k)
+            | Self::ContainerEnv(k) => k,
+        }
+    }
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PodTemplateAnnotation(k) => write!(f, "annotation {k}"),
+            Self::PodTemplateAndWorkloadAnnotation(k) => write!(f, "annotation {k} (+metadata)"),
+            Self::ContainerEnv(k) => write!(f, "env {k}"),
+        }
+    }
+}
+
+/// How the fingerprints of a stamp's inputs become the written value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Combine {
+    /// Exactly one input; its fingerprint is the value (explicit slots, md5
+    /// checksums, Reloader env vars).
+    Single,
+    /// nudge's combined `config-hash` over every input, sorted.
+    NativeHash,
+    /// Wave's `config-hash` document over every input object.
+    Wave,
+}
+
+/// One input of a stamp.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Input {
+    /// What is fingerprinted, and how.
+    pub tracked: Tracked,
+    /// An `optional: true` reference: when absent it counts as `absent` (or, for Wave,
+    /// is left out) instead of blocking the stamp.
+    pub optional: bool,
+}
+
+/// Where a reference was found, for `nudge explain` and Events.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Origin {
+    /// An annotation, by its full key.
+    Annotation(String),
+    /// Pod-spec discovery, described briefly (`volume config`, `envFrom in container app`).
+    Discovered(String),
+}
+
+/// One value nudge keeps up to date on a workload, and what it is computed from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StampSpec {
+    /// Where the value is written.
+    pub output: Output,
+    /// How inputs combine.
+    pub combine: Combine,
+    /// The inputs, deduplicated and sorted.
+    pub inputs: Vec<Input>,
+    /// Where each input's reference was found; a reference found in several places
+    /// has several entries.
+    pub origins: Vec<(Reference, Origin)>,
+}
+
+/// The parts of a workload nudge reads: what annotations and discovery look at, and
+/// what the stamp diff compares against. Targets build it; `managedFields`, status
+/// and everything else are dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Which workload.
+    pub id: WorkloadId,
+    /// `metadata.annotations` of the workload itself.
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.template`.
+    pub template: PodTemplateSpec,
+}
+
+impl Workload {
+    /// `spec.template.metadata.annotations`, or an empty map.
+    pub fn template_annotations(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .unwrap_or(&EMPTY)
+    }
+}
+
+/// Whether a source's references name objects in the workload's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Scope {
+    /// ConfigMap, Secret: the reference is an object name in the workload's namespace.
+    Namespaced,
+    /// Consul and other external stores: the reference is a key path.
+    External,
+}
+
+/// The sources configured in this installation, by annotation name. Annotations that
+/// name any other source are invalid.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceCatalog(pub BTreeMap<SourceName, Scope>);
+
+impl SourceCatalog {
+    /// The scope of a configured source, or `None` when it is not configured.
+    pub fn scope(&self, name: &SourceName) -> Option<Scope> {
+        self.0.get(name).copied()
+    }
+}
