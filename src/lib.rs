@@ -1,6 +1,18 @@
 //! nudge rolls Kubernetes workloads when the configuration they depend on changes.
+//!
+//! It watches config sources (ConfigMaps, Secrets, Consul KV, or a custom
+//! [`sources::Source`]) and, when the content a workload depends on changes, writes
+//! a content fingerprint into the workload's pod-template annotations, so the
+//! workload controller performs an ordinary rolling update.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cli;
+pub mod config;
 pub mod fingerprint;
 pub mod model;
+pub mod sources;
+pub mod telemetry;
+
+/// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).
+pub const KUBERNETES_MIN_VERSION: &str = "1.33";

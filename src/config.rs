@@ -1,0 +1,445 @@
+//! nudge's configuration: one [`Config`] loaded by figment from defaults, a TOML
+//! file, `NUDGE_<SECTION>__<KEY>` environment variables and CLI flags, in that order
+//! of precedence (later wins). `config.example.toml` mirrors [`Config::default`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::{Figment, Metadata};
+use serde::{Deserialize, Serialize};
+
+/// Prefix of the environment variables that configure nudge.
+pub const ENV_PREFIX: &str = "NUDGE_";
+
+/// Separator between section and key in environment variable names
+/// (`NUDGE_ENGINE__DEBOUNCE`). Variables without it (e.g. `NUDGE_CONFIG`) are not
+/// configuration keys and are left alone.
+pub const ENV_SEPARATOR: &str = "__";
+
+/// Why configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A key is unknown, has the wrong type or does not parse.
+    #[error("invalid configuration: {key}: {problem} (from {origin})")]
+    Load {
+        /// Dotted key, e.g. `engine.burst`, or the section when the key is unknown.
+        key: String,
+        /// figment's description of the problem.
+        problem: String,
+        /// Where the value came from (file path or environment variable).
+        origin: String,
+    },
+    /// The config file named explicitly does not exist.
+    #[error("config file {path} does not exist")]
+    MissingFile {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A key parsed but its value is out of range.
+    #[error("invalid configuration: {key} {problem} (from {origin})")]
+    Invalid {
+        /// Dotted key, e.g. `engine.burst`.
+        key: &'static str,
+        /// What is wrong with it.
+        problem: String,
+        /// Where the value came from (file path, environment variable or default).
+        origin: String,
+    },
+}
+
+/// The whole configuration. Every field has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Annotation names.
+    pub annotations: AnnotationsConfig,
+    /// Debounce and pacing of stamps.
+    pub engine: EngineConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// `[annotations]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnnotationsConfig {
+    /// Prefix of nudge's own annotations (`<prefix>/auto`, `<prefix>/checksum-x`).
+    pub prefix: String,
+}
+
+impl Default for AnnotationsConfig {
+    fn default() -> Self {
+        Self {
+            prefix: "nudge.dev".to_owned(),
+        }
+    }
+}
+
+/// `[engine]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Changes to a workload's references within this window produce one stamp.
+    #[serde(with = "humantime_serde")]
+    pub debounce: Duration,
+    /// A workload whose references keep changing is still stamped this long after
+    /// the first unstamped change.
+    #[serde(with = "humantime_serde")]
+    pub max_delay: Duration,
+    /// Global rate of stamps (token bucket refill per second).
+    pub stamps_per_second: f64,
+    /// Global burst of stamps (token bucket size).
+    pub burst: u32,
+    /// Minimum time between two stamps of the same workload.
+    #[serde(with = "humantime_serde")]
+    pub min_interval: Duration,
+    /// Stamp a deleted required reference as `absent` instead of keeping the
+    /// current stamp.
+    pub stamp_on_delete: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            debounce: Duration::from_secs(5),
+            max_delay: Duration::from_secs(60),
+            stamps_per_second: 5.0,
+            burst: 50,
+            min_interval: Duration::from_secs(30),
+            stamp_on_delete: false,
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `plain` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` env-filter directive.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Plain,
+            // consulrs logs every request at INFO.
+            filter: "info,consulrs=warn".to_owned(),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Values from CLI flags; `None` leaves the lower layers' value.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--log-format`
+    pub log_format: Option<LogFormat>,
+    /// `--log-filter`
+    pub log_filter: Option<String>,
+}
+
+impl Overrides {
+    /// The flags as a figment provider layer, keyed by dotted config keys.
+    fn figment(&self) -> Figment {
+        let mut figment = Figment::new();
+        if let Some(format) = self.log_format {
+            figment = figment.merge(Serialized::default("log.format", format));
+        }
+        if let Some(filter) = &self.log_filter {
+            figment = figment.merge(Serialized::default("log.filter", filter));
+        }
+        figment
+    }
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Loads defaults, then `file` (if given it must exist), then `NUDGE_*`
+    /// environment variables, then `overrides`, and validates the result.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        if let Some(path) = file
+            && !path.exists()
+        {
+            return Err(ConfigError::MissingFile {
+                path: path.to_owned(),
+            });
+        }
+        let figment = Self::figment(file, overrides);
+        let config: Config = figment.extract().map_err(load_error)?;
+        config.validate(&figment)?;
+        Ok(config)
+    }
+
+    fn figment(file: Option<&Path>, overrides: &Overrides) -> Figment {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        let env = Env::prefixed(ENV_PREFIX)
+            .filter(|key| key.as_str().contains(ENV_SEPARATOR))
+            .split(ENV_SEPARATOR);
+        figment.merge(env).merge(overrides.figment())
+    }
+
+    fn validate(&self, figment: &Figment) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, problem: String| ConfigError::Invalid {
+            key,
+            problem,
+            origin: origin(figment.find_metadata(key), key),
+        };
+        if !is_dns_subdomain(&self.annotations.prefix) {
+            return Err(invalid(
+                "annotations.prefix",
+                format!(
+                    "{:?} is not a DNS subdomain (an annotation prefix)",
+                    self.annotations.prefix
+                ),
+            ));
+        }
+        let engine = &self.engine;
+        if !(engine.stamps_per_second.is_finite() && engine.stamps_per_second > 0.0) {
+            return Err(invalid(
+                "engine.stamps_per_second",
+                format!("must be above 0, got {}", engine.stamps_per_second),
+            ));
+        }
+        if engine.burst == 0 {
+            return Err(invalid("engine.burst", "must be at least 1".to_owned()));
+        }
+        if engine.max_delay < engine.debounce {
+            return Err(invalid(
+                "engine.max_delay",
+                format!(
+                    "({}) must not be shorter than engine.debounce ({})",
+                    humantime::format_duration(engine.max_delay),
+                    humantime::format_duration(engine.debounce)
+                ),
+            ));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.filter)
+            .map_err(|e| invalid("log.filter", format!("is not a valid filter: {e}")))?;
+        Ok(())
+    }
+}
+
+fn load_error(error: figment::Error) -> ConfigError {
+    let key = error.path.join(".").to_lowercase();
+    let origin = origin(error.metadata.as_ref(), &key);
+    ConfigError::Load {
+        key,
+        problem: error.kind.to_string(),
+        origin,
+    }
+}
+
+/// Describes where the value of `key` came from, for error messages: the file, or
+/// the exact environment variable.
+fn origin(metadata: Option<&Metadata>, key: &str) -> String {
+    let Some(metadata) = metadata else {
+        return "defaults".to_owned();
+    };
+    if let Some(figment::Source::File(path)) = &metadata.source {
+        return format!("file {}", path.display());
+    }
+    if metadata.name.contains("environment") {
+        let var = key.replace('.', ENV_SEPARATOR).to_uppercase();
+        return format!("environment variable {ENV_PREFIX}{var}");
+    }
+    metadata.name.to_string()
+}
+
+/// Whether `value` is a DNS-1123 subdomain (lowercase labels of `[a-z0-9-]`,
+/// separated by dots, at most 253 characters).
+pub fn is_dns_subdomain(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 253
+        && value.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn example_path() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")
+    }
+
+    #[test]
+    fn example_file_equals_defaults() {
+        let config = Config::load(Some(&example_path()), &Overrides::default())
+            .expect("config.example.toml loads");
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn example_file_lists_every_key() {
+        let text = std::fs::read_to_string(example_path()).unwrap();
+        let example: toml::Table = toml::from_str(&text).unwrap();
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        assert_eq!(
+            keys(&example),
+            keys(&defaults),
+            "config.example.toml and Config::default() differ in keys"
+        );
+    }
+
+    fn keys(table: &toml::Table) -> Vec<String> {
+        let mut out = Vec::new();
+        for (key, value) in table {
+            match value.as_table() {
+                Some(inner) => out.extend(keys(inner).into_iter().map(|k| format!("{key}.{k}"))),
+                None => out.push(key.clone()),
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn env_overrides_file_and_flags_override_env() {
+        Jail::expect_with(|jail| {
+            jail.create_file("nudge.toml", "[engine]\ndebounce = \"10s\"\nburst = 7\n[log]\nformat = \"plain\"\n")?;
+            jail.set_env("NUDGE_ENGINE__BURST", "9");
+            jail.set_env("NUDGE_LOG__FORMAT", "json");
+            let overrides = Overrides {
+                log_format: Some(LogFormat::Plain),
+                log_filter: None,
+            };
+            let config = Config::load(Some(Path::new("nudge.toml")), &overrides).unwrap();
+            assert_eq!(config.engine.debounce, Duration::from_secs(10));
+            assert_eq!(config.engine.burst, 9);
+            assert_eq!(config.log.format, LogFormat::Plain);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn env_vars_without_section_separator_are_not_config() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_TEST_KUBECONFIG", "/tmp/kubeconfig");
+            jail.set_env("NUDGE_CONFIG", "/etc/nudge.toml");
+            assert_eq!(
+                Config::load(None, &Overrides::default()).unwrap(),
+                Config::default()
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_key_in_file_names_key_and_file() {
+        Jail::expect_with(|jail| {
+            jail.create_file("nudge.toml", "[engine]\ndebounse = \"10s\"\n")?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("debounse"), "{err}");
+            assert!(err.contains("nudge.toml"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn wrong_type_in_env_names_key_and_variable() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_ENGINE__BURST", "lots");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("burst"), "{err}");
+            assert!(err.contains("NUDGE_ENGINE__BURST"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_section_in_env_is_rejected() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_ENGIN__BURST", "3");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("engin"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unparsable_duration_names_key() {
+        Jail::expect_with(|jail| {
+            jail.create_file("nudge.toml", "[engine]\ndebounce = \"soon\"\n")?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("debounce"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn out_of_range_value_names_key_and_origin() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_ENGINE__BURST", "0");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("engine.burst"), "{err}");
+            assert!(err.contains("NUDGE_ENGINE__BURST"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn max_delay_shorter_than_debounce_is_rejected() {
+        Jail::expect_with(|jail| {
+            jail.create_file("nudge.toml", "[engine]\ndebounce = \"2m\"\n")?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("engine.max_delay"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_prefix_is_rejected() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_ANNOTATIONS__PREFIX", "Not_A_Domain");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("annotations.prefix"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error() {
+        let err = Config::load(Some(Path::new("/nonexistent/nudge.toml")), &Overrides::default())
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::MissingFile { .. }));
+    }
+}
