@@ -279,6 +279,8 @@ pub fn is_dns_subdomain(value: &str) -> bool {
 }
 
 #[cfg(test)]
+// figment's Jail closures return figment::Error, which is large by design.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
     use figment::Jail;
@@ -321,7 +323,10 @@ mod tests {
     #[test]
     fn env_overrides_file_and_flags_override_env() {
         Jail::expect_with(|jail| {
-            jail.create_file("nudge.toml", "[engine]\ndebounce = \"10s\"\nburst = 7\n[log]\nformat = \"plain\"\n")?;
+            jail.create_file(
+                "nudge.toml",
+                "[engine]\ndebounce = \"10s\"\nburst = 7\n[log]\nformat = \"plain\"\n",
+            )?;
             jail.set_env("NUDGE_ENGINE__BURST", "9");
             jail.set_env("NUDGE_LOG__FORMAT", "json");
             let overrides = Overrides {
@@ -438,8 +443,11 @@ mod tests {
 
     #[test]
     fn missing_explicit_file_is_an_error() {
-        let err = Config::load(Some(Path::new("/nonexistent/nudge.toml")), &Overrides::default())
-            .unwrap_err();
+        let err = Config::load(
+            Some(Path::new("/nonexistent/nudge.toml")),
+            &Overrides::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, ConfigError::MissingFile { .. }));
     }
 }

@@ -270,7 +270,11 @@ pub struct Reference {
 
 impl Reference {
     /// A reference to a whole namespaced object.
-    pub fn object(source: SourceName, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn object(
+        source: SourceName,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
         Self {
             source,
             namespace: Some(namespace.into()),
