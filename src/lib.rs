@@ -7,8 +7,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod annotations;
 pub mod cli;
 pub mod config;
+pub mod discovery;
 pub mod fingerprint;
 pub mod model;
 pub mod sources;

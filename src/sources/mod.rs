@@ -13,6 +13,12 @@ use tokio_util::sync::CancellationToken;
 use crate::fingerprint::{Algorithm, Observation};
 use crate::model::{Scope, SourceName, Tracked};
 
+mod configmap;
+pub mod kube;
+mod secret;
+
+pub use self::kube::{ContentObject, ObjectSource, ObjectSourceSettings};
+
 /// The engine's request to start or stop tracking a reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Interest {

@@ -1,0 +1,120 @@
+//! Timestamps, UIDs and generated names.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// RFC 3339 UTC with second precision, as `metav1.Time` serializes.
+pub(crate) fn now_rfc3339() -> String {
+    format_rfc3339(SystemTime::now())
+}
+
+/// Formats a time as `YYYY-MM-DDTHH:MM:SSZ`.
+pub(crate) fn format_rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day); Howard Hinnant's algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A non-cryptographic 64-bit random number (splitmix64 over time and a counter).
+pub(crate) fn random_u64() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut z = nanos
+        .wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_add(u64::from(std::process::id()) << 32);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A random version-4 UUID string.
+pub(crate) fn new_uid() -> String {
+    let a = random_u64();
+    let b = random_u64();
+    let b = (b & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000;
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        (a >> 32) as u32,
+        (a >> 16) as u16,
+        (a & 0x0FFF) as u16,
+        (b >> 48) as u16,
+        b & 0xFFFF_FFFF_FFFF
+    )
+}
+
+/// A 5-character suffix for `generateName`, from the apiserver's alphabet.
+pub(crate) fn name_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut r = random_u64();
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(r % ALPHABET.len() as u64) as usize] as char;
+            r /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
+/// A random bearer token for the kubeconfig.
+pub(crate) fn new_token() -> String {
+    format!("{:016x}{:016x}", random_u64(), random_u64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn formats_known_dates() {
+        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_237_260);
+        assert_eq!(format_rfc3339(t), "2026-11-22T05:01:00Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(format_rfc3339(leap), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn uids_look_like_uuid_v4() {
+        let u = new_uid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert_ne!(new_uid(), new_uid());
+    }
+
+    #[test]
+    fn suffix_uses_alphabet() {
+        let s = name_suffix();
+        assert_eq!(s.len(), 5);
+        assert!(s.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+    }
+}

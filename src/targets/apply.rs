@@ -1,0 +1,208 @@
+//! The server-side apply body of a stamp: only nudge's fields.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::engine::StampPatch;
+use crate::model::{Output, Workload};
+
+/// k8s-consul-mutator's annotation prefix; its `last-updated` is written beside its
+/// checksums.
+const CONSUL_MUTATOR_PREFIX: &str = "k8s-consul-mutator.io/";
+
+/// A rendered server-side apply configuration.
+pub type ApplyBody = Value;
+
+/// Renders the apply configuration for `patch` on `current`: every annotation and
+/// env var nudge owns, plus `<prefix>/last-updated` (and k8s-consul-mutator's
+/// `last-updated` when its checksums are present) set to `now` on the workload's
+/// own metadata, never on the pod template.
+pub fn render_apply_body(
+    current: &Workload,
+    patch: &StampPatch,
+    prefix: &str,
+    now: &str,
+) -> ApplyBody {
+    let mut template_annotations = BTreeMap::new();
+    let mut workload_annotations = BTreeMap::new();
+    let mut env = BTreeMap::new();
+    for (output, value) in &patch.values {
+        match output {
+            Output::PodTemplateAnnotation(key) => {
+                template_annotations.insert(key.clone(), value.clone());
+            }
+            Output::PodTemplateAndWorkloadAnnotation(key) => {
+                template_annotations.insert(key.clone(), value.clone());
+                workload_annotations.insert(key.clone(), value.clone());
+            }
+            Output::ContainerEnv(name) => {
+                env.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    workload_annotations.insert(format!("{prefix}/last-updated"), now.to_owned());
+    if patch
+        .values
+        .keys()
+        .any(|o| o.key().starts_with(CONSUL_MUTATOR_PREFIX))
+    {
+        workload_annotations.insert(format!("{CONSUL_MUTATOR_PREFIX}last-updated"), now.to_owned());
+    }
+
+    let mut template = json!({ "metadata": { "annotations": template_annotations } });
+    let (containers, init_containers) = containers_with_env(current, &env);
+    if !containers.is_empty() || !init_containers.is_empty() {
+        let mut spec = serde_json::Map::new();
+        if !containers.is_empty() {
+            spec.insert("containers".into(), Value::Array(containers));
+        }
+        if !init_containers.is_empty() {
+            spec.insert("initContainers".into(), Value::Array(init_containers));
+        }
+        template["spec"] = Value::Object(spec);
+    }
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": current.id.kind.as_str(),
+        "metadata": {
+            "name": current.id.name,
+            "namespace": current.id.namespace,
+            "annotations": workload_annotations,
+        },
+        "spec": { "template": template },
+    })
+}
+
+/// For each container and init container that already carries one of `env`'s
+/// variables, the partial container (`name` plus those variables) to apply.
+fn containers_with_env(current: &Workload, env: &BTreeMap<String, String>) -> (Vec<Value>, Vec<Value>) {
+    if env.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let Some(spec) = &current.template.spec else {
+        return (Vec::new(), Vec::new());
+    };
+    let partial = |containers: &[k8s_openapi::api::core::v1::Container]| -> Vec<Value> {
+        containers
+            .iter()
+            .filter_map(|container| {
+                let vars: Vec<Value> = container
+                    .env
+                    .iter()
+                    .flatten()
+                    .filter_map(|var| {
+                        env.get(&var.name)
+                            .map(|value| json!({ "name": var.name, "value": value }))
+                    })
+                    .collect();
+                (!vars.is_empty()).then(|| json!({ "name": container.name, "env": vars }))
+            })
+            .collect()
+    };
+    (
+        partial(&spec.containers),
+        partial(spec.init_containers.as_deref().unwrap_or_default()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{WorkloadId, WorkloadKind};
+    use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
+
+    fn mk_container(name: &str, env: &[(&str, &str)]) -> Container {
+        Container {
+            name: name.into(),
+            env: Some(
+                env.iter()
+                    .map(|(n, v)| EnvVar {
+                        name: (*n).into(),
+                        value: Some((*v).into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn mk_workload(containers: Vec<Container>, init: Vec<Container>) -> Workload {
+        Workload {
+            id: WorkloadId::new(WorkloadKind::Deployment, "ns", "web"),
+            annotations: BTreeMap::new(),
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    containers,
+                    init_containers: Some(init),
+                    ..Default::default()
+                }),
+            },
+        }
+    }
+
+    fn mk_patch(values: &[(Output, &str)]) -> StampPatch {
+        StampPatch {
+            id: WorkloadId::new(WorkloadKind::Deployment, "ns", "web"),
+            changed: values.iter().map(|(o, _)| o.clone()).collect(),
+            values: values.iter().map(|(o, v)| (o.clone(), (*v).to_owned())).collect(),
+        }
+    }
+
+    #[test]
+    fn template_annotations_and_last_updated_on_metadata_only() {
+        let workload = mk_workload(vec![mk_container("app", &[])], vec![]);
+        let patch = mk_patch(&[(
+            Output::PodTemplateAnnotation("nudge.dev/checksum-config".into()),
+            "sha256-1",
+        )]);
+        let body = render_apply_body(&workload, &patch, "nudge.dev", "2026-11-22T00:00:00Z");
+        assert_eq!(body["kind"], "Deployment");
+        assert_eq!(body["metadata"]["name"], "web");
+        assert_eq!(
+            body["spec"]["template"]["metadata"]["annotations"],
+            json!({"nudge.dev/checksum-config": "sha256-1"})
+        );
+        assert_eq!(
+            body["metadata"]["annotations"],
+            json!({"nudge.dev/last-updated": "2026-11-22T00:00:00Z"})
+        );
+        assert!(body["spec"]["template"].get("spec").is_none());
+    }
+
+    #[test]
+    fn consul_mutator_checksums_go_on_both_and_get_their_own_last_updated() {
+        let workload = mk_workload(vec![mk_container("app", &[])], vec![]);
+        let key = "k8s-consul-mutator.io/checksum-db";
+        let patch = mk_patch(&[(Output::PodTemplateAndWorkloadAnnotation(key.into()), "md5-1")]);
+        let body = render_apply_body(&workload, &patch, "nudge.dev", "T");
+        assert_eq!(body["spec"]["template"]["metadata"]["annotations"][key], "md5-1");
+        assert_eq!(body["metadata"]["annotations"][key], "md5-1");
+        assert_eq!(body["metadata"]["annotations"]["k8s-consul-mutator.io/last-updated"], "T");
+    }
+
+    #[test]
+    fn env_vars_are_updated_in_every_container_that_carries_them() {
+        let var = "STAKATER_APP_CONFIG_CONFIGMAP";
+        let workload = mk_workload(
+            vec![
+                mk_container("app", &[(var, "old"), ("OTHER", "x")]),
+                mk_container("sidecar", &[("OTHER", "x")]),
+            ],
+            vec![mk_container("init", &[(var, "old")])],
+        );
+        let patch = mk_patch(&[(Output::ContainerEnv(var.into()), "new")]);
+        let body = render_apply_body(&workload, &patch, "nudge.dev", "T");
+        let spec = &body["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["containers"],
+            json!([{"name": "app", "env": [{"name": var, "value": "new"}]}])
+        );
+        assert_eq!(
+            spec["initContainers"],
+            json!([{"name": "init", "env": [{"name": var, "value": "new"}]}])
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! Targets: the workload kinds nudge stamps (Deployment, StatefulSet, DaemonSet).
+//!
+//! A [`Target`] reports the workloads of its kind ([`WorkloadEvent`]) and applies
+//! stamps to them. The three built-in targets share one implementation,
+//! [`KubeTarget`], over a small per-kind [`PodTemplated`] accessor.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::StampPatch;
+use crate::model::{Workload, WorkloadId, WorkloadKind};
+
+mod apply;
+mod daemonset;
+mod deployment;
+mod kube;
+mod statefulset;
+
+pub use apply::{ApplyBody, render_apply_body};
+pub use kube::{KubeTarget, PodTemplated, TargetSettings};
+
+/// One watch stream of a target: a kind, in one namespace or all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WatchScope {
+    /// The kind watched.
+    pub kind: WorkloadKind,
+    /// The namespace watched; `None` for all namespaces.
+    pub namespace: Option<String>,
+}
+
+impl WatchScope {
+    /// Whether `id` falls within this scope.
+    pub fn contains(&self, id: &WorkloadId) -> bool {
+        id.kind == self.kind && self.namespace.as_ref().is_none_or(|ns| *ns == id.namespace)
+    }
+}
+
+/// What a target reports about its workloads. Mirrors a watch: after a (re)list,
+/// `Init`, then `InitApply` for every workload, then `InitDone`; then `Apply` and
+/// `Delete` as workloads change. Workloads known before `Init` and not re-listed
+/// before `InitDone` are gone.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadEvent {
+    /// A (re)list of one watch stream starts.
+    Init(WatchScope),
+    /// A workload seen during the (re)list.
+    InitApply(Workload),
+    /// The (re)list of that stream finished.
+    InitDone(WatchScope),
+    /// A workload was created or changed.
+    Apply(Workload),
+    /// A workload was deleted.
+    Delete(WorkloadId),
+}
+
+/// The result of applying a stamp.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApplyOutcome {
+    /// The stamp was written; this is the workload as stored afterwards.
+    Applied(Workload),
+    /// The workload no longer exists; nothing to do.
+    Gone,
+}
+
+/// Why a stamp could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The API server answered 409 Conflict; retry.
+    #[error("conflict writing {id}: {message}")]
+    Conflict {
+        /// The workload.
+        id: WorkloadId,
+        /// The server's message.
+        message: String,
+    },
+    /// A transient failure (5xx, 429, timeout, connection error); retry with backoff.
+    #[error("transient error writing {id}: {message}")]
+    Transient {
+        /// The workload.
+        id: WorkloadId,
+        /// What happened.
+        message: String,
+    },
+    /// The API server refused the request for good (403, 422, …); retrying the same
+    /// request will not help.
+    #[error("{id} rejected the stamp: {message}")]
+    Rejected {
+        /// The workload.
+        id: WorkloadId,
+        /// The server's message.
+        message: String,
+    },
+}
+
+impl TargetError {
+    /// A low-cardinality label for metrics and Events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Conflict { .. } => "conflict",
+            Self::Transient { .. } => "transient",
+            Self::Rejected { .. } => "rejected",
+        }
+    }
+
+    /// Whether retrying the same request may succeed.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Self::Rejected { .. })
+    }
+}
+
+/// A kind of workload nudge can stamp.
+///
+/// # What an implementation must guarantee
+///
+/// - **Complete view.** `run` reports every workload of its kind in scope, with the
+///   relist protocol of [`WorkloadEvent`], and keeps reporting changes until
+///   shutdown, recovering from watch errors by itself (backoff, relist).
+/// - **Only nudge's fields.** `apply` writes exactly the values in the patch (and
+///   the `last-updated` annotations), as field manager `nudge`, so that GitOps tools
+///   and nudge never fight over other fields. Every value nudge owns is in the
+///   patch: a value left out is a value nudge gives up.
+/// - **Deleted means done.** Applying to a workload that no longer exists returns
+///   [`ApplyOutcome::Gone`], never an error.
+#[async_trait]
+pub trait Target: Send + Sync + 'static {
+    /// The kind this target handles.
+    fn kind(&self) -> WorkloadKind;
+
+    /// Watches the workloads of this kind until `shutdown` is cancelled.
+    async fn run(self: Arc<Self>, events: mpsc::Sender<WorkloadEvent>, shutdown: CancellationToken);
+
+    /// Writes `patch` onto the workload `current` (the last version nudge saw).
+    async fn apply(
+        &self,
+        current: &Workload,
+        patch: &StampPatch,
+    ) -> Result<ApplyOutcome, TargetError>;
+
+    /// Reads one workload now (for `nudge explain` and the webhook).
+    async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError>;
+}
+
+/// The three built-in targets, sharing one client.
+pub fn builtin(client: ::kube::Client, settings: TargetSettings) -> Vec<Arc<dyn Target>> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+    vec![
+        Arc::new(KubeTarget::<Deployment>::new(client.clone(), settings.clone())),
+        Arc::new(KubeTarget::<StatefulSet>::new(client.clone(), settings.clone())),
+        Arc::new(KubeTarget::<DaemonSet>::new(client, settings)),
+    ]
+}

@@ -1,0 +1,15 @@
+//! `apps/v1` StatefulSet.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+
+use super::PodTemplated;
+use crate::model::WorkloadKind;
+
+impl PodTemplated for StatefulSet {
+    const KIND: WorkloadKind = WorkloadKind::StatefulSet;
+
+    fn pod_template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().map(|spec| &spec.template)
+    }
+}
