@@ -101,16 +101,27 @@ pub fn version() -> String {
 }
 
 async fn run(config: Config) -> ExitCode {
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        debounce = %humantime::format_duration(config.engine.debounce),
-        "configuration loaded"
-    );
-    tracing::error!(
-        "the Kubernetes controller is not built yet in this version: nudge loaded and \
-         validated its configuration and stops here without watching anything"
-    );
-    ExitCode::FAILURE
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting");
+    let shutdown = crate::runtime::shutdown::on_signal();
+    match crate::runtime::run(config, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %error_chain(&error), "nudge stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
 }
 
 fn explain(workload: &str, namespace: &str, _output: ExplainFormat) -> ExitCode {

@@ -56,6 +56,10 @@ pub struct Config {
     pub annotations: AnnotationsConfig,
     /// Debounce and pacing of stamps.
     pub engine: EngineConfig,
+    /// Which part of the cluster nudge works on, and how it writes.
+    pub kubernetes: KubernetesConfig,
+    /// Secret fingerprint key.
+    pub fingerprint: FingerprintConfig,
     /// Logging.
     pub log: LogConfig,
 }
@@ -108,6 +112,54 @@ impl Default for EngineConfig {
             burst: 50,
             min_interval: Duration::from_secs(30),
             stamp_on_delete: false,
+        }
+    }
+}
+
+/// `[kubernetes]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// Namespaces whose workloads, ConfigMaps and Secrets are watched; empty
+    /// means all namespaces.
+    pub namespaces: Vec<String>,
+    /// Server-side label selector for the ConfigMap and Secret watches (empty:
+    /// every object). Objects outside it are never fetched nor fingerprinted.
+    pub source_label_selector: String,
+    /// Field manager of nudge's server-side applies.
+    pub field_manager: String,
+    /// The namespace nudge runs in (its key Secret lives there). The manifests set
+    /// it from the pod's namespace.
+    pub namespace: String,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        Self {
+            namespaces: Vec::new(),
+            source_label_selector: String::new(),
+            field_manager: "nudge".to_owned(),
+            namespace: "nudge-system".to_owned(),
+        }
+    }
+}
+
+/// `[fingerprint]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FingerprintConfig {
+    /// File holding the installation key for Secret fingerprints (at least 32
+    /// bytes). Empty: nudge generates a key once and keeps it in `key_secret`.
+    pub key_file: Option<PathBuf>,
+    /// Secret in `kubernetes.namespace` holding the generated key.
+    pub key_secret: String,
+}
+
+impl Default for FingerprintConfig {
+    fn default() -> Self {
+        Self {
+            key_file: None,
+            key_secret: "nudge-fingerprint-key".to_owned(),
         }
     }
 }
@@ -230,6 +282,32 @@ impl Config {
                 ),
             ));
         }
+        for (i, namespace) in self.kubernetes.namespaces.iter().enumerate() {
+            if !is_dns_label(namespace) {
+                return Err(invalid(
+                    "kubernetes.namespaces",
+                    format!("entry {i} ({namespace:?}) is not a namespace name"),
+                ));
+            }
+        }
+        if !is_dns_label(&self.kubernetes.namespace) {
+            return Err(invalid(
+                "kubernetes.namespace",
+                format!("{:?} is not a namespace name", self.kubernetes.namespace),
+            ));
+        }
+        if self.kubernetes.field_manager.is_empty() {
+            return Err(invalid(
+                "kubernetes.field_manager",
+                "must not be empty".to_owned(),
+            ));
+        }
+        if !is_dns_subdomain(&self.fingerprint.key_secret) {
+            return Err(invalid(
+                "fingerprint.key_secret",
+                format!("{:?} is not a Secret name", self.fingerprint.key_secret),
+            ));
+        }
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| invalid("log.filter", format!("is not a valid filter: {e}")))?;
         Ok(())
@@ -260,6 +338,12 @@ fn origin(metadata: Option<&Metadata>, key: &str) -> String {
         return format!("environment variable {ENV_PREFIX}{var}");
     }
     metadata.name.to_string()
+}
+
+/// Whether `value` is a DNS-1123 label (a namespace name): at most 63 characters
+/// of `[a-z0-9-]`, not starting or ending with `-`.
+pub fn is_dns_label(value: &str) -> bool {
+    !value.contains('.') && value.len() <= 63 && is_dns_subdomain(value)
 }
 
 /// Whether `value` is a DNS-1123 subdomain (lowercase labels of `[a-z0-9-]`,
@@ -437,6 +521,19 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("annotations.prefix"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn namespace_list_from_env_is_validated() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_KUBERNETES__NAMESPACES", "[team-a, Team_B]");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("kubernetes.namespaces"), "{err}");
+            assert!(err.contains("Team_B"), "{err}");
             Ok(())
         });
     }

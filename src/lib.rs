@@ -11,9 +11,13 @@ pub mod annotations;
 pub mod cli;
 pub mod config;
 pub mod discovery;
+pub mod engine;
+pub mod events;
 pub mod fingerprint;
 pub mod model;
+pub mod runtime;
 pub mod sources;
+pub mod targets;
 pub mod telemetry;
 
 /// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).

@@ -33,6 +33,7 @@ impl FieldSet {
     }
 
     /// Whether the path is a member.
+    #[cfg(test)]
     pub fn contains(&self, path: &[String]) -> bool {
         let mut node = self;
         for pe in path {
@@ -54,6 +55,22 @@ impl FieldSet {
             }
         }
         !node.is_empty()
+    }
+
+    /// Removes a path and everything below it.
+    pub fn remove_tree(&mut self, path: &[String]) {
+        let Some((last, parents)) = path.split_last() else {
+            *self = FieldSet::default();
+            return;
+        };
+        let mut node = self;
+        for pe in parents {
+            match node.children.get_mut(pe) {
+                Some(n) => node = n,
+                None => return,
+            }
+        }
+        node.children.remove(last);
     }
 
     /// Whether the set has no member.
@@ -155,7 +172,11 @@ impl FieldSet {
                 out.member = true;
                 continue;
             }
-            if !(k.starts_with("f:") || k.starts_with("k:") || k.starts_with("v:") || k.starts_with("i:")) {
+            if !(k.starts_with("f:")
+                || k.starts_with("k:")
+                || k.starts_with("v:")
+                || k.starts_with("i:"))
+            {
                 return Err(format!("unexpected path element {k:?}"));
             }
             let mut c = FieldSet::from_fields_v1(child)?;
@@ -214,7 +235,8 @@ fn compare_node(
 ) {
     let is_obj = |v: Option<&Value>| matches!(v, Some(Value::Object(_)));
     let is_arr = |v: Option<&Value>| matches!(v, Some(Value::Array(_)));
-    let is_scalar = |v: Option<&Value>| matches!(v, Some(v) if !v.is_null() && !v.is_object() && !v.is_array());
+    let is_scalar =
+        |v: Option<&Value>| matches!(v, Some(v) if !v.is_null() && !v.is_object() && !v.is_array());
     let map_node = (is_obj(lhs) || is_obj(rhs))
         && !is_arr(lhs)
         && !is_arr(rhs)
@@ -248,7 +270,13 @@ fn compare_node(
             .collect();
         for k in keys {
             path.push(format!("f:{k}"));
-            compare_node(lm.and_then(|m| m.get(k)), rm.and_then(|m| m.get(k)), k, path, out);
+            compare_node(
+                lm.and_then(|m| m.get(k)),
+                rm.and_then(|m| m.get(k)),
+                k,
+                path,
+                out,
+            );
             path.pop();
         }
     } else {
@@ -270,7 +298,11 @@ fn compare_node(
 }
 
 /// Items of an associative list or set by path element (later duplicates win).
-fn index_items<'a>(list: Option<&'a Value>, field: &str, lt: ListType) -> BTreeMap<String, &'a Value> {
+fn index_items<'a>(
+    list: Option<&'a Value>,
+    field: &str,
+    lt: ListType,
+) -> BTreeMap<String, &'a Value> {
     let mut out = BTreeMap::new();
     if let Some(Value::Array(items)) = list {
         for (i, item) in items.iter().enumerate() {
@@ -515,13 +547,23 @@ mod tests {
             "f:a.b/c".into(),
             "v:\"x\"".into(),
         ];
-        assert_eq!(path_string(&p), ".spec[containerPort=80,protocol=\"TCP\"].a.b/c[=\"x\"]");
+        assert_eq!(
+            path_string(&p),
+            ".spec[containerPort=80,protocol=\"TCP\"].a.b/c[=\"x\"]"
+        );
     }
 
     #[test]
     fn remove_list_item_by_key() {
         let mut o = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
-        assert!(remove_path(&mut o, &["f:spec".into(), "f:containers".into(), "k:{\"name\":\"a\"}".into()]));
+        assert!(remove_path(
+            &mut o,
+            &[
+                "f:spec".into(),
+                "f:containers".into(),
+                "k:{\"name\":\"a\"}".into()
+            ]
+        ));
         assert_eq!(o, json!({"spec": {"containers": [{"name": "b"}]}}));
         assert!(!remove_path(&mut o, &["f:spec".into(), "f:nope".into()]));
     }

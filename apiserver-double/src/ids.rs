@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn formats_known_dates() {
         assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        let t = UNIX_EPOCH + Duration::from_secs(1_795_237_260);
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_323_660);
         assert_eq!(format_rfc3339(t), "2026-11-22T05:01:00Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(format_rfc3339(leap), "2000-02-29T00:00:00Z");

@@ -85,7 +85,10 @@ pub(crate) fn get_path<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
 
 /// Mutable nested map at `path`, creating empty maps on the way.
 /// Returns `None` when a non-map value is in the way.
-pub(crate) fn ensure_map<'a>(obj: &'a mut Value, path: &[&str]) -> Option<&'a mut Map<String, Value>> {
+pub(crate) fn ensure_map<'a>(
+    obj: &'a mut Value,
+    path: &[&str],
+) -> Option<&'a mut Map<String, Value>> {
     let mut cur = obj;
     for p in path {
         let m = cur.as_object_mut()?;

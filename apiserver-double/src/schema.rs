@@ -29,8 +29,14 @@ pub(crate) enum MapType {
 /// The list type of a field by name.
 pub(crate) fn list_type(field: &str) -> ListType {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
-        | "imagePullSecrets" | "resourceClaims" | "webhooks" => ListType::Map(&["name"]),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "webhooks" => ListType::Map(&["name"]),
         "volumeMounts" => ListType::Map(&["mountPath"]),
         "volumeDevices" => ListType::Map(&["devicePath"]),
         "ports" => ListType::Map(&["containerPort", "protocol"]),
@@ -69,8 +75,14 @@ pub(crate) fn map_type(field: &str) -> MapType {
 /// by that key, `Some("")` to merge a list of scalars, `None` to replace.
 pub(crate) fn patch_merge_key(field: &str) -> Option<&'static str> {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
-        | "imagePullSecrets" | "resourceClaims" | "webhooks" => Some("name"),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "webhooks" => Some("name"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
         "ports" => Some("containerPort"),

@@ -71,8 +71,12 @@ impl LabelSelector {
                 LabelOp::NotEquals(x) => v != Some(x.as_str()),
                 LabelOp::In(set) => v.is_some_and(|v| set.contains(v)),
                 LabelOp::NotIn(set) => v.is_none_or(|v| !set.contains(v)),
-                LabelOp::GreaterThan(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-                LabelOp::LessThan(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+                LabelOp::GreaterThan(n) => v
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v > *n),
+                LabelOp::LessThan(n) => v
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|v| v < *n),
             }
         })
     }
@@ -193,9 +197,7 @@ impl Parser<'_> {
         self.skip_ws();
         let w = self.word();
         w.parse::<i64>().map_err(|_| {
-            parse_error(format!(
-                "for 'Gt', 'Lt' operators, the value must be an integer"
-            ))
+            parse_error("for 'Gt', 'Lt' operators, the value must be an integer".to_string())
         })
     }
 
@@ -435,9 +437,21 @@ mod tests {
     fn field_selectors() {
         let cm = &RESOURCES[1];
         let o = obj(json!({}));
-        assert!(FieldSelector::parse("metadata.name=n", cm).unwrap().matches(&o));
-        assert!(!FieldSelector::parse("metadata.name!=n", cm).unwrap().matches(&o));
-        assert!(FieldSelector::parse("metadata.namespace==ns", cm).unwrap().matches(&o));
+        assert!(
+            FieldSelector::parse("metadata.name=n", cm)
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name!=n", cm)
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("metadata.namespace==ns", cm)
+                .unwrap()
+                .matches(&o)
+        );
         let e = FieldSelector::parse("data.k=v1", cm).unwrap_err();
         assert_eq!(
             e.message,

@@ -101,14 +101,22 @@ impl ApiError {
 
     /// 404 NotFound for a missing namespace.
     pub fn namespace_not_found(namespace: &str) -> Self {
-        Self::new(404, "NotFound", format!("namespaces \"{namespace}\" not found"))
-            .with_details(json!({"name": namespace, "kind": "namespaces"}))
+        Self::new(
+            404,
+            "NotFound",
+            format!("namespaces \"{namespace}\" not found"),
+        )
+        .with_details(json!({"name": namespace, "kind": "namespaces"}))
     }
 
     /// 404 for a path the server does not serve.
     pub fn no_route() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-            .with_details(json!({}))
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(json!({}))
     }
 
     /// 405 for a verb the path does not support.
@@ -189,7 +197,8 @@ impl ApiError {
 
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type() -> Self {
-        Self::new(415, "UnsupportedMediaType", "415: Unsupported Media Type").with_details(json!({}))
+        Self::new(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+            .with_details(json!({}))
     }
 
     /// 422 Invalid for an object, with one cause per field error.
@@ -261,8 +270,12 @@ impl ApiError {
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         let message = message.into();
-        Self::new(500, "InternalError", format!("Internal error occurred: {message}"))
-            .with_details(json!({ "causes": [{ "message": message }] }))
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        )
+        .with_details(json!({ "causes": [{ "message": message }] }))
     }
 
     /// 504 Timeout for a resourceVersion from the future.

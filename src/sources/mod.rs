@@ -15,7 +15,7 @@ use crate::model::{Scope, SourceName, Tracked};
 
 mod configmap;
 pub mod kube;
-mod secret;
+pub mod secret;
 
 pub use self::kube::{ContentObject, ObjectSource, ObjectSourceSettings};
 

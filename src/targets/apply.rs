@@ -47,7 +47,10 @@ pub fn render_apply_body(
         .keys()
         .any(|o| o.key().starts_with(CONSUL_MUTATOR_PREFIX))
     {
-        workload_annotations.insert(format!("{CONSUL_MUTATOR_PREFIX}last-updated"), now.to_owned());
+        workload_annotations.insert(
+            format!("{CONSUL_MUTATOR_PREFIX}last-updated"),
+            now.to_owned(),
+        );
     }
 
     let mut template = json!({ "metadata": { "annotations": template_annotations } });
@@ -76,7 +79,10 @@ pub fn render_apply_body(
 
 /// For each container and init container that already carries one of `env`'s
 /// variables, the partial container (`name` plus those variables) to apply.
-fn containers_with_env(current: &Workload, env: &BTreeMap<String, String>) -> (Vec<Value>, Vec<Value>) {
+fn containers_with_env(
+    current: &Workload,
+    env: &BTreeMap<String, String>,
+) -> (Vec<Value>, Vec<Value>) {
     if env.is_empty() {
         return (Vec::new(), Vec::new());
     }
@@ -147,7 +153,10 @@ mod tests {
         StampPatch {
             id: WorkloadId::new(WorkloadKind::Deployment, "ns", "web"),
             changed: values.iter().map(|(o, _)| o.clone()).collect(),
-            values: values.iter().map(|(o, v)| (o.clone(), (*v).to_owned())).collect(),
+            values: values
+                .iter()
+                .map(|(o, v)| (o.clone(), (*v).to_owned()))
+                .collect(),
         }
     }
 
@@ -176,11 +185,20 @@ mod tests {
     fn consul_mutator_checksums_go_on_both_and_get_their_own_last_updated() {
         let workload = mk_workload(vec![mk_container("app", &[])], vec![]);
         let key = "k8s-consul-mutator.io/checksum-db";
-        let patch = mk_patch(&[(Output::PodTemplateAndWorkloadAnnotation(key.into()), "md5-1")]);
+        let patch = mk_patch(&[(
+            Output::PodTemplateAndWorkloadAnnotation(key.into()),
+            "md5-1",
+        )]);
         let body = render_apply_body(&workload, &patch, "nudge.dev", "T");
-        assert_eq!(body["spec"]["template"]["metadata"]["annotations"][key], "md5-1");
+        assert_eq!(
+            body["spec"]["template"]["metadata"]["annotations"][key],
+            "md5-1"
+        );
         assert_eq!(body["metadata"]["annotations"][key], "md5-1");
-        assert_eq!(body["metadata"]["annotations"]["k8s-consul-mutator.io/last-updated"], "T");
+        assert_eq!(
+            body["metadata"]["annotations"]["k8s-consul-mutator.io/last-updated"],
+            "T"
+        );
     }
 
     #[test]

@@ -94,8 +94,8 @@ impl<K: PodTemplated> KubeTarget<K> {
             kind: K::KIND,
             namespace: namespace.clone(),
         };
-        let stream = watcher(self.api(namespace.as_deref()), watcher::Config::default())
-            .default_backoff();
+        let stream =
+            watcher(self.api(namespace.as_deref()), watcher::Config::default()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         loop {
             let event = tokio::select! {
@@ -134,7 +134,11 @@ fn to_workload_event<K: PodTemplated>(
 }
 
 fn workload_id<K: PodTemplated>(obj: &K) -> Option<WorkloadId> {
-    Some(WorkloadId::new(K::KIND, obj.namespace()?, obj.meta().name.clone()?))
+    Some(WorkloadId::new(
+        K::KIND,
+        obj.namespace()?,
+        obj.meta().name.clone()?,
+    ))
 }
 
 /// Keeps only what nudge reads: annotations and the pod template.
@@ -182,7 +186,11 @@ impl<K: PodTemplated> Target for KubeTarget<K> {
         K::KIND
     }
 
-    async fn run(self: Arc<Self>, events: mpsc::Sender<WorkloadEvent>, shutdown: CancellationToken) {
+    async fn run(
+        self: Arc<Self>,
+        events: mpsc::Sender<WorkloadEvent>,
+        shutdown: CancellationToken,
+    ) {
         let watches = self.scopes().into_iter().map(|namespace| {
             let span = tracing::info_span!(
                 "watch",
@@ -206,7 +214,8 @@ impl<K: PodTemplated> Target for KubeTarget<K> {
         let params = PatchParams::apply(&self.settings.field_manager).force();
         let api = self.api(Some(&id.namespace));
         match api.patch(&id.name, &params, &Patch::Apply(&body)).await {
-            Ok(obj) => Ok(to_workload(&obj).map_or(ApplyOutcome::Gone, ApplyOutcome::Applied)),
+            Ok(obj) => Ok(to_workload(&obj)
+                .map_or(ApplyOutcome::Gone, |w| ApplyOutcome::Applied(Box::new(w)))),
             Err(error) if is_status(&error, 404) => Ok(ApplyOutcome::Gone),
             // Apply is an upsert: on a workload deleted meanwhile the server tries to
             // create it from the partial body and answers 422.

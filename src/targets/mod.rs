@@ -60,7 +60,7 @@ pub enum WorkloadEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApplyOutcome {
     /// The stamp was written; this is the workload as stored afterwards.
-    Applied(Workload),
+    Applied(Box<Workload>),
     /// The workload no longer exists; nothing to do.
     Gone,
 }
@@ -147,8 +147,14 @@ pub trait Target: Send + Sync + 'static {
 pub fn builtin(client: ::kube::Client, settings: TargetSettings) -> Vec<Arc<dyn Target>> {
     use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
     vec![
-        Arc::new(KubeTarget::<Deployment>::new(client.clone(), settings.clone())),
-        Arc::new(KubeTarget::<StatefulSet>::new(client.clone(), settings.clone())),
+        Arc::new(KubeTarget::<Deployment>::new(
+            client.clone(),
+            settings.clone(),
+        )),
+        Arc::new(KubeTarget::<StatefulSet>::new(
+            client.clone(),
+            settings.clone(),
+        )),
         Arc::new(KubeTarget::<DaemonSet>::new(client, settings)),
     ]
 }

@@ -1,0 +1,121 @@
+//! Request dispatch to the verb handlers.
+
+mod discovery;
+mod read;
+mod watch;
+mod write;
+
+use std::sync::Arc;
+
+use http::{Method, Response, StatusCode, header};
+
+use crate::body::ResponseBody;
+use crate::managed::Subresource;
+use crate::request::Ctx;
+use crate::resources::{RESOURCES, ResourceType};
+use crate::routes::Route;
+use crate::server::State;
+use crate::status::{ApiError, ApiResult};
+
+pub(crate) use write::{Ownership, create_object};
+
+/// A JSON response.
+pub(crate) fn json_response(status: u16, body: Vec<u8>) -> Response<ResponseBody> {
+    let mut r = Response::new(ResponseBody::full(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// The `Status` response of a failure.
+pub(crate) fn error_response(e: &ApiError) -> Response<ResponseBody> {
+    let mut r = json_response(
+        e.code,
+        serde_json::to_vec(&e.to_status()).unwrap_or_default(),
+    );
+    if let Some(secs) = e.retry_after
+        && let Ok(v) = header::HeaderValue::from_str(&secs.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
+/// The store key prefix of a collection (`ns/` or everything).
+pub(crate) fn prefix(rt: &ResourceType, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) if rt.namespaced => format!("{ns}/"),
+        _ => String::new(),
+    }
+}
+
+/// Handles an API request.
+pub(crate) async fn dispatch(
+    state: &Arc<State>,
+    route: Route,
+    ctx: Ctx,
+) -> ApiResult<Response<ResponseBody>> {
+    let m = &ctx.method;
+    match route {
+        Route::CoreVersions
+        | Route::Groups
+        | Route::Group(_)
+        | Route::ResourceList { .. }
+        | Route::Version => {
+            if m != Method::GET {
+                return Err(ApiError::method_not_allowed());
+            }
+            discovery::serve(state, &route, &ctx)
+        }
+        Route::Health => Ok(Response::new(ResponseBody::full("ok"))),
+        Route::Collection {
+            resource,
+            namespace,
+        } => {
+            let rt = &RESOURCES[resource];
+            match *m {
+                Method::GET => {
+                    if ctx.query.flag("watch")?.unwrap_or(false) {
+                        watch::serve(state, resource, namespace.as_deref(), &ctx)
+                    } else {
+                        read::list(state, resource, namespace.as_deref(), &ctx)
+                    }
+                }
+                Method::POST if namespace.is_some() || !rt.namespaced => {
+                    write::create(state, resource, namespace.as_deref(), &ctx)
+                }
+                Method::DELETE if rt.family != crate::resources::Family::Namespace => {
+                    write::delete_collection(state, resource, namespace.as_deref(), &ctx)
+                }
+                _ => Err(ApiError::method_not_allowed()),
+            }
+        }
+        Route::Object {
+            resource,
+            namespace,
+            name,
+            subresource,
+        } => {
+            let rt = &RESOURCES[resource];
+            let sub = match subresource.as_deref() {
+                None => Subresource::Main,
+                Some("status") if rt.has_status_subresource() => Subresource::Status,
+                Some(_) => return Err(ApiError::no_route()),
+            };
+            let ns = namespace.as_deref();
+            match (m.clone(), sub) {
+                (Method::GET, _) => read::get(state, resource, ns, &name, &ctx),
+                (Method::PUT, _) => write::update(state, resource, ns, &name, sub, &ctx),
+                (Method::PATCH, _) => write::patch(state, resource, ns, &name, sub, &ctx),
+                (Method::DELETE, Subresource::Main) => {
+                    write::delete(state, resource, ns, &name, &ctx)
+                }
+                _ => Err(ApiError::method_not_allowed()),
+            }
+        }
+        Route::Unknown => Err(ApiError::no_route()),
+    }
+}

@@ -1,0 +1,214 @@
+//! GET of one object and LIST with resourceVersion semantics, pagination
+//! and selectors.
+
+use std::sync::Arc;
+
+use http::Response;
+use serde_json::Value;
+
+use super::{json_response, prefix};
+use crate::body::ResponseBody;
+use crate::meta;
+use crate::output::{self, ListMeta, Target};
+use crate::request::Ctx;
+use crate::resources::RESOURCES;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::server::State;
+use crate::status::{ApiError, ApiResult, Cause};
+use crate::store::ReadError;
+
+/// GET one object.
+pub(super) fn get(
+    state: &Arc<State>,
+    resource: usize,
+    namespace: Option<&str>,
+    name: &str,
+    ctx: &Ctx,
+) -> ApiResult<Response<ResponseBody>> {
+    let rt = &RESOURCES[resource];
+    let shape = output::negotiate(ctx.header("accept"), Target::Object)?;
+    let key = meta::store_key(namespace.filter(|_| rt.namespaced), name);
+    let obj = state
+        .store
+        .get(resource, &key)
+        .ok_or_else(|| ApiError::not_found(rt, name))?;
+    Ok(json_response(200, output::object_bytes(&obj, shape)))
+}
+
+fn list_options_error(field: &str, reason: &'static str, message: String) -> ApiError {
+    ApiError::invalid_options(
+        "ListOptions",
+        vec![Cause {
+            reason,
+            message,
+            field: field.into(),
+        }],
+    )
+}
+
+/// Parses a resourceVersion parameter.
+pub(super) fn parse_rv(rv: &str) -> ApiResult<u64> {
+    rv.parse::<u64>().map_err(|_| {
+        ApiError::bad_request(format!(
+            "invalid resource version: strconv.ParseUint: parsing \"{rv}\": invalid syntax"
+        ))
+    })
+}
+
+/// LIST a collection.
+pub(super) fn list(
+    state: &Arc<State>,
+    resource: usize,
+    namespace: Option<&str>,
+    ctx: &Ctx,
+) -> ApiResult<Response<ResponseBody>> {
+    let rt = &RESOURCES[resource];
+    let shape = output::negotiate(ctx.header("accept"), Target::List)?;
+    let labels = LabelSelector::parse(ctx.query.get("labelSelector").unwrap_or(""))?;
+    let fields = FieldSelector::parse(ctx.query.get("fieldSelector").unwrap_or(""), rt)?;
+    let limit = ctx
+        .query
+        .int("limit")?
+        .filter(|l| *l > 0)
+        .map(|l| l as usize);
+    let cont = ctx.query.get("continue").filter(|c| !c.is_empty());
+    let rv = ctx.query.get("resourceVersion").unwrap_or("");
+    let rvm = ctx
+        .query
+        .get("resourceVersionMatch")
+        .filter(|m| !m.is_empty());
+
+    if let Some(m) = rvm {
+        if m != "NotOlderThan" && m != "Exact" {
+            return Err(list_options_error(
+                "resourceVersionMatch",
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\""
+                ),
+            ));
+        }
+        if rv.is_empty() {
+            return Err(list_options_error(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                    .into(),
+            ));
+        }
+        if cont.is_some() {
+            return Err(list_options_error(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
+            ));
+        }
+        if m == "Exact" && rv == "0" {
+            return Err(list_options_error(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+                    .into(),
+            ));
+        }
+    }
+
+    let pfx = prefix(rt, namespace);
+    let mut start_after: Option<String> = None;
+    let (at, expired_msg) = if let Some(token) = cont {
+        if !rv.is_empty() && rv != "0" {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        let (crv, start) = output::decode_continue(token)?;
+        start_after = Some(format!("{pfx}{start}"));
+        (
+            Some(crv),
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+        )
+    } else if rv.is_empty() || rv == "0" {
+        (None, "")
+    } else {
+        let n = parse_rv(rv)?;
+        if rvm == Some("Exact") {
+            (
+                Some(n),
+                "The resourceVersion for the provided list is too old.",
+            )
+        } else {
+            let cur = state.store.current_rv();
+            if n > cur {
+                return Err(ApiError::too_large_resource_version(n, cur));
+            }
+            (None, "")
+        }
+    };
+
+    let (snap_rv, items) = state
+        .store
+        .snapshot(resource, &pfx, at)
+        .map_err(|e| match e {
+            ReadError::Expired => ApiError::expired(expired_msg),
+            ReadError::TooLarge(cur) => ApiError::too_large_resource_version(at.unwrap_or(0), cur),
+        })?;
+
+    let selecting = !labels.is_empty() || !fields.is_empty();
+    let matches = |v: &Value| labels.matches(v) && fields.matches(v);
+    let mut page: Vec<&Value> = Vec::new();
+    let mut last_key: Option<&str> = None;
+    let mut remaining: u64 = 0;
+    for (key, obj) in &items {
+        if let Some(s) = &start_after
+            && key.as_str() <= s.as_str()
+        {
+            continue;
+        }
+        if !matches(obj) {
+            continue;
+        }
+        if limit.is_some_and(|l| page.len() >= l) {
+            remaining += 1;
+            if selecting {
+                break;
+            }
+            continue;
+        }
+        page.push(obj);
+        last_key = Some(key);
+    }
+    let continue_token = (remaining > 0)
+        .then(|| {
+            last_key.map(|k| output::encode_continue(snap_rv, &format!("/{}", &k[pfx.len()..])))
+        })
+        .flatten();
+    let meta = ListMeta {
+        resource_version: snap_rv,
+        remaining: (continue_token.is_some() && !selecting).then_some(remaining),
+        continue_token,
+    };
+    Ok(json_response(
+        200,
+        output::list_bytes(rt, &page, &meta, shape),
+    ))
+}
+
+/// Items of a collection that match the request's selectors, now.
+pub(super) fn select_now(
+    state: &Arc<State>,
+    resource: usize,
+    namespace: Option<&str>,
+    ctx: &Ctx,
+) -> ApiResult<Vec<(String, Arc<Value>)>> {
+    let rt = &RESOURCES[resource];
+    let labels = LabelSelector::parse(ctx.query.get("labelSelector").unwrap_or(""))?;
+    let fields = FieldSelector::parse(ctx.query.get("fieldSelector").unwrap_or(""), rt)?;
+    let (_, items) = state
+        .store
+        .snapshot(resource, &prefix(rt, namespace), None)
+        .map_err(|_| ApiError::internal("snapshot failed"))?;
+    Ok(items
+        .into_iter()
+        .filter(|(_, o)| labels.matches(o) && fields.matches(o))
+        .collect())
+}

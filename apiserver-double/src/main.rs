@@ -1,0 +1,88 @@
+//! `apiserver-double`: runs the Kubernetes API server double as a process.
+//! Prints the kubeconfig path as the first line on stdout, then serves until
+//! SIGTERM or SIGINT.
+#![forbid(unsafe_code)]
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use apiserver_double::{ApiServerDouble, Config};
+use clap::Parser;
+
+/// Kubernetes API server double for tests.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Port on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Where to write the kubeconfig (default: a temporary file removed on exit).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Bearer token to require (default: random).
+    #[arg(long)]
+    token: Option<String>,
+    /// Accept requests without the bearer token.
+    #[arg(long)]
+    no_auth: bool,
+    /// Number of past events kept for watches and exact lists.
+    #[arg(long, default_value_t = 10_000)]
+    history_limit: usize,
+    /// Seconds between watch bookmarks.
+    #[arg(long, default_value_t = 5.0)]
+    bookmark_interval: f64,
+}
+
+impl Args {
+    async fn run(self) -> Result<(), Box<dyn std::error::Error>> {
+        let Args {
+            port,
+            kubeconfig,
+            token,
+            no_auth,
+            history_limit,
+            bookmark_interval,
+        } = self;
+        let config = Config {
+            bind: ([127, 0, 0, 1], port).into(),
+            kubeconfig_path: kubeconfig,
+            token,
+            require_auth: !no_auth,
+            history_limit,
+            bookmark_interval: Duration::from_secs_f64(bookmark_interval.max(0.05)),
+            ..Config::default()
+        };
+        let api = ApiServerDouble::start_with(config).await?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", api.kubeconfig_path().display())?;
+        out.flush()?;
+        drop(out);
+        eprintln!("apiserver-double listening on {}", api.url());
+        wait_for_signal().await?;
+        api.shutdown().await;
+        Ok(())
+    }
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match Args::parse().run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("apiserver-double: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! URL paths of the Kubernetes REST API.
+
+use crate::resources::{self, RESOURCES};
+
+/// What a request path addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `/api`.
+    CoreVersions,
+    /// `/apis`.
+    Groups,
+    /// `/apis/<group>`.
+    Group(String),
+    /// `/api/v1`, `/apis/<group>/<version>`.
+    ResourceList { group: String, version: String },
+    /// `/version`.
+    Version,
+    /// `/healthz`, `/livez`, `/readyz`.
+    Health,
+    /// A collection: `.../<resource>` or `.../namespaces/<ns>/<resource>`.
+    Collection {
+        resource: usize,
+        namespace: Option<String>,
+    },
+    /// One object, optionally a subresource of it.
+    Object {
+        resource: usize,
+        namespace: Option<String>,
+        name: String,
+        subresource: Option<String>,
+    },
+    /// Anything else.
+    Unknown,
+}
+
+/// Parses a request path (without query).
+pub(crate) fn parse(path: &str) -> Route {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["api"] => Route::CoreVersions,
+        ["apis"] => Route::Groups,
+        ["version"] => Route::Version,
+        ["healthz"] | ["livez"] | ["readyz"] => Route::Health,
+        ["api", "v1"] => Route::ResourceList {
+            group: String::new(),
+            version: "v1".into(),
+        },
+        ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
+        ["apis", g] => {
+            if resources::groups().contains(g) {
+                Route::Group((*g).to_string())
+            } else {
+                Route::Unknown
+            }
+        }
+        ["apis", g, v] => {
+            if RESOURCES.iter().any(|r| r.group == *g && r.version == *v) {
+                Route::ResourceList {
+                    group: (*g).to_string(),
+                    version: (*v).to_string(),
+                }
+            } else {
+                Route::Unknown
+            }
+        }
+        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        _ => Route::Unknown,
+    }
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
+    let find = |plural: &str| resources::lookup(group, version, plural);
+    let namespaced = |i: usize| RESOURCES[i].namespaced;
+    match rest {
+        ["namespaces", ns, plural, tail @ ..] if find(plural).is_some_and(namespaced) => {
+            let resource = find(plural).unwrap_or_default();
+            let namespace = Some((*ns).to_string());
+            match tail {
+                [] => Route::Collection {
+                    resource,
+                    namespace,
+                },
+                [name] => Route::Object {
+                    resource,
+                    namespace,
+                    name: (*name).to_string(),
+                    subresource: None,
+                },
+                [name, sub] => Route::Object {
+                    resource,
+                    namespace,
+                    name: (*name).to_string(),
+                    subresource: Some((*sub).to_string()),
+                },
+                _ => Route::Unknown,
+            }
+        }
+        [plural, tail @ ..] => match find(plural) {
+            Some(resource) => match tail {
+                [] => Route::Collection {
+                    resource,
+                    namespace: None,
+                },
+                [name] if !namespaced(resource) => Route::Object {
+                    resource,
+                    namespace: None,
+                    name: (*name).to_string(),
+                    subresource: None,
+                },
+                [name, sub] if !namespaced(resource) => Route::Object {
+                    resource,
+                    namespace: None,
+                    name: (*name).to_string(),
+                    subresource: Some((*sub).to_string()),
+                },
+                _ => Route::Unknown,
+            },
+            None => Route::Unknown,
+        },
+        [] => Route::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_paths() {
+        assert_eq!(
+            parse("/api/v1/namespaces/t/configmaps/a"),
+            Route::Object {
+                resource: 1,
+                namespace: Some("t".into()),
+                name: "a".into(),
+                subresource: None
+            }
+        );
+        assert_eq!(
+            parse("/api/v1/configmaps"),
+            Route::Collection {
+                resource: 1,
+                namespace: None
+            }
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces/t"),
+            Route::Object {
+                resource: 0,
+                namespace: None,
+                name: "t".into(),
+                subresource: None
+            }
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces/t/status"),
+            Route::Object {
+                resource: 0,
+                namespace: None,
+                name: "t".into(),
+                subresource: Some("status".into())
+            }
+        );
+        assert_eq!(
+            parse("/apis/apps/v1/namespaces/t/deployments/web/status"),
+            Route::Object {
+                resource: 5,
+                namespace: Some("t".into()),
+                name: "web".into(),
+                subresource: Some("status".into())
+            }
+        );
+        assert_eq!(
+            parse("/apis/apps/v1/deployments"),
+            Route::Collection {
+                resource: 5,
+                namespace: None
+            }
+        );
+        assert_eq!(parse("/api/v1/configmaps/x"), Route::Unknown);
+        assert_eq!(parse("/apis/nope/v1/things"), Route::Unknown);
+        assert_eq!(parse("/apis/apps"), Route::Group("apps".into()));
+    }
+}

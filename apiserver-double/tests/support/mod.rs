@@ -1,0 +1,128 @@
+//! A minimal HTTP client for talking to the double in tests.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+/// A response with its whole body.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    /// The body as JSON (panics with the body text when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// A watch body as its JSON lines.
+    pub fn lines(&self) -> Vec<Value> {
+        String::from_utf8_lossy(&self.body)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("bad watch line ({e}): {l}"))
+            })
+            .collect()
+    }
+}
+
+/// Sends requests to the double with its bearer token.
+#[derive(Clone)]
+pub struct Http {
+    pub addr: std::net::SocketAddr,
+    pub token: String,
+}
+
+impl Http {
+    pub fn new(api: &apiserver_double::ApiServerDouble) -> Self {
+        Self {
+            addr: api.addr(),
+            token: api.token().to_string(),
+        }
+    }
+
+    /// Sends one request on a fresh connection and reads the whole response.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Resp {
+        let stream = TcpStream::connect(self.addr).await.expect("connect");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut req = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).expect("method"))
+            .uri(path)
+            .header("host", self.addr.to_string())
+            .header("authorization", format!("Bearer {}", self.token));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .expect("request");
+        let resp = sender.send_request(req).await.expect("send");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.send("GET", path, &[("accept", "application/json")], None)
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Resp {
+        self.send(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Resp {
+        self.send(
+            "PUT",
+            path,
+            &[("content-type", "application/json")],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn patch(&self, path: &str, content_type: &str, body: &str) -> Resp {
+        self.send(
+            "PATCH",
+            path,
+            &[("content-type", content_type)],
+            Some(body.as_bytes().to_vec()),
+        )
+        .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Resp {
+        self.send("DELETE", path, &[], None).await
+    }
+}

@@ -1,0 +1,448 @@
+//! The desired stamp of a workload, the value currently on it, and the patch between
+//! the two (design §2–§5).
+//!
+//! [`desired`] computes each output's value from the fingerprints a
+//! [`FingerprintLookup`] knows; outputs whose inputs are unknown, missing or
+//! unusable are [`Blocked`] and keep their current value. [`diff`] compares with the
+//! workload and returns a [`StampPatch`] only when something would change, so an
+//! identical stamp is never written.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::Container;
+
+use crate::fingerprint::{ABSENT, Fingerprint, Observation, combine_native, wave_hash};
+use crate::model::{
+    Combine, Input, Output, Reference, SourceName, StampSpec, Tracked, Workload, WorkloadId,
+};
+
+/// Read access to what sources currently know about tracked items.
+pub trait FingerprintLookup {
+    /// The latest observation of `tracked`, or `None` when nothing is known yet (the
+    /// source has not reported, or cannot reach its backend).
+    fn observation(&self, tracked: &Tracked) -> Option<&Observation>;
+}
+
+/// The latest [`Observation`] of every tracked item, as sources report them.
+#[derive(Debug, Clone, Default)]
+pub struct FingerprintStore {
+    observations: HashMap<Tracked, Observation>,
+}
+
+impl FingerprintStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records an observation; returns whether it differs from the previous one
+    /// (only then do the dependents of `tracked` need another look).
+    pub fn set(&mut self, tracked: Tracked, observation: Observation) -> bool {
+        if self.observations.get(&tracked) == Some(&observation) {
+            return false;
+        }
+        self.observations.insert(tracked, observation);
+        true
+    }
+
+    /// Forgets an item (nobody tracks it any more); returns its last observation.
+    pub fn remove(&mut self, tracked: &Tracked) -> Option<Observation> {
+        self.observations.remove(tracked)
+    }
+
+    /// Number of items with an observation (metric).
+    pub fn len(&self) -> usize {
+        self.observations.len()
+    }
+
+    /// Whether no item has an observation.
+    pub fn is_empty(&self) -> bool {
+        self.observations.is_empty()
+    }
+}
+
+impl FingerprintLookup for FingerprintStore {
+    fn observation(&self, tracked: &Tracked) -> Option<&Observation> {
+        self.observations.get(tracked)
+    }
+}
+
+/// Why an output cannot be computed now. The output keeps its current value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlockReason {
+    /// The source has not reported this input yet, or cannot reach its backend.
+    /// Errors are not content: nothing is stamped until the state is known.
+    #[error("{tracked} is not known yet")]
+    Unknown {
+        /// The input without an observation.
+        tracked: Tracked,
+    },
+    /// A required input does not exist (and `stamp_on_delete` is off). Reported as a
+    /// `MissingConfig` Event.
+    #[error("required {reference} does not exist")]
+    Missing {
+        /// The missing reference.
+        reference: Reference,
+    },
+    /// The input's fingerprint has a shape the output's combine cannot use (a Wave
+    /// fragment in a digest output, or a digest in a Wave output): the spec and the
+    /// source disagree on the algorithm.
+    #[error("{tracked} has a {found} fingerprint, which a {combine:?} output cannot use")]
+    WrongShape {
+        /// The input with the unusable fingerprint.
+        tracked: Tracked,
+        /// How the output combines its inputs.
+        combine: Combine,
+        /// What the fingerprint is (`digest` or `wave fragment`).
+        found: &'static str,
+    },
+    /// A [`Combine::Single`] output has no input or more than one.
+    #[error("a single-value output needs exactly one input, it has {count}")]
+    InputCount {
+        /// How many inputs the spec has.
+        count: usize,
+    },
+    /// A [`Combine::Wave`] input comes from a source other than `configmap` or
+    /// `secret`, which Wave's document cannot hold.
+    #[error("{reference} is not a ConfigMap or Secret, which Wave's hash cannot include")]
+    NotWaveSource {
+        /// The offending reference.
+        reference: Reference,
+    },
+}
+
+impl BlockReason {
+    /// A short, static label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Unknown { .. } => "unknown",
+            Self::Missing { .. } => "missing",
+            Self::WrongShape { .. } => "wrong_shape",
+            Self::InputCount { .. } => "input_count",
+            Self::NotWaveSource { .. } => "not_wave_source",
+        }
+    }
+}
+
+/// One output that cannot be computed now, and one reason why. An output with
+/// several blocking inputs appears once per input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    /// The output that keeps its current value.
+    pub output: Output,
+    /// Why.
+    pub reason: BlockReason,
+}
+
+/// The values a workload's outputs should have given the current source state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredStamp {
+    /// The value of every output that could be computed.
+    pub values: BTreeMap<Output, String>,
+    /// The outputs that could not, with reasons; none of them is in `values`.
+    pub blocked: Vec<Blocked>,
+}
+
+/// What to write to one workload.
+///
+/// The patch is applied by **server-side apply with field manager `nudge`**, and a
+/// field nudge owned but leaves out of an apply is removed. So `values` holds every
+/// value nudge owns on the workload after the patch, not only the changed ones:
+/// changed outputs at their new value, unchanged outputs at their current value,
+/// and blocked outputs at their current value when they have one. Bookkeeping
+/// fields the writer adds itself (such as `last-updated`) are not in `values`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StampPatch {
+    /// The workload to patch.
+    pub id: WorkloadId,
+    /// The outputs whose value changes, in spec order (never empty).
+    pub changed: Vec<Output>,
+    /// Every value nudge owns on the workload after the patch.
+    pub values: BTreeMap<Output, String>,
+}
+
+/// Computes the desired value of each spec's output. With `stamp_on_delete`, an
+/// absent required input is stamped as absent instead of blocking its output.
+pub fn desired<L>(specs: &[StampSpec], lookup: &L, stamp_on_delete: bool) -> DesiredStamp
+where
+    L: FingerprintLookup + ?Sized,
+{
+    let mut stamp = DesiredStamp::default();
+    for spec in specs {
+        match evaluate(spec, lookup, stamp_on_delete) {
+            Ok(value) => {
+                stamp.values.insert(spec.output.clone(), value);
+            }
+            Err(reasons) => stamp
+                .blocked
+                .extend(reasons.into_iter().map(|reason| Blocked {
+                    output: spec.output.clone(),
+                    reason,
+                })),
+        }
+    }
+    stamp
+}
+
+/// The value of `output` now on the workload, or `None` when it is unset or
+/// inconsistent. A [`Output::PodTemplateAndWorkloadAnnotation`] has a value only
+/// when both annotations carry the same one; a [`Output::ContainerEnv`] only when
+/// every container and initContainer carrying the variable has the same plain
+/// `value`. `None` differs from every desired value.
+pub fn current(workload: &Workload, output: &Output) -> Option<String> {
+    observe(workload, output).consistent().map(str::to_owned)
+}
+
+/// The patch that brings `workload` to `desired`, or `None` when every output that
+/// is not blocked already has its desired value.
+pub fn diff(
+    workload: &Workload,
+    specs: &[StampSpec],
+    desired: &DesiredStamp,
+) -> Option<StampPatch> {
+    let mut changed = Vec::new();
+    let mut values = BTreeMap::new();
+    for output in specs.iter().map(|spec| &spec.output) {
+        if values.contains_key(output) {
+            continue;
+        }
+        let observed = observe(workload, output);
+        let value = match desired.values.get(output) {
+            Some(want) => {
+                if observed.consistent() != Some(want.as_str()) {
+                    changed.push(output.clone());
+                }
+                Some(want.as_str())
+            }
+            None => observed.keep(),
+        };
+        if let Some(value) = value {
+            values.insert(output.clone(), value.to_owned());
+        }
+    }
+    (!changed.is_empty()).then(|| StampPatch {
+        id: workload.id.clone(),
+        changed,
+        values,
+    })
+}
+
+// === desired ===
+
+/// An input whose state is known: its fingerprint, or `None` for absent.
+type Resolved<'a> = (&'a Input, Option<&'a Fingerprint>);
+
+fn evaluate<L>(
+    spec: &StampSpec,
+    lookup: &L,
+    stamp_on_delete: bool,
+) -> Result<String, Vec<BlockReason>>
+where
+    L: FingerprintLookup + ?Sized,
+{
+    let inputs = resolve(&spec.inputs, lookup, stamp_on_delete)?;
+    match spec.combine {
+        Combine::Single => single(&inputs),
+        Combine::NativeHash => native_hash(&inputs),
+        Combine::Wave => wave(&inputs),
+    }
+}
+
+fn resolve<'a, L>(
+    inputs: &'a [Input],
+    lookup: &'a L,
+    stamp_on_delete: bool,
+) -> Result<Vec<Resolved<'a>>, Vec<BlockReason>>
+where
+    L: FingerprintLookup + ?Sized,
+{
+    let mut resolved = Vec::with_capacity(inputs.len());
+    let mut reasons = Vec::new();
+    for input in inputs {
+        match lookup.observation(&input.tracked) {
+            None => reasons.push(BlockReason::Unknown {
+                tracked: input.tracked.clone(),
+            }),
+            Some(Observation::Absent) if !(input.optional || stamp_on_delete) => {
+                reasons.push(BlockReason::Missing {
+                    reference: input.tracked.reference.clone(),
+                })
+            }
+            Some(Observation::Absent) => resolved.push((input, None)),
+            Some(Observation::Present(fingerprint)) => resolved.push((input, Some(fingerprint))),
+        }
+    }
+    if reasons.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(reasons)
+    }
+}
+
+fn single(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
+    let [(input, fingerprint)] = inputs else {
+        return Err(vec![BlockReason::InputCount {
+            count: inputs.len(),
+        }]);
+    };
+    match fingerprint {
+        None => Ok(ABSENT.to_owned()),
+        Some(Fingerprint::Digest(digest)) => Ok(digest.to_string()),
+        Some(Fingerprint::Wave(_)) => Err(vec![wrong_shape(input, Combine::Single, WAVE_FRAGMENT)]),
+    }
+}
+
+fn native_hash(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
+    let mut entries = Vec::with_capacity(inputs.len());
+    let mut reasons = Vec::new();
+    for (input, fingerprint) in inputs {
+        let digest = match fingerprint {
+            None => None,
+            Some(Fingerprint::Digest(digest)) => Some(&**digest),
+            Some(Fingerprint::Wave(_)) => {
+                reasons.push(wrong_shape(input, Combine::NativeHash, WAVE_FRAGMENT));
+                continue;
+            }
+        };
+        entries.push((input.tracked.reference.to_string(), digest));
+    }
+    finish(reasons, || {
+        combine_native(entries.iter().map(|(id, digest)| (id.as_str(), *digest))).to_string()
+    })
+}
+
+fn wave(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
+    let mut config_maps = Vec::new();
+    let mut secrets = Vec::new();
+    let mut reasons = Vec::new();
+    for (input, fingerprint) in inputs {
+        let reference = &input.tracked.reference;
+        let fragment = match fingerprint {
+            // Absent objects (optional, or with stamp_on_delete) are left out, as
+            // Wave does.
+            None => continue,
+            Some(Fingerprint::Wave(fragment)) => fragment,
+            Some(Fingerprint::Digest(_)) => {
+                reasons.push(wrong_shape(input, Combine::Wave, DIGEST));
+                continue;
+            }
+        };
+        let entry = (reference.name.as_str(), fragment);
+        if reference.source == SourceName::configmap() {
+            config_maps.push(entry);
+        } else if reference.source == SourceName::secret() {
+            secrets.push(entry);
+        } else {
+            reasons.push(BlockReason::NotWaveSource {
+                reference: reference.clone(),
+            });
+        }
+    }
+    finish(reasons, || wave_hash(config_maps, secrets))
+}
+
+/// The value, unless something blocked it.
+fn finish(
+    reasons: Vec<BlockReason>,
+    value: impl FnOnce() -> String,
+) -> Result<String, Vec<BlockReason>> {
+    if reasons.is_empty() {
+        Ok(value())
+    } else {
+        Err(reasons)
+    }
+}
+
+/// [`BlockReason::WrongShape::found`] for a Wave fragment.
+const WAVE_FRAGMENT: &str = "wave fragment";
+/// [`BlockReason::WrongShape::found`] for a digest.
+const DIGEST: &str = "digest";
+
+fn wrong_shape(input: &Input, combine: Combine, found: &'static str) -> BlockReason {
+    BlockReason::WrongShape {
+        tracked: input.tracked.clone(),
+        combine,
+        found,
+    }
+}
+
+// === current ===
+
+/// What one output looks like on a workload.
+enum Observed<'a> {
+    /// Nowhere to be seen.
+    Unset,
+    /// One value, everywhere the output lives.
+    Consistent(&'a str),
+    /// Different values in the places the output lives; `keep` is the value to hold
+    /// while the output is blocked, when one value can stand for all.
+    Inconsistent { keep: Option<&'a str> },
+}
+
+impl<'a> Observed<'a> {
+    /// The value, when it is set and consistent.
+    fn consistent(&self) -> Option<&'a str> {
+        match self {
+            Self::Consistent(value) => Some(value),
+            Self::Unset | Self::Inconsistent { .. } => None,
+        }
+    }
+
+    /// The value a blocked output keeps in the patch.
+    fn keep(&self) -> Option<&'a str> {
+        match self {
+            Self::Consistent(value) => Some(value),
+            Self::Inconsistent { keep } => *keep,
+            Self::Unset => None,
+        }
+    }
+}
+
+fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
+    match output {
+        Output::PodTemplateAnnotation(key) => match workload.template_annotations().get(key) {
+            Some(value) => Observed::Consistent(value),
+            None => Observed::Unset,
+        },
+        Output::PodTemplateAndWorkloadAnnotation(key) => {
+            let template = workload.template_annotations().get(key).map(String::as_str);
+            let own = workload.annotations.get(key).map(String::as_str);
+            match (template, own) {
+                (None, None) => Observed::Unset,
+                (Some(t), Some(o)) if t == o => Observed::Consistent(t),
+                // The pod template's value is the one that restarts pods: keep it.
+                (template, _) => Observed::Inconsistent { keep: template },
+            }
+        }
+        Output::ContainerEnv(name) => observe_env(workload, name),
+    }
+}
+
+fn observe_env<'a>(workload: &'a Workload, name: &str) -> Observed<'a> {
+    let mut values = containers(workload)
+        .filter_map(|c| c.env.as_ref())
+        .flatten()
+        .filter(|var| var.name == name)
+        .map(|var| var.value.as_deref());
+    let Some(first) = values.next() else {
+        return Observed::Unset;
+    };
+    match first {
+        Some(value) if values.all(|v| v == Some(value)) => Observed::Consistent(value),
+        // One written value cannot restore several different ones.
+        _ => Observed::Inconsistent { keep: None },
+    }
+}
+
+/// Every container and initContainer of the pod template.
+fn containers(workload: &Workload) -> impl Iterator<Item = &Container> {
+    let spec = workload.template.spec.as_ref();
+    let main = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let init = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
+    main.iter().chain(init)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,642 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, SecretKeySelector,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::*;
+use crate::fingerprint::{Algorithm, DataValue, ObjectData, WaveFragment, wave_fragment};
+use crate::model::WorkloadKind;
+
+const HASH: &str = "nudge.dev/config-hash";
+const WAVE: &str = "wave.pusher.com/config-hash";
+
+fn mk_tracked(source: SourceName, name: &str, algorithm: Algorithm) -> Tracked {
+    Tracked::new(Reference::object(source, "ns", name), algorithm)
+}
+
+fn mk_cm(name: &str) -> Tracked {
+    mk_tracked(SourceName::configmap(), name, Algorithm::Native)
+}
+
+fn mk_input(tracked: &Tracked, optional: bool) -> Input {
+    Input {
+        tracked: tracked.clone(),
+        optional,
+    }
+}
+
+fn mk_spec(output: Output, combine: Combine, inputs: Vec<Input>) -> StampSpec {
+    StampSpec {
+        output,
+        combine,
+        inputs,
+        origins: Vec::new(),
+    }
+}
+
+fn mk_annotation(key: &str) -> Output {
+    Output::PodTemplateAnnotation(key.to_owned())
+}
+
+fn mk_checksum(slot: &str, tracked: &Tracked) -> StampSpec {
+    mk_spec(
+        mk_annotation(&format!("nudge.dev/checksum-{slot}")),
+        Combine::Single,
+        vec![mk_input(tracked, false)],
+    )
+}
+
+fn mk_store(entries: &[(&Tracked, Observation)]) -> FingerprintStore {
+    let mut store = FingerprintStore::new();
+    for (tracked, observation) in entries {
+        store.set((*tracked).clone(), observation.clone());
+    }
+    store
+}
+
+fn present(digest: &str) -> Observation {
+    Observation::Present(Fingerprint::digest(digest))
+}
+
+/// A Wave fragment of an object with one text key.
+fn mk_fragment(key: &str, value: &str) -> WaveFragment {
+    wave_fragment(&ObjectData(BTreeMap::from([(
+        key.to_owned(),
+        DataValue::Text(value.to_owned()),
+    )])))
+}
+
+fn mk_container(name: &str, env: &[(&str, &str)]) -> Container {
+    Container {
+        name: name.to_owned(),
+        env: Some(
+            env.iter()
+                .map(|(name, value)| EnvVar {
+                    name: (*name).to_owned(),
+                    value: Some((*value).to_owned()),
+                    ..EnvVar::default()
+                })
+                .collect(),
+        ),
+        ..Container::default()
+    }
+}
+
+fn mk_workload(
+    template: &[(&str, &str)],
+    own: &[(&str, &str)],
+    containers: Vec<Container>,
+    init_containers: Vec<Container>,
+) -> Workload {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    Workload {
+        id: WorkloadId::new(WorkloadKind::Deployment, "ns", "web"),
+        annotations: map(own),
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                annotations: Some(map(template)),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                containers,
+                init_containers: Some(init_containers),
+                ..PodSpec::default()
+            }),
+        },
+    }
+}
+
+fn mk_annotated(template: &[(&str, &str)]) -> Workload {
+    mk_workload(template, &[], Vec::new(), Vec::new())
+}
+
+// === FingerprintStore ===
+
+#[test]
+fn store_set_reports_only_real_changes() {
+    let cfg = mk_cm("cfg");
+    let mut store = FingerprintStore::new();
+    assert!(store.set(cfg.clone(), present("sha256-1")));
+    assert!(!store.set(cfg.clone(), present("sha256-1")));
+    assert!(store.set(cfg.clone(), Observation::Absent));
+    assert_eq!(store.remove(&cfg), Some(Observation::Absent));
+    assert!(store.observation(&cfg).is_none());
+}
+
+// === desired ===
+
+#[test]
+fn single_output_is_the_input_digest() {
+    let cfg = mk_cm("cfg");
+    let store = mk_store(&[(&cfg, present("sha256-aa"))]);
+    let stamp = desired(&[mk_checksum("cfg", &cfg)], &store, false);
+    assert_eq!(
+        stamp
+            .values
+            .get(&mk_annotation("nudge.dev/checksum-cfg"))
+            .map(String::as_str),
+        Some("sha256-aa")
+    );
+    assert!(stamp.blocked.is_empty());
+}
+
+#[test]
+fn unknown_input_blocks_its_output_only() {
+    let known = mk_cm("known");
+    let unknown = mk_cm("unknown");
+    let store = mk_store(&[(&known, present("sha256-aa"))]);
+    let specs = [
+        mk_checksum("known", &known),
+        mk_checksum("unknown", &unknown),
+    ];
+    let stamp = desired(&specs, &store, false);
+    assert_eq!(stamp.values.len(), 1);
+    assert_eq!(
+        stamp.blocked,
+        [Blocked {
+            output: mk_annotation("nudge.dev/checksum-unknown"),
+            reason: BlockReason::Unknown { tracked: unknown },
+        }]
+    );
+}
+
+#[test]
+fn missing_required_input_blocks_and_gives_no_patch() {
+    let db = mk_tracked(SourceName::secret(), "db", Algorithm::Native);
+    let store = mk_store(&[(&db, Observation::Absent)]);
+    let specs = [mk_checksum("db", &db)];
+    let stamp = desired(&specs, &store, false);
+    assert!(stamp.values.is_empty());
+    assert_eq!(stamp.blocked.len(), 1);
+    assert_eq!(
+        stamp.blocked[0].reason,
+        BlockReason::Missing {
+            reference: db.reference.clone()
+        }
+    );
+    assert_eq!(stamp.blocked[0].reason.category(), "missing");
+
+    let stamped = mk_annotated(&[("nudge.dev/checksum-db", "hmac-sha256-old")]);
+    assert_eq!(diff(&stamped, &specs, &stamp), None);
+}
+
+#[test]
+fn missing_required_input_in_combined_hash_blocks_it() {
+    let a = mk_cm("a");
+    let b = mk_cm("b");
+    let store = mk_store(&[(&a, present("sha256-a")), (&b, Observation::Absent)]);
+    let spec = mk_spec(
+        mk_annotation(HASH),
+        Combine::NativeHash,
+        vec![mk_input(&a, false), mk_input(&b, false)],
+    );
+    let stamp = desired(&[spec], &store, false);
+    assert!(stamp.values.is_empty());
+    assert!(
+        matches!(&stamp.blocked[..], [Blocked { reason: BlockReason::Missing { reference }, .. }] if *reference == b.reference)
+    );
+}
+
+#[test]
+fn stamp_on_delete_stamps_missing_required_as_absent() {
+    let db = mk_tracked(SourceName::secret(), "db", Algorithm::Native);
+    let store = mk_store(&[(&db, Observation::Absent)]);
+    let specs = [mk_checksum("db", &db)];
+    let stamp = desired(&specs, &store, true);
+    assert!(stamp.blocked.is_empty());
+    let output = mk_annotation("nudge.dev/checksum-db");
+    assert_eq!(stamp.values.get(&output).map(String::as_str), Some(ABSENT));
+
+    let stamped = mk_annotated(&[("nudge.dev/checksum-db", "hmac-sha256-old")]);
+    let patch = diff(&stamped, &specs, &stamp).expect("absence is stamped");
+    assert_eq!(patch.changed, [output]);
+}
+
+#[test]
+fn stamp_on_delete_counts_missing_required_as_absent_in_combined_hash() {
+    let a = mk_cm("a");
+    let b = mk_cm("b");
+    let store = mk_store(&[(&a, present("sha256-a")), (&b, Observation::Absent)]);
+    let spec = mk_spec(
+        mk_annotation(HASH),
+        Combine::NativeHash,
+        vec![mk_input(&a, false), mk_input(&b, false)],
+    );
+    let stamp = desired(&[spec], &store, true);
+    let expected = combine_native([
+        (a.reference.to_string().as_str(), Some("sha256-a")),
+        (b.reference.to_string().as_str(), None),
+    ]);
+    assert_eq!(
+        stamp.values.get(&mk_annotation(HASH)),
+        Some(&expected.to_string())
+    );
+}
+
+#[test]
+fn optional_single_absent_is_stamped_absent() {
+    let flags = mk_cm("flags");
+    let store = mk_store(&[(&flags, Observation::Absent)]);
+    let spec = mk_spec(
+        mk_annotation("nudge.dev/checksum-flags"),
+        Combine::Single,
+        vec![mk_input(&flags, true)],
+    );
+    let stamp = desired(&[spec], &store, false);
+    assert_eq!(
+        stamp.values.values().next().map(String::as_str),
+        Some(ABSENT)
+    );
+}
+
+#[test]
+fn optional_absent_counts_as_absent_in_hash_and_appearing_later_changes_it_once() {
+    let app = mk_cm("app");
+    let extra = mk_cm("extra");
+    let specs = [mk_spec(
+        mk_annotation(HASH),
+        Combine::NativeHash,
+        vec![mk_input(&app, false), mk_input(&extra, true)],
+    )];
+    let mut store = mk_store(&[(&app, present("sha256-app")), (&extra, Observation::Absent)]);
+    let before = desired(&specs, &store, false);
+    let before_hash = before.values[&mk_annotation(HASH)].clone();
+    let with_absent = combine_native([
+        (app.reference.to_string().as_str(), Some("sha256-app")),
+        (extra.reference.to_string().as_str(), None),
+    ]);
+    let without_extra = combine_native([(app.reference.to_string().as_str(), Some("sha256-app"))]);
+    assert_eq!(before_hash, with_absent.to_string());
+    assert_ne!(
+        before_hash,
+        without_extra.to_string(),
+        "absent input must be in the hash"
+    );
+
+    let workload = mk_annotated(&[(HASH, &before_hash)]);
+    assert_eq!(diff(&workload, &specs, &before), None);
+
+    store.set(extra.clone(), present("sha256-extra"));
+    let after = desired(&specs, &store, false);
+    let patch = diff(&workload, &specs, &after).expect("creating the optional input stamps");
+    assert_eq!(patch.changed, [mk_annotation(HASH)]);
+
+    let restamped = mk_annotated(&[(HASH, &patch.values[&mk_annotation(HASH)])]);
+    assert_eq!(
+        diff(&restamped, &specs, &desired(&specs, &store, false)),
+        None
+    );
+}
+
+#[test]
+fn combined_hash_does_not_depend_on_input_order() {
+    let a = mk_cm("a");
+    let b = mk_cm("b");
+    let store = mk_store(&[(&a, present("sha256-a")), (&b, present("sha256-b"))]);
+    let forward = mk_spec(
+        mk_annotation(HASH),
+        Combine::NativeHash,
+        vec![mk_input(&a, false), mk_input(&b, false)],
+    );
+    let backward = mk_spec(
+        mk_annotation(HASH),
+        Combine::NativeHash,
+        vec![mk_input(&b, false), mk_input(&a, false)],
+    );
+    assert_eq!(
+        desired(&[forward], &store, false),
+        desired(&[backward], &store, false)
+    );
+}
+
+#[test]
+fn wave_document_is_built_from_fragments_and_optional_missing_is_left_out() {
+    let app = mk_tracked(SourceName::configmap(), "app", Algorithm::Wave);
+    let extra = mk_tracked(SourceName::configmap(), "extra", Algorithm::Wave);
+    let db = mk_tracked(SourceName::secret(), "db", Algorithm::Wave);
+    let app_fragment = mk_fragment("a", "a");
+    let db_fragment = mk_fragment("p", "p");
+    let store = mk_store(&[
+        (
+            &app,
+            Observation::Present(Fingerprint::Wave(app_fragment.clone())),
+        ),
+        (&extra, Observation::Absent),
+        (
+            &db,
+            Observation::Present(Fingerprint::Wave(db_fragment.clone())),
+        ),
+    ]);
+    let spec = mk_spec(
+        mk_annotation(WAVE),
+        Combine::Wave,
+        vec![
+            mk_input(&app, false),
+            mk_input(&db, false),
+            mk_input(&extra, true),
+        ],
+    );
+    let stamp = desired(&[spec], &store, false);
+    assert!(stamp.blocked.is_empty(), "{:?}", stamp.blocked);
+    let expected = wave_hash([("app", &app_fragment)], [("db", &db_fragment)]);
+    let swapped = wave_hash([("app", &app_fragment), ("db", &db_fragment)], []);
+    assert_ne!(
+        expected, swapped,
+        "sections must matter for this test to mean anything"
+    );
+    assert_eq!(stamp.values[&mk_annotation(WAVE)], expected);
+}
+
+#[test]
+fn wave_input_from_another_source_is_blocked() {
+    let key = Tracked::new(
+        Reference::key(SourceName::consul(), "app/config"),
+        Algorithm::Wave,
+    );
+    let store = mk_store(&[(
+        &key,
+        Observation::Present(Fingerprint::Wave(mk_fragment("k", "v"))),
+    )]);
+    let spec = mk_spec(
+        mk_annotation(WAVE),
+        Combine::Wave,
+        vec![mk_input(&key, false)],
+    );
+    let stamp = desired(&[spec], &store, false);
+    assert!(stamp.values.is_empty());
+    assert_eq!(stamp.blocked[0].reason.category(), "not_wave_source");
+}
+
+#[test]
+fn wrong_fingerprint_shape_is_blocked_with_a_reason() {
+    let cfg = mk_tracked(SourceName::configmap(), "cfg", Algorithm::Wave);
+    let store = mk_store(&[(
+        &cfg,
+        Observation::Present(Fingerprint::Wave(mk_fragment("k", "v"))),
+    )]);
+    let stamp = desired(&[mk_checksum("cfg", &cfg)], &store, false);
+    assert!(stamp.values.is_empty());
+    let reason = &stamp.blocked[0].reason;
+    assert!(matches!(
+        reason,
+        BlockReason::WrongShape {
+            found: "wave fragment",
+            ..
+        }
+    ));
+    assert!(reason.to_string().contains("configmap/ns/cfg"), "{reason}");
+
+    let digest_in_wave = mk_spec(
+        mk_annotation(WAVE),
+        Combine::Wave,
+        vec![mk_input(&mk_cm("d"), false)],
+    );
+    let store = mk_store(&[(&mk_cm("d"), present("sha256-d"))]);
+    let stamp = desired(&[digest_in_wave], &store, false);
+    assert!(matches!(
+        &stamp.blocked[0].reason,
+        BlockReason::WrongShape {
+            found: "digest",
+            combine: Combine::Wave,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn single_output_with_two_inputs_is_blocked() {
+    let a = mk_cm("a");
+    let b = mk_cm("b");
+    let store = mk_store(&[(&a, present("sha256-a")), (&b, present("sha256-b"))]);
+    let spec = mk_spec(
+        mk_annotation("nudge.dev/checksum-x"),
+        Combine::Single,
+        vec![mk_input(&a, false), mk_input(&b, false)],
+    );
+    let stamp = desired(&[spec], &store, false);
+    assert_eq!(
+        stamp.blocked[0].reason,
+        BlockReason::InputCount { count: 2 }
+    );
+}
+
+// === current ===
+
+#[test]
+fn current_reads_the_pod_template_annotation_only() {
+    let output = mk_annotation(HASH);
+    let on_template = mk_annotated(&[(HASH, "sha256-x")]);
+    assert_eq!(current(&on_template, &output).as_deref(), Some("sha256-x"));
+    let on_workload = mk_workload(&[], &[(HASH, "sha256-x")], Vec::new(), Vec::new());
+    assert_eq!(current(&on_workload, &output), None);
+}
+
+#[test]
+fn pod_template_and_workload_annotation_must_match() {
+    let key = "k8s-consul-mutator.io/checksum-cfg";
+    let output = Output::PodTemplateAndWorkloadAnnotation(key.to_owned());
+    let both = mk_workload(&[(key, "md5-1")], &[(key, "md5-1")], Vec::new(), Vec::new());
+    assert_eq!(current(&both, &output).as_deref(), Some("md5-1"));
+    let mismatch = mk_workload(&[(key, "md5-1")], &[(key, "md5-2")], Vec::new(), Vec::new());
+    assert_eq!(current(&mismatch, &output), None);
+    let template_only = mk_workload(&[(key, "md5-1")], &[], Vec::new(), Vec::new());
+    assert_eq!(current(&template_only, &output), None);
+
+    let cfg = Tracked::new(
+        Reference::key(SourceName::consul(), "app/cfg"),
+        Algorithm::Md5,
+    );
+    let specs = [mk_spec(
+        output.clone(),
+        Combine::Single,
+        vec![mk_input(&cfg, false)],
+    )];
+    let store = mk_store(&[(&cfg, present("md5-1"))]);
+    let patch = diff(&mismatch, &specs, &desired(&specs, &store, false))
+        .expect("a mismatch between the two annotations differs");
+    assert_eq!(patch.changed, [output]);
+}
+
+#[test]
+fn container_env_is_detected_across_containers_and_init_containers() {
+    let var = "STAKATER_APP_CONFIGMAP";
+    let output = Output::ContainerEnv(var.to_owned());
+    let consistent = mk_workload(
+        &[],
+        &[],
+        vec![
+            mk_container("app", &[(var, "abc")]),
+            mk_container("sidecar", &[("OTHER", "x")]),
+        ],
+        vec![mk_container("init", &[(var, "abc")])],
+    );
+    assert_eq!(current(&consistent, &output).as_deref(), Some("abc"));
+
+    let init_differs = mk_workload(
+        &[],
+        &[],
+        vec![mk_container("app", &[(var, "abc")])],
+        vec![mk_container("init", &[(var, "old")])],
+    );
+    assert_eq!(current(&init_differs, &output), None);
+
+    let second_differs = mk_workload(
+        &[],
+        &[],
+        vec![
+            mk_container("app", &[(var, "abc")]),
+            mk_container("b", &[(var, "old")]),
+        ],
+        Vec::new(),
+    );
+    assert_eq!(current(&second_differs, &output), None);
+
+    let nowhere = mk_workload(&[], &[], vec![mk_container("app", &[])], Vec::new());
+    assert_eq!(current(&nowhere, &output), None);
+}
+
+#[test]
+fn container_env_from_a_value_source_is_not_a_value() {
+    let var = "STAKATER_DB_SECRET";
+    let mut container = mk_container("app", &[]);
+    container.env = Some(vec![EnvVar {
+        name: var.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: "db".to_owned(),
+                key: "p".to_owned(),
+                ..SecretKeySelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }]);
+    let workload = mk_workload(&[], &[], vec![container], Vec::new());
+    assert_eq!(
+        current(&workload, &Output::ContainerEnv(var.to_owned())),
+        None
+    );
+}
+
+// === diff ===
+
+#[test]
+fn no_op_diff_gives_no_patch() {
+    let a = mk_cm("a");
+    let b = mk_cm("b");
+    let store = mk_store(&[(&a, present("sha256-a")), (&b, present("sha256-b"))]);
+    let specs = [mk_checksum("a", &a), mk_checksum("b", &b)];
+    let stamp = desired(&specs, &store, false);
+    let in_sync = mk_annotated(&[
+        ("nudge.dev/checksum-a", "sha256-a"),
+        ("nudge.dev/checksum-b", "sha256-b"),
+    ]);
+    assert_eq!(diff(&in_sync, &specs, &stamp), None);
+
+    let one_stale = mk_annotated(&[
+        ("nudge.dev/checksum-a", "sha256-a"),
+        ("nudge.dev/checksum-b", "sha256-old"),
+    ]);
+    let patch = diff(&one_stale, &specs, &stamp).expect("b is stale");
+    assert_eq!(patch.changed, [mk_annotation("nudge.dev/checksum-b")]);
+}
+
+#[test]
+fn values_contain_unchanged_and_blocked_with_current_outputs() {
+    let changed = mk_cm("changed");
+    let unchanged = mk_cm("unchanged");
+    let blocked = mk_cm("blocked");
+    let blocked_new = mk_cm("blocked-new");
+    let store = mk_store(&[
+        (&changed, present("sha256-new")),
+        (&unchanged, present("sha256-same")),
+        (&blocked, Observation::Absent),
+    ]);
+    let specs = [
+        mk_checksum("changed", &changed),
+        mk_checksum("unchanged", &unchanged),
+        mk_checksum("blocked", &blocked),
+        mk_checksum("blocked-new", &blocked_new),
+    ];
+    let workload = mk_annotated(&[
+        ("nudge.dev/checksum-changed", "sha256-old"),
+        ("nudge.dev/checksum-unchanged", "sha256-same"),
+        ("nudge.dev/checksum-blocked", "sha256-kept"),
+        ("unrelated", "x"),
+    ]);
+    let patch = diff(&workload, &specs, &desired(&specs, &store, false)).expect("one change");
+    assert_eq!(patch.id, workload.id);
+    assert_eq!(patch.changed, [mk_annotation("nudge.dev/checksum-changed")]);
+    let values: Vec<(&str, &str)> = patch
+        .values
+        .iter()
+        .map(|(o, v)| (o.key(), v.as_str()))
+        .collect();
+    assert_eq!(
+        values,
+        [
+            ("nudge.dev/checksum-blocked", "sha256-kept"),
+            ("nudge.dev/checksum-changed", "sha256-new"),
+            ("nudge.dev/checksum-unchanged", "sha256-same"),
+        ]
+    );
+}
+
+#[test]
+fn blocked_pair_output_keeps_the_pod_template_value() {
+    let key = "k8s-consul-mutator.io/checksum-cfg";
+    let pair = Output::PodTemplateAndWorkloadAnnotation(key.to_owned());
+    let cfg = Tracked::new(
+        Reference::key(SourceName::consul(), "app/cfg"),
+        Algorithm::Md5,
+    );
+    let other = mk_cm("other");
+    let specs = [
+        mk_spec(pair.clone(), Combine::Single, vec![mk_input(&cfg, false)]),
+        mk_checksum("other", &other),
+    ];
+    let store = mk_store(&[(&other, present("sha256-new"))]);
+    let workload = mk_workload(
+        &[(key, "md5-pod")],
+        &[(key, "md5-meta")],
+        Vec::new(),
+        Vec::new(),
+    );
+    let patch = diff(&workload, &specs, &desired(&specs, &store, false)).expect("other changed");
+    assert_eq!(patch.values.get(&pair).map(String::as_str), Some("md5-pod"));
+}
+
+#[test]
+fn container_env_output_is_diffed_against_every_carrier() {
+    let var = "STAKATER_APP_CONFIGMAP";
+    let output = Output::ContainerEnv(var.to_owned());
+    let app = mk_tracked(SourceName::configmap(), "app", Algorithm::Reloader);
+    let specs = [mk_spec(
+        output.clone(),
+        Combine::Single,
+        vec![mk_input(&app, false)],
+    )];
+    let stamp = desired(&specs, &mk_store(&[(&app, present("abc"))]), false);
+    let in_sync = mk_workload(
+        &[],
+        &[],
+        vec![mk_container("app", &[(var, "abc")])],
+        vec![mk_container("init", &[(var, "abc")])],
+    );
+    assert_eq!(diff(&in_sync, &specs, &stamp), None);
+    let init_stale = mk_workload(
+        &[],
+        &[],
+        vec![mk_container("app", &[(var, "abc")])],
+        vec![mk_container("init", &[(var, "old")])],
+    );
+    let patch = diff(&init_stale, &specs, &stamp).expect("init container is stale");
+    assert_eq!(patch.values.get(&output).map(String::as_str), Some("abc"));
+}

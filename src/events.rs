@@ -1,0 +1,138 @@
+//! Kubernetes Events nudge publishes on workloads: `ConfigChanged` for each stamp,
+//! `InvalidAnnotation` and `MissingConfig` for configuration problems. Notes name
+//! references and annotations, never content.
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::model::WorkloadId;
+
+/// Why an Event is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A stamp was written (Normal).
+    ConfigChanged,
+    /// An annotation could not be parsed (Warning).
+    InvalidAnnotation,
+    /// A required reference does not exist (Warning).
+    MissingConfig,
+    /// The API server refused a stamp for good (Warning).
+    StampFailed,
+}
+
+impl Reason {
+    /// The Event `reason` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConfigChanged => "ConfigChanged",
+            Self::InvalidAnnotation => "InvalidAnnotation",
+            Self::MissingConfig => "MissingConfig",
+            Self::StampFailed => "StampFailed",
+        }
+    }
+
+    fn is_warning(self) -> bool {
+        !matches!(self, Self::ConfigChanged)
+    }
+}
+
+/// One Event about a workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The workload it is about.
+    pub workload: WorkloadId,
+    /// Why.
+    pub reason: Reason,
+    /// Human text: names of references or annotations, never content.
+    pub note: String,
+}
+
+/// Where Events go. Publishing is best effort: failures are logged, not retried.
+#[async_trait]
+pub trait EventSink: Send + Sync + 'static {
+    /// Publishes one Event.
+    async fn publish(&self, notice: Notice);
+}
+
+/// Publishes Events through the Kubernetes `events.k8s.io/v1` API, aggregating
+/// repeats into series like kubectl's recorder does.
+pub struct KubeEvents {
+    recorder: Recorder,
+}
+
+impl KubeEvents {
+    /// A sink reporting as controller `nudge`, instance `instance` (the pod name).
+    pub fn new(client: Client, instance: Option<String>) -> Self {
+        let reporter = Reporter {
+            controller: "nudge".into(),
+            instance,
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+}
+
+/// Longest Event note the API accepts (1 kB).
+const MAX_NOTE: usize = 1024;
+
+fn truncate(note: &str) -> String {
+    if note.len() <= MAX_NOTE {
+        return note.to_owned();
+    }
+    let mut end = MAX_NOTE - 3;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &note[..end])
+}
+
+#[async_trait]
+impl EventSink for KubeEvents {
+    async fn publish(&self, notice: Notice) {
+        let workload = &notice.workload;
+        let reference = ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some(workload.kind.as_str().into()),
+            namespace: Some(workload.namespace.clone()),
+            name: Some(workload.name.clone()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: if notice.reason.is_warning() {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: notice.reason.as_str().into(),
+            note: Some(truncate(&notice.note)),
+            action: "Stamp".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(%workload, reason = notice.reason.as_str(), %error, "cannot publish Event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_notes_are_cut_at_a_char_boundary() {
+        let note = "é".repeat(1000);
+        let cut = truncate(&note);
+        assert!(cut.len() <= MAX_NOTE);
+        assert!(cut.ends_with("..."));
+    }
+
+    #[test]
+    fn only_config_changed_is_normal() {
+        assert!(!Reason::ConfigChanged.is_warning());
+        assert!(Reason::MissingConfig.is_warning());
+        assert!(Reason::InvalidAnnotation.is_warning());
+    }
+}

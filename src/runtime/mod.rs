@@ -1,0 +1,111 @@
+//! Assembling and running the controller: client, key, sources, targets, engine,
+//! shutdown.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use tokio_util::sync::CancellationToken;
+
+use crate::annotations::AnnotationScheme;
+use crate::config::Config;
+use crate::engine::{Engine, EngineError};
+use crate::events::KubeEvents;
+use crate::model::SourceName;
+use crate::sources::secret::{KeyError, installation_key};
+use crate::sources::{ObjectSource, ObjectSourceSettings};
+use crate::targets::{self, TargetSettings};
+
+pub mod shutdown;
+
+/// Why the controller could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No kubeconfig or in-cluster configuration could be loaded.
+    #[error("cannot configure the Kubernetes client")]
+    Client(#[source] kube::Error),
+    /// The installation key could not be loaded or created.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The engine could not be assembled.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Runs the controller until `shutdown` is cancelled, with the in-cluster
+/// configuration or the current kubeconfig context.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(RunError::Client)?;
+    run_with_client(config, client, shutdown).await
+}
+
+/// Runs the controller with `client` until `shutdown` is cancelled.
+pub async fn run_with_client(
+    config: Config,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    let Config {
+        annotations,
+        engine,
+        kubernetes,
+        fingerprint,
+        log: _,
+    } = config;
+    let key = installation_key(
+        &client,
+        fingerprint.key_file.as_deref(),
+        &kubernetes.namespace,
+        &fingerprint.key_secret,
+    )
+    .await?;
+    let scheme = AnnotationScheme::new(annotations.prefix);
+    let source_settings = ObjectSourceSettings {
+        scheme: scheme.clone(),
+        namespaces: kubernetes.namespaces.clone(),
+        label_selector: kubernetes.source_label_selector.clone(),
+    };
+    let target_settings = TargetSettings {
+        field_manager: kubernetes.field_manager.clone(),
+        prefix: scheme.prefix.clone(),
+        namespaces: kubernetes.namespaces.clone(),
+    };
+    let instance = std::env::var("POD_NAME").ok();
+    let events = Arc::new(KubeEvents::new(client.clone(), instance));
+    let mut engine = Engine::new(engine, scheme, events)
+        .with_source(Arc::new(ObjectSource::<ConfigMap>::new(
+            SourceName::configmap(),
+            client.clone(),
+            key.clone(),
+            source_settings.clone(),
+        )))?
+        .with_source(Arc::new(ObjectSource::<Secret>::new(
+            SourceName::secret(),
+            client.clone(),
+            key,
+            source_settings,
+        )))?;
+    let targets = targets::builtin(client, target_settings);
+    let kinds: Vec<&str> = targets.iter().map(|t| t.kind().as_str()).collect();
+    tracing::info!(
+        namespaces = %scope_description(&kubernetes.namespaces),
+        kinds = ?kinds,
+        sources = ?engine.catalog().0.keys().map(SourceName::as_str).collect::<Vec<_>>(),
+        "watching"
+    );
+    for target in targets {
+        engine = engine.with_target(target)?;
+    }
+    engine.run(shutdown).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn scope_description(namespaces: &[String]) -> String {
+    if namespaces.is_empty() {
+        "all".to_owned()
+    } else {
+        namespaces.join(",")
+    }
+}

@@ -1,0 +1,587 @@
+//! Shared harness for integration tests.
+//!
+//! A [`TestCluster`] is the in-process API server double, or the cluster named by
+//! `NUDGE_TEST_KUBECONFIG` when set. Each test gets its own namespace, deleted
+//! afterwards, so tests run in parallel and against real clusters. Tests that need
+//! fault injection call [`TestCluster::with_faults`], which skips them on an
+//! external cluster.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use apiserver_double::ApiServerDouble;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use nudge::config::Config;
+
+/// Environment variable naming an external cluster's kubeconfig.
+pub const EXTERNAL_KUBECONFIG: &str = "NUDGE_TEST_KUBECONFIG";
+
+/// How long waits for nudge to act may take before a test fails.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Where the test runs.
+pub enum Backend {
+    /// The in-process double (fault injection available).
+    Double(ApiServerDouble),
+    /// An external cluster (a real one, or the double as a separate process).
+    External(PathBuf),
+}
+
+/// A cluster and one namespace of it, owned by one test.
+pub struct TestCluster {
+    backend: Backend,
+    client: Client,
+    namespace: String,
+}
+
+impl TestCluster {
+    /// Starts the double (or connects to `NUDGE_TEST_KUBECONFIG`) and creates a
+    /// fresh namespace named after `test`.
+    pub async fn start(test: &str) -> TestCluster {
+        let backend = match std::env::var_os(EXTERNAL_KUBECONFIG) {
+            Some(path) => Backend::External(PathBuf::from(path)),
+            None => Backend::Double(ApiServerDouble::start().await.expect("start the double")),
+        };
+        Self::with_backend(backend, test).await
+    }
+
+    /// Like [`start`](Self::start), but only on the in-process double, for tests
+    /// that inject faults or inspect requests; `None` (test skipped) otherwise.
+    pub async fn with_faults(test: &str) -> Option<TestCluster> {
+        if std::env::var_os(EXTERNAL_KUBECONFIG).is_some() {
+            eprintln!(
+                "{test}: skipped: needs fault injection, not available on an external cluster"
+            );
+            return None;
+        }
+        Some(Self::start(test).await)
+    }
+
+    async fn with_backend(backend: Backend, test: &str) -> TestCluster {
+        let kubeconfig = match &backend {
+            Backend::Double(double) => double.kubeconfig_path().to_owned(),
+            Backend::External(path) => path.clone(),
+        };
+        let client = client_for(&kubeconfig).await;
+        let namespace = unique_namespace(test);
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": { "name": namespace, "labels": { "nudge.dev/test": "true" } }
+        }))
+        .unwrap();
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create test namespace");
+        TestCluster {
+            backend,
+            client,
+            namespace,
+        }
+    }
+
+    /// A client for the cluster.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The test's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The kubeconfig file for the cluster.
+    pub fn kubeconfig(&self) -> PathBuf {
+        match &self.backend {
+            Backend::Double(double) => double.kubeconfig_path().to_owned(),
+            Backend::External(path) => path.clone(),
+        }
+    }
+
+    /// The in-process double, when this test runs on it.
+    pub fn double(&self) -> Option<&ApiServerDouble> {
+        match &self.backend {
+            Backend::Double(double) => Some(double),
+            Backend::External(_) => None,
+        }
+    }
+
+    /// An Api for namespaced kind `K` in the test namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// nudge's configuration for this test: scoped to the test namespace, short
+    /// debounce, no pacing delays.
+    pub fn nudge_config(&self) -> Config {
+        let mut config = Config::default();
+        config.kubernetes.namespaces = vec![self.namespace.clone()];
+        config.kubernetes.namespace = self.namespace.clone();
+        config.engine.debounce = Duration::from_millis(300);
+        config.engine.max_delay = Duration::from_secs(10);
+        config.engine.min_interval = Duration::ZERO;
+        config.engine.stamps_per_second = 1000.0;
+        config.engine.burst = 1000;
+        config
+    }
+
+    /// Creates (or replaces the data of) a ConfigMap.
+    pub async fn put_configmap(&self, name: &str, data: &[(&str, &str)]) {
+        let body = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": name },
+            "data": to_map(data),
+        });
+        self.apply_as_user::<ConfigMap>(name, body).await;
+    }
+
+    /// Creates (or replaces the data of) a Secret, from plain-text values.
+    pub async fn put_secret(&self, name: &str, data: &[(&str, &str)]) {
+        let body = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name },
+            "stringData": to_map(data),
+        });
+        self.apply_as_user::<Secret>(name, body).await;
+    }
+
+    /// Server-side applies `body` as field manager `test-user` (a person or GitOps
+    /// tool), forcing ownership.
+    pub async fn apply_as_user<K>(&self, name: &str, body: Value) -> K
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + std::fmt::Debug,
+    {
+        self.api::<K>()
+            .patch(
+                name,
+                &PatchParams::apply("test-user").force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("apply {name}: {e}"))
+    }
+
+    /// Merge-patches an object as a user would with `kubectl patch`.
+    pub async fn merge_patch<K>(&self, name: &str, patch: Value) -> K
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.api::<K>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("patch {name}: {e}"))
+    }
+
+    /// Deletes an object, ignoring 404.
+    pub async fn delete<K>(&self, name: &str)
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        match self.api::<K>().delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("delete {name}: {e}"),
+        }
+    }
+
+    /// Creates a workload of `kind` (`Deployment`, `StatefulSet`, `DaemonSet`)
+    /// with the given workload and pod-template annotations and pod spec.
+    pub async fn create_workload(
+        &self,
+        kind: &str,
+        name: &str,
+        annotations: &[(&str, &str)],
+        template_annotations: &[(&str, &str)],
+        pod_spec: Value,
+    ) {
+        let mut template_metadata = json!({ "labels": { "app": name } });
+        if !template_annotations.is_empty() {
+            template_metadata["annotations"] = json!(to_map(template_annotations));
+        }
+        let mut spec = json!({
+            "selector": { "matchLabels": { "app": name } },
+            "template": { "metadata": template_metadata, "spec": pod_spec },
+        });
+        if kind == "StatefulSet" {
+            spec["serviceName"] = json!(name);
+        }
+        let mut body = json!({
+            "apiVersion": "apps/v1", "kind": kind,
+            "metadata": { "name": name, "namespace": self.namespace },
+            "spec": spec,
+        });
+        if !annotations.is_empty() {
+            body["metadata"]["annotations"] = json!(to_map(annotations));
+        }
+        let pp = PostParams::default();
+        let result = match kind {
+            "Deployment" => self
+                .api::<Deployment>()
+                .create(&pp, &serde_json::from_value(body).unwrap())
+                .await
+                .map(drop),
+            "StatefulSet" => self
+                .api::<StatefulSet>()
+                .create(&pp, &serde_json::from_value(body).unwrap())
+                .await
+                .map(drop),
+            "DaemonSet" => self
+                .api::<DaemonSet>()
+                .create(&pp, &serde_json::from_value(body).unwrap())
+                .await
+                .map(drop),
+            other => panic!("unknown kind {other}"),
+        };
+        result.unwrap_or_else(|e| panic!("create {kind} {name}: {e}"));
+    }
+
+    /// The workload as JSON.
+    pub async fn workload(&self, kind: &str, name: &str) -> Value {
+        let value = match kind {
+            "Deployment" => serde_json::to_value(self.api::<Deployment>().get(name).await.unwrap()),
+            "StatefulSet" => {
+                serde_json::to_value(self.api::<StatefulSet>().get(name).await.unwrap())
+            }
+            "DaemonSet" => serde_json::to_value(self.api::<DaemonSet>().get(name).await.unwrap()),
+            other => panic!("unknown kind {other}"),
+        };
+        value.unwrap()
+    }
+
+    /// Pod-template annotations of a workload.
+    pub async fn template_annotations(&self, kind: &str, name: &str) -> BTreeMap<String, String> {
+        let workload = self.workload(kind, name).await;
+        serde_json::from_value(workload["spec"]["template"]["metadata"]["annotations"].clone())
+            .unwrap_or_default()
+    }
+
+    /// Counts nudge's writes to a workload from now on. On the double it counts
+    /// PATCH requests by field manager `nudge`; on an external cluster it counts
+    /// `metadata.generation` bumps, which every nudge stamp causes (nudge never
+    /// writes without changing the pod template).
+    pub async fn patch_counter(&self, kind: &str, name: &str) -> PatchCounter {
+        let generation = self.workload(kind, name).await["metadata"]["generation"]
+            .as_i64()
+            .unwrap_or(0);
+        PatchCounter {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            requests_before: self.nudge_patches(kind, name).unwrap_or(0),
+            generation_before: generation,
+        }
+    }
+
+    /// PATCH requests by nudge to the workload so far (double only).
+    fn nudge_patches(&self, kind: &str, name: &str) -> Option<usize> {
+        let double = self.double()?;
+        let path = workload_path(&self.namespace, kind, name);
+        Some(
+            double
+                .requests()
+                .iter()
+                .filter(|r| {
+                    r.method == "PATCH"
+                        && r.path == path
+                        && r.query_param("fieldManager").as_deref() == Some("nudge")
+                })
+                .count(),
+        )
+    }
+
+    /// Events (`events.k8s.io/v1`) about the object `name` with `reason`.
+    pub async fn events_for(&self, name: &str, reason: &str) -> Vec<Event> {
+        self.api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .collect()
+    }
+
+    /// Runs nudge in this process with `config` until the handle is stopped.
+    pub fn start_nudge(&self, config: Config) -> InProcessNudge {
+        let shutdown = CancellationToken::new();
+        let client = self.client.clone();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move {
+            nudge::runtime::run_with_client(config, client, token)
+                .await
+                .expect("nudge runs");
+        });
+        InProcessNudge { shutdown, task }
+    }
+
+    /// Runs the compiled `nudge run` binary against this cluster, configured
+    /// through `NUDGE_*` environment variables from `config`'s engine and
+    /// Kubernetes sections; its log goes to `log`.
+    pub fn spawn_nudge_binary(&self, config: &Config, log: &Path) -> BinaryNudge {
+        let log_file = std::fs::File::create(log).expect("create log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
+            .arg("run")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("KUBECONFIG", self.kubeconfig())
+            .envs(config_env(config))
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn nudge");
+        BinaryNudge { child }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        // The in-process double goes away with the test. On an external cluster,
+        // delete the namespace with a private runtime (best effort): the test's
+        // runtime may be the one blocked in this drop.
+        if self.double().is_some() {
+            return;
+        }
+        let client = self.client.clone();
+        let namespace = self.namespace.clone();
+        let cleanup = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let api: Api<Namespace> = Api::all(client);
+                let _ = api.delete(&namespace, &DeleteParams::default()).await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// nudge's writes to one workload since a point in time.
+pub struct PatchCounter {
+    kind: String,
+    name: String,
+    requests_before: usize,
+    generation_before: i64,
+}
+
+impl PatchCounter {
+    /// How many stamps nudge wrote since the counter was made.
+    pub async fn count(&self, cluster: &TestCluster) -> usize {
+        if let Some(now) = cluster.nudge_patches(&self.kind, &self.name) {
+            return now - self.requests_before;
+        }
+        let generation = cluster.workload(&self.kind, &self.name).await["metadata"]["generation"]
+            .as_i64()
+            .unwrap_or(0);
+        usize::try_from(generation - self.generation_before).unwrap_or(0)
+    }
+}
+
+/// nudge running inside the test process.
+pub struct InProcessNudge {
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl InProcessNudge {
+    /// Stops it and waits until it has.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("nudge stops within 10 s")
+            .expect("nudge task does not panic");
+    }
+}
+
+/// The `nudge` binary running as a child process (killed on drop).
+pub struct BinaryNudge {
+    child: tokio::process::Child,
+}
+
+impl BinaryNudge {
+    /// Sends SIGTERM and waits for a clean exit.
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .expect("nudge exits within 10 s of SIGTERM")
+            .expect("wait for nudge");
+        assert!(status.success(), "nudge exited with {status}");
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until pod-template annotation `key` of a workload is set and differs
+/// from `previous`; returns its value.
+pub async fn wait_for_stamp(
+    cluster: &TestCluster,
+    kind: &str,
+    name: &str,
+    key: &str,
+    previous: Option<&str>,
+) -> String {
+    wait_for(
+        &format!("{kind}/{name} {key} to change from {previous:?}"),
+        WAIT,
+        || async {
+            let annotations = cluster.template_annotations(kind, name).await;
+            annotations
+                .get(key)
+                .filter(|v| Some(v.as_str()) != previous)
+                .cloned()
+        },
+    )
+    .await
+}
+
+/// Lets a few debounce windows pass so that a second, unwanted stamp would show.
+pub async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+/// A pod spec with one container mounting ConfigMap `configmap` as a volume.
+pub fn pod_mounting_configmap(configmap: &str) -> Value {
+    json!({
+        "containers": [{
+            "name": "app", "image": "busybox",
+            "volumeMounts": [{ "name": "config", "mountPath": "/etc/config" }],
+        }],
+        "volumes": [{ "name": "config", "configMap": { "name": configmap } }],
+    })
+}
+
+/// A pod spec with one container and nothing referenced.
+pub fn plain_pod() -> Value {
+    json!({ "containers": [{ "name": "app", "image": "busybox" }] })
+}
+
+/// `/apis/apps/v1/namespaces/<ns>/<plural>/<name>`.
+pub fn workload_path(namespace: &str, kind: &str, name: &str) -> String {
+    let plural = match kind {
+        "Deployment" => "deployments",
+        "StatefulSet" => "statefulsets",
+        "DaemonSet" => "daemonsets",
+        other => panic!("unknown kind {other}"),
+    };
+    format!("/apis/apps/v1/namespaces/{namespace}/{plural}/{name}")
+}
+
+fn to_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn unique_namespace(test: &str) -> String {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).expect("random");
+    let suffix = hex::encode(bytes);
+    let base: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    format!("t-{}-{suffix}", base.trim_matches('-'))
+}
+
+async fn client_for(kubeconfig: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is usable");
+    Client::try_from(config).expect("build client")
+}
+
+/// The `NUDGE_*` variables that reproduce `config`'s engine and Kubernetes
+/// settings for the binary.
+fn config_env(config: &Config) -> Vec<(String, String)> {
+    let engine = &config.engine;
+    let kube = &config.kubernetes;
+    let duration = |d: Duration| format!("{}ms", d.as_millis());
+    vec![
+        ("NUDGE_ENGINE__DEBOUNCE".into(), duration(engine.debounce)),
+        ("NUDGE_ENGINE__MAX_DELAY".into(), duration(engine.max_delay)),
+        (
+            "NUDGE_ENGINE__MIN_INTERVAL".into(),
+            duration(engine.min_interval),
+        ),
+        (
+            "NUDGE_ENGINE__STAMPS_PER_SECOND".into(),
+            engine.stamps_per_second.to_string(),
+        ),
+        ("NUDGE_ENGINE__BURST".into(), engine.burst.to_string()),
+        (
+            "NUDGE_KUBERNETES__NAMESPACES".into(),
+            format!("[{}]", kube.namespaces.join(",")),
+        ),
+        ("NUDGE_KUBERNETES__NAMESPACE".into(), kube.namespace.clone()),
+        ("NUDGE_LOG__FILTER".into(), config.log.filter.clone()),
+    ]
+}
+
+/// The name of an object, for assertions.
+pub fn name_of<K: Resource>(object: &K) -> String {
+    object.name_any()
+}
