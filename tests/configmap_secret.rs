@@ -53,3 +53,308 @@ async fn auto_deployment_is_stamped_once_per_data_change_and_not_for_metadata() 
     );
     nudge.stop().await;
 }
+
+/// A pod spec whose container reads ConfigMap `configmap` through envFrom and one
+/// key of Secret `secret` through env.
+fn pod_using_configmap_and_secret(configmap: &str, secret: &str) -> serde_json::Value {
+    json!({
+        "containers": [{
+            "name": "app", "image": "busybox",
+            "envFrom": [{ "configMapRef": { "name": configmap } }],
+            "env": [{ "name": "PASSWORD", "valueFrom": { "secretKeyRef": { "name": secret, "key": "password" } } }],
+        }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_and_secret_changed_within_the_debounce_window_roll_once() {
+    let cluster = TestCluster::start("debounce-together").await;
+    cluster.put_configmap("app", &[("mode", "a")]).await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "api",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_using_configmap_and_secret("app", "db"),
+        )
+        .await;
+    let mut config = cluster.nudge_config();
+    config.engine.debounce = std::time::Duration::from_secs(5);
+    let nudge = cluster.start_nudge(config);
+    let first = wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, None).await;
+
+    let patches = cluster.patch_counter("Deployment", "api").await;
+    cluster.put_configmap("app", &[("mode", "b")]).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    cluster
+        .put_secret("db", &[("password", "correct horse")])
+        .await;
+    wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, Some(&first)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        1,
+        "two changes 1 s apart, one PATCH"
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statefulset_and_daemonset_roll_like_deployments() {
+    let cluster = TestCluster::start("sts-ds").await;
+    cluster.put_configmap("shared", &[("k", "1")]).await;
+    for kind in ["StatefulSet", "DaemonSet"] {
+        cluster
+            .create_workload(
+                kind,
+                &kind.to_lowercase(),
+                &[("nudge.dev/auto", "true")],
+                &[],
+                pod_mounting_configmap("shared"),
+            )
+            .await;
+    }
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let mut before = Vec::new();
+    for kind in ["StatefulSet", "DaemonSet"] {
+        let stamp = wait_for_stamp(&cluster, kind, &kind.to_lowercase(), CONFIG_HASH, None).await;
+        before.push((
+            kind,
+            stamp,
+            cluster.patch_counter(kind, &kind.to_lowercase()).await,
+        ));
+    }
+    cluster.put_configmap("shared", &[("k", "2")]).await;
+    for (kind, stamp, _) in &before {
+        wait_for_stamp(
+            &cluster,
+            kind,
+            &kind.to_lowercase(),
+            CONFIG_HASH,
+            Some(stamp),
+        )
+        .await;
+    }
+    settle().await;
+    for (kind, _, patches) in &before {
+        assert_eq!(patches.count(&cluster).await, 1, "{kind} patched once");
+    }
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_slots_stamp_their_own_checksums() {
+    let cluster = TestCluster::start("explicit-slots").await;
+    cluster.put_configmap("flags", &[("beta", "on")]).await;
+    cluster
+        .put_secret("db-credentials", &[("password", "s3cret")])
+        .await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "svc",
+            &[("nudge.dev/configmap-flags", "flags")],
+            // Helm charts often only expose pod annotations.
+            &[("nudge.dev/secret-db", "db-credentials")],
+            plain_pod(),
+        )
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let flags = wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "svc",
+        "nudge.dev/checksum-flags",
+        None,
+    )
+    .await;
+    let db = wait_for_stamp(&cluster, "Deployment", "svc", "nudge.dev/checksum-db", None).await;
+    assert!(flags.starts_with("sha256-"), "{flags}");
+    assert!(db.starts_with("hmac-sha256-"), "{db}");
+
+    cluster
+        .put_secret("db-credentials", &[("password", "rotated")])
+        .await;
+    wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "svc",
+        "nudge.dev/checksum-db",
+        Some(&db),
+    )
+    .await;
+    settle().await;
+    let annotations = cluster.template_annotations("Deployment", "svc").await;
+    assert_eq!(
+        annotations["nudge.dev/checksum-flags"], flags,
+        "the other slot is untouched"
+    );
+    let workload = cluster.workload("Deployment", "svc").await;
+    assert!(
+        workload["metadata"]["annotations"]["nudge.dev/last-updated"].is_string(),
+        "last-updated is on the workload metadata"
+    );
+    assert!(
+        !annotations.contains_key("nudge.dev/last-updated"),
+        "never on the pod template"
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_fingerprint_is_keyed_not_a_plain_hash() {
+    use sha2::{Digest, Sha256};
+    let cluster = TestCluster::start("secret-hmac").await;
+    cluster.put_secret("token", &[("t", "abc")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "w",
+            &[("nudge.dev/secret-token", "token")],
+            &[],
+            plain_pod(),
+        )
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let stamp = wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "w",
+        "nudge.dev/checksum-token",
+        None,
+    )
+    .await;
+    let plain = [
+        hex::encode(Sha256::digest(b"abc")),
+        hex::encode(Sha256::digest(b"t=abc")),
+        hex::encode(Sha256::digest(br#"{"t":"abc"}"#)),
+    ];
+    for candidate in &plain {
+        assert!(
+            !stamp.contains(candidate.as_str()),
+            "{stamp} is a plain hash"
+        );
+    }
+    assert!(stamp.starts_with("hmac-sha256-"));
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_annotation_warns_and_valid_siblings_still_stamp() {
+    let cluster = TestCluster::start("invalid-annotation").await;
+    cluster.put_configmap("good", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "mixed",
+            &[
+                ("nudge.dev/configmap-ok", "good"),
+                ("nudge.dev/configmap-bad", "Not_A_Name"),
+                ("nudge.dev/nosuchsource-x", "y"),
+                ("nudge.dev/debounce", "soon"),
+            ],
+            &[],
+            plain_pod(),
+        )
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "mixed",
+        "nudge.dev/checksum-ok",
+        None,
+    )
+    .await;
+    let events = wait_for("InvalidAnnotation event", WAIT, || async {
+        let events = cluster.events_for("mixed", "InvalidAnnotation").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    let event = &events[0];
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.clone().unwrap_or_default();
+    for key in ["configmap-bad", "nosuchsource-x", "nudge.dev/debounce"] {
+        assert!(note.contains(key), "note names {key}: {note}");
+    }
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_required_reference_keeps_the_stamp_and_warns_then_stamps_once_when_back() {
+    let cluster = TestCluster::start("missing-required").await;
+    cluster.put_configmap("cfg", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "m",
+            &[("nudge.dev/configmap-cfg", "cfg")],
+            &[],
+            plain_pod(),
+        )
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let key = "nudge.dev/checksum-cfg";
+    let stamp = wait_for_stamp(&cluster, "Deployment", "m", key, None).await;
+
+    let patches = cluster.patch_counter("Deployment", "m").await;
+    cluster.delete::<ConfigMap>("cfg").await;
+    wait_for("MissingConfig event", WAIT, || async {
+        let events = cluster.events_for("m", "MissingConfig").await;
+        (!events.is_empty()).then_some(())
+    })
+    .await;
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "a missing reference keeps the stamp"
+    );
+    assert_eq!(
+        cluster.template_annotations("Deployment", "m").await[key],
+        stamp
+    );
+
+    cluster.put_configmap("cfg", &[("a", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "m", key, Some(&stamp)).await;
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        1,
+        "back with new content: one stamp"
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_reference_absent_counts_and_creating_it_stamps_once() {
+    let cluster = TestCluster::start("optional-absent").await;
+    cluster.put_configmap("base", &[("a", "1")]).await;
+    let pod = json!({
+        "containers": [{
+            "name": "app", "image": "busybox",
+            "envFrom": [
+                { "configMapRef": { "name": "base" } },
+                { "configMapRef": { "name": "overrides", "optional": true } },
+            ],
+        }],
+    });
+    cluster
+        .create_workload("Deployment", "o", &[("nudge.dev/auto", "true")], &[], pod)
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let first = wait_for_stamp(&cluster, "Deployment", "o", CONFIG_HASH, None).await;
+    assert!(
+        cluster.events_for("o", "MissingConfig").await.is_empty(),
+        "optional is fine"
+    );
+
+    let patches = cluster.patch_counter("Deployment", "o").await;
+    cluster.put_configmap("overrides", &[("b", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "o", CONFIG_HASH, Some(&first)).await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1);
+    nudge.stop().await;
+}

@@ -1,0 +1,824 @@
+//! The Consul HTTP client: the only file that knows about consulrs, rustify and the
+//! HTTP stack under them, so replacing the client library touches nothing else.
+//!
+//! # How consulrs is used, and where it is bypassed
+//!
+//! consulrs describes each API call as a rustify `Endpoint`; nudge uses its KV read
+//! endpoint ([`ReadKeyRequest`]: path, `dc`, `ns`, `recurse`), its blocking-query
+//! feature ([`Features`] with [`Blocking`]: `index`, `wait`) and its KV entry type
+//! ([`KVPair`], base64 values). The request is built by rustify's lower-level
+//! `Endpoint::request` with a nudge [`MiddleWare`] ([`RequestDecorator`]) instead of
+//! consulrs' own, and sent with the `reqwest` client that rustify's reqwest client
+//! wraps. Executing through consulrs/rustify (`exec_with_result`) is not possible
+//! for a watch because:
+//!
+//! - rustify's `Client::execute` turns every non-2xx status into an error and drops
+//!   the response headers, so a 404 (key absent) loses `X-Consul-Index`, which is
+//!   needed to block on a key that does not exist yet;
+//! - consulrs' middleware re-encodes the already percent-encoded path when it
+//!   prepends `/v1` (a key `a b` is sent as `a%2520b`), and panics on a token that
+//!   is not a valid header value; nudge puts `/v1` into the base URL instead;
+//! - consulrs' `ConsulClient::new` cannot set a TLS server name, the connection pool
+//!   size or per-request timeouts, and has no `partition` parameter;
+//! - rustify's `exec`/`parse` log failures at ERROR (`#[instrument(err)]`), and a
+//!   parse error would carry the response body, i.e. values, into logs.
+//!
+//! Sending the built `http::Request` with reqwest directly is the documented use of
+//! `Endpoint::request` ("can be used for executing an endpoint without using a
+//! built-in Client"). Everything consulrs can express (path encoding, query
+//! parameters, blocking features, entry decoding) still comes from it.
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use consulrs::api::features::{Blocking, Features};
+use consulrs::api::kv::common::KVPair;
+use consulrs::api::kv::requests::ReadKeyRequest;
+use rustify::endpoint::{Endpoint, MiddleWare};
+
+/// Header carrying the index a blocking query waits on.
+const INDEX_HEADER: &str = "X-Consul-Index";
+/// Header carrying the ACL token.
+const TOKEN_HEADER: &str = "X-Consul-Token";
+/// Consul adds up to `wait / 16` to a blocking query; this is the margin on top of
+/// that before nudge gives up on the answer.
+const BLOCKING_GRACE: Duration = Duration::from_secs(5);
+
+/// How to reach and authenticate to one Consul cluster.
+#[derive(Clone)]
+pub struct ClientSettings {
+    /// `http://host:port` or `https://host:port` of an agent or server.
+    pub address: String,
+    /// ACL token sent as `X-Consul-Token`.
+    pub token: Option<String>,
+    /// `dc` query parameter.
+    pub datacenter: Option<String>,
+    /// `ns` query parameter (Consul Enterprise).
+    pub namespace: Option<String>,
+    /// `partition` query parameter (Consul Enterprise).
+    pub partition: Option<String>,
+    /// TLS settings, used with `https` addresses.
+    pub tls: TlsSettings,
+    /// Deadline of a non-blocking read; blocking reads get their `wait` plus
+    /// Consul's jitter plus a grace period.
+    pub timeout: Duration,
+    /// Most idle connections kept for reuse; set it to the most requests in flight.
+    pub max_idle_connections: usize,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        Self {
+            address: "http://127.0.0.1:8500".to_owned(),
+            token: None,
+            datacenter: None,
+            namespace: None,
+            partition: None,
+            tls: TlsSettings::default(),
+            timeout: Duration::from_secs(10),
+            max_idle_connections: 66,
+        }
+    }
+}
+
+impl fmt::Debug for ClientSettings {
+    /// The token is never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientSettings")
+            .field("address", &self.address)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("datacenter", &self.datacenter)
+            .field("namespace", &self.namespace)
+            .field("partition", &self.partition)
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .field("max_idle_connections", &self.max_idle_connections)
+            .finish()
+    }
+}
+
+/// TLS towards Consul.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// PEM CA certificate(s) to trust instead of the built-in roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate and its private key.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Name the server certificate must carry, when it differs from the address host.
+    pub server_name: Option<String>,
+    /// Verify the server certificate.
+    pub verify: bool,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        Self {
+            ca_file: None,
+            client_cert: None,
+            server_name: None,
+            verify: true,
+        }
+    }
+}
+
+/// Why a Consul request or the client itself failed. Never carries values.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The configured address is not an `http(s)://host[:port]` URL.
+    #[error("invalid Consul address {address:?}: {reason}")]
+    InvalidAddress {
+        /// The address as configured.
+        address: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The ACL token contains characters an HTTP header cannot carry.
+    #[error("the Consul ACL token is not a valid HTTP header value")]
+    InvalidToken,
+    /// A certificate, key or token file could not be read.
+    #[error("cannot read {path}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A certificate or key file is not valid PEM of the expected kind.
+    #[error("{path} is not a usable PEM certificate or key")]
+    Certificate {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The HTTP client could not be built (TLS set-up).
+    #[error("cannot build the Consul HTTP client")]
+    Build(#[source] reqwest::Error),
+    /// consulrs/rustify could not build the request (an unusable key or parameter).
+    #[error("cannot build the request for {path:?}")]
+    Request {
+        /// The key or prefix.
+        path: String,
+        /// Why.
+        #[source]
+        source: rustify::errors::ClientError,
+    },
+    /// Consul could not be reached, or the connection broke.
+    #[error("Consul request failed")]
+    Transport(#[source] reqwest::Error),
+    /// Consul did not answer within the deadline.
+    #[error("Consul did not answer in time")]
+    Timeout,
+    /// Consul answered with an error status (403 ACL denied, 429, 5xx, …).
+    #[error("Consul answered {status}: {message}")]
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The start of Consul's error text (never a value).
+        message: String,
+    },
+    /// A KV answer without a valid `X-Consul-Index` header (a proxy in between?).
+    #[error("Consul's answer has no valid X-Consul-Index header")]
+    MissingIndex,
+    /// The answer body is not the KV listing Consul documents.
+    #[error("Consul's answer is not a KV listing (line {line}, column {column})")]
+    Decode {
+        /// Where parsing stopped.
+        line: usize,
+        /// Where parsing stopped.
+        column: usize,
+    },
+    /// A value is not valid base64.
+    #[error("Consul's answer carries a value that is not valid base64")]
+    Base64,
+}
+
+impl ClientError {
+    /// A low-cardinality label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::InvalidAddress { .. }
+            | Self::InvalidToken
+            | Self::ReadFile { .. }
+            | Self::Certificate { .. }
+            | Self::Build(_) => "config",
+            Self::Request { .. } => "request",
+            Self::Transport(_) => "transport",
+            Self::Timeout => "timeout",
+            Self::Status { status: 429, .. } => "throttled",
+            Self::Status { .. } => "status",
+            Self::MissingIndex | Self::Decode { .. } | Self::Base64 => "protocol",
+        }
+    }
+}
+
+/// Makes a query block until the index passes `index`, for at most `wait`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockOn {
+    /// The `X-Consul-Index` of the previous answer (at least 1).
+    pub index: u64,
+    /// Longest time to wait.
+    pub wait: Duration,
+}
+
+/// One key as read.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyRead {
+    /// The value, or `None` when the key does not exist.
+    pub value: Option<Vec<u8>>,
+    /// The key's `ModifyIndex`, or `None` when it does not exist.
+    pub modify_index: Option<u64>,
+    /// The answer's `X-Consul-Index`.
+    pub index: u64,
+}
+
+impl fmt::Debug for KeyRead {
+    /// Values are never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyRead")
+            .field(
+                "value",
+                &self.value.as_ref().map(|v| format!("{} bytes", v.len())),
+            )
+            .field("modify_index", &self.modify_index)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+/// One entry of a recursive read.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KvEntry {
+    /// The full key.
+    pub key: String,
+    /// The value (empty when Consul stores none).
+    pub value: Vec<u8>,
+    /// The key's `ModifyIndex`.
+    pub modify_index: u64,
+}
+
+impl fmt::Debug for KvEntry {
+    /// Values are never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KvEntry")
+            .field("key", &self.key)
+            .field("value", &format_args!("{} bytes", self.value.len()))
+            .field("modify_index", &self.modify_index)
+            .finish()
+    }
+}
+
+/// Every key under a prefix as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixRead {
+    /// The entries (empty when nothing is under the prefix).
+    pub entries: Vec<KvEntry>,
+    /// The answer's `X-Consul-Index`.
+    pub index: u64,
+}
+
+/// Request counters, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    requests: AtomicU64,
+    blocking_started: AtomicU64,
+    blocking_in_flight: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl ClientStats {
+    /// Requests sent, blocking or not.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Blocking queries sent.
+    pub fn blocking_started(&self) -> u64 {
+        self.blocking_started.load(Ordering::Relaxed)
+    }
+
+    /// Blocking queries waiting for their answer right now.
+    pub fn blocking_in_flight(&self) -> u64 {
+        self.blocking_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Requests that failed (transport, timeout, error status, bad answer).
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+}
+
+/// Decrements the in-flight gauge however the request ends (also when dropped).
+struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A Consul KV reader. Cheap to share behind an `Arc`; connections are pooled and
+/// reused, so connections stay at most the number of requests in flight.
+pub struct ConsulClient {
+    http: reqwest::Client,
+    /// `<address>/v1`, without a trailing slash.
+    base: String,
+    token: Option<http02::HeaderValue>,
+    datacenter: Option<String>,
+    namespace: Option<String>,
+    partition: Option<String>,
+    timeout: Duration,
+    stats: ClientStats,
+}
+
+impl fmt::Debug for ConsulClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsulClient")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsulClient {
+    /// Builds a client; reads the certificate files now.
+    pub fn new(settings: &ClientSettings) -> Result<Self, ClientError> {
+        let invalid = |reason: &str| ClientError::InvalidAddress {
+            address: settings.address.clone(),
+            reason: reason.to_owned(),
+        };
+        let mut url =
+            reqwest::Url::parse(&settings.address).map_err(|e| invalid(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid("the scheme must be http or https"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid("must not have a query or fragment"));
+        }
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .user_agent(concat!("nudge/", env!("CARGO_PKG_VERSION")))
+            .pool_max_idle_per_host(settings.max_idle_connections)
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_keepalive(Duration::from_secs(60));
+
+        if url.scheme() == "https" {
+            let tls = &settings.tls;
+            if let Some(path) = &tls.ca_file {
+                let pem = read(path)?;
+                let cert = reqwest::Certificate::from_pem(&pem).map_err(|source| {
+                    ClientError::Certificate {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                builder = builder
+                    .tls_built_in_root_certs(false)
+                    .add_root_certificate(cert);
+            }
+            if let Some((cert, key)) = &tls.client_cert {
+                let mut pem = read(cert)?;
+                pem.push(b'\n');
+                pem.extend(read(key)?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|source| {
+                    ClientError::Certificate {
+                        path: cert.clone(),
+                        source,
+                    }
+                })?;
+                builder = builder.identity(identity);
+            }
+            if !tls.verify {
+                tracing::warn!(address = %settings.address, "Consul server certificate is not verified");
+                builder = builder.danger_accept_invalid_certs(true);
+            }
+            if let Some(server_name) = &tls.server_name {
+                // reqwest cannot set the TLS server name on its own: address the
+                // server by that name and resolve the name to the configured host.
+                let addrs = resolve(&url).map_err(|e| invalid(&e))?;
+                builder = builder.resolve_to_addrs(server_name, &addrs);
+                url.set_host(Some(server_name))
+                    .map_err(|e| invalid(&format!("tls server name: {e}")))?;
+            }
+        }
+        url.path_segments_mut()
+            .map_err(|()| invalid("cannot be a base URL"))?
+            .pop_if_empty()
+            .push("v1");
+        let token = settings
+            .token
+            .as_deref()
+            .map(|t| {
+                let mut value =
+                    http02::HeaderValue::from_str(t).map_err(|_| ClientError::InvalidToken)?;
+                value.set_sensitive(true);
+                Ok(value)
+            })
+            .transpose()?;
+        Ok(Self {
+            http: builder.build().map_err(ClientError::Build)?,
+            base: url.as_str().trim_end_matches('/').to_owned(),
+            token,
+            datacenter: settings.datacenter.clone(),
+            namespace: settings.namespace.clone(),
+            partition: settings.partition.clone(),
+            timeout: settings.timeout,
+            stats: ClientStats::default(),
+        })
+    }
+
+    /// Request counters.
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// Reads one key; with `block_on`, waits until it changes (or the wait ends).
+    /// A missing key is `Ok` with `value: None`.
+    pub async fn get_key(
+        &self,
+        key: &str,
+        block_on: Option<BlockOn>,
+    ) -> Result<KeyRead, ClientError> {
+        let (found, index) = self.get(key, false, block_on).await?;
+        let entry = found.and_then(|entries| entries.into_iter().find(|e| e.key == key));
+        Ok(match entry {
+            Some(e) => KeyRead {
+                value: Some(e.value),
+                modify_index: Some(e.modify_index),
+                index,
+            },
+            None => KeyRead {
+                value: None,
+                modify_index: None,
+                index,
+            },
+        })
+    }
+
+    /// Reads every key under `prefix` (a plain string prefix, `""` for all keys);
+    /// with `block_on`, waits until something under it changes.
+    pub async fn get_prefix(
+        &self,
+        prefix: &str,
+        block_on: Option<BlockOn>,
+    ) -> Result<PrefixRead, ClientError> {
+        let (found, index) = self.get(prefix, true, block_on).await?;
+        Ok(PrefixRead {
+            entries: found.unwrap_or_default(),
+            index,
+        })
+    }
+
+    /// One GET of `kv/<path>`; `None` entries on 404.
+    async fn get(
+        &self,
+        path: &str,
+        recurse: bool,
+        block_on: Option<BlockOn>,
+    ) -> Result<(Option<Vec<KvEntry>>, u64), ClientError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = block_on.map(|_| {
+            self.stats.blocking_started.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .blocking_in_flight
+                .fetch_add(1, Ordering::Relaxed);
+            InFlight(&self.stats.blocking_in_flight)
+        });
+        let result = self.send(path, recurse, block_on).await;
+        if result.is_err() {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn send(
+        &self,
+        path: &str,
+        recurse: bool,
+        block_on: Option<BlockOn>,
+    ) -> Result<(Option<Vec<KvEntry>>, u64), ClientError> {
+        let endpoint = ReadKeyRequest {
+            features: None,
+            key: path.to_owned(),
+            dc: self.datacenter.clone(),
+            ns: self.namespace.clone(),
+            recurse: recurse.then_some(true),
+        };
+        let decorator = RequestDecorator {
+            token: self.token.as_ref(),
+            block_on,
+            partition: self.partition.as_deref(),
+        };
+        let request = endpoint
+            .with_middleware(&decorator)
+            .request(&self.base)
+            .map_err(|source| ClientError::Request {
+                path: path.to_owned(),
+                source,
+            })?;
+        let mut request = reqwest::Request::try_from(request).map_err(ClientError::Transport)?;
+        *request.timeout_mut() = Some(match block_on {
+            Some(b) => b.wait + b.wait / 16 + BLOCKING_GRACE,
+            None => self.timeout,
+        });
+
+        let response = self.http.execute(request).await.map_err(transport)?;
+        let status = response.status().as_u16();
+        let index = response
+            .headers()
+            .get(INDEX_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let body = response.bytes().await.map_err(transport)?;
+        match status {
+            200 => {
+                let index = index.ok_or(ClientError::MissingIndex)?;
+                let pairs: Vec<KVPair> =
+                    serde_json::from_slice(&body).map_err(|e| ClientError::Decode {
+                        line: e.line(),
+                        column: e.column(),
+                    })?;
+                let entries = pairs
+                    .into_iter()
+                    .map(|pair| {
+                        let value = match pair.value {
+                            Some(encoded) => encoded.try_into().map_err(|_| ClientError::Base64)?,
+                            None => Vec::new(),
+                        };
+                        Ok(KvEntry {
+                            key: pair.key,
+                            value,
+                            modify_index: pair.modify_index,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, ClientError>>()?;
+                Ok((Some(entries), index))
+            }
+            404 => Ok((None, index.ok_or(ClientError::MissingIndex)?)),
+            status => Err(ClientError::Status {
+                status,
+                message: error_text(&body),
+            }),
+        }
+    }
+}
+
+/// nudge's request middleware: ACL token, blocking parameters (through consulrs'
+/// [`Features`]) and the partition. Unlike consulrs' own middleware it leaves the
+/// path alone (the base URL already ends in `/v1`) and cannot panic on a token.
+struct RequestDecorator<'a> {
+    token: Option<&'a http02::HeaderValue>,
+    block_on: Option<BlockOn>,
+    partition: Option<&'a str>,
+}
+
+impl MiddleWare for RequestDecorator<'_> {
+    fn request<E: Endpoint>(
+        &self,
+        _: &E,
+        req: &mut http02::Request<Vec<u8>>,
+    ) -> Result<(), rustify::errors::ClientError> {
+        if let Some(token) = self.token {
+            req.headers_mut().insert(TOKEN_HEADER, token.clone());
+        }
+        if let Some(block_on) = self.block_on {
+            let features = Features {
+                blocking: Some(Blocking {
+                    index: block_on.index,
+                    wait: Some(format!("{}ms", block_on.wait.as_millis())),
+                }),
+                ..Features::default()
+            };
+            features.process(req);
+        }
+        if let Some(partition) = self.partition {
+            let mut url = reqwest::Url::parse(&req.uri().to_string())
+                .map_err(|source| rustify::errors::ClientError::UrlParseError { source })?;
+            url.query_pairs_mut().append_pair("partition", partition);
+            *req.uri_mut() = url
+                .as_str()
+                .parse()
+                .map_err(|source| rustify::errors::ClientError::UrlBuildError { source })?;
+        }
+        Ok(())
+    }
+
+    fn response<E: Endpoint>(
+        &self,
+        _: &E,
+        _: &mut http02::Response<Vec<u8>>,
+    ) -> Result<(), rustify::errors::ClientError> {
+        Ok(())
+    }
+}
+
+fn transport(error: reqwest::Error) -> ClientError {
+    if error.is_timeout() {
+        ClientError::Timeout
+    } else {
+        ClientError::Transport(error)
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|source| ClientError::ReadFile {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn resolve(url: &reqwest::Url) -> Result<Vec<SocketAddr>, String> {
+    let host = url.host_str().ok_or("has no host")?;
+    let port = url.port_or_known_default().ok_or("has no port")?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("{host} resolves to no address"));
+    }
+    Ok(addrs)
+}
+
+/// The first line of an error body, shortened: Consul's error text, never a value
+/// (error answers carry no KV content).
+fn error_text(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let line = text.lines().next().unwrap_or("").trim();
+    line.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(settings: ClientSettings) -> ConsulClient {
+        ConsulClient::new(&settings).unwrap()
+    }
+
+    fn url_of(
+        client: &ConsulClient,
+        path: &str,
+        recurse: bool,
+        block_on: Option<BlockOn>,
+    ) -> String {
+        let endpoint = ReadKeyRequest {
+            features: None,
+            key: path.to_owned(),
+            dc: client.datacenter.clone(),
+            ns: client.namespace.clone(),
+            recurse: recurse.then_some(true),
+        };
+        let decorator = RequestDecorator {
+            token: client.token.as_ref(),
+            block_on,
+            partition: client.partition.as_deref(),
+        };
+        endpoint
+            .with_middleware(&decorator)
+            .request(&client.base)
+            .unwrap()
+            .uri()
+            .to_string()
+            .trim_end_matches('?')
+            .to_owned()
+    }
+
+    #[test]
+    fn key_paths_are_encoded_once_under_v1() {
+        let c = client(ClientSettings {
+            address: "http://consul:8500/".to_owned(),
+            ..ClientSettings::default()
+        });
+        assert_eq!(
+            url_of(&c, "app/a b%", false, None),
+            "http://consul:8500/v1/kv/app/a%20b%25"
+        );
+        assert_eq!(
+            url_of(&c, "app/", true, None),
+            "http://consul:8500/v1/kv/app/?recurse=true"
+        );
+        assert_eq!(
+            url_of(&c, "", true, None),
+            "http://consul:8500/v1/kv/?recurse=true"
+        );
+    }
+
+    #[test]
+    fn blocking_and_scope_parameters_are_sent() {
+        let c = client(ClientSettings {
+            address: "http://consul:8500".to_owned(),
+            datacenter: Some("eu1".to_owned()),
+            namespace: Some("team".to_owned()),
+            partition: Some("p1".to_owned()),
+            ..ClientSettings::default()
+        });
+        let url = url_of(
+            &c,
+            "k",
+            false,
+            Some(BlockOn {
+                index: 42,
+                wait: Duration::from_secs(300),
+            }),
+        );
+        for part in [
+            "dc=eu1",
+            "ns=team",
+            "partition=p1",
+            "index=42",
+            "wait=300000ms",
+        ] {
+            assert!(url.contains(part), "{url} lacks {part}");
+        }
+    }
+
+    #[test]
+    fn token_is_a_sensitive_header() {
+        let c = client(ClientSettings {
+            token: Some("s3cr3t".to_owned()),
+            ..ClientSettings::default()
+        });
+        let endpoint = ReadKeyRequest {
+            key: "k".to_owned(),
+            ..ReadKeyRequest::default()
+        };
+        let decorator = RequestDecorator {
+            token: c.token.as_ref(),
+            block_on: None,
+            partition: None,
+        };
+        let req = endpoint
+            .with_middleware(&decorator)
+            .request(&c.base)
+            .unwrap();
+        let value = req.headers().get(TOKEN_HEADER).unwrap();
+        assert_eq!(value.as_bytes(), b"s3cr3t");
+        assert!(value.is_sensitive());
+        assert!(
+            !format!(
+                "{:?}",
+                ClientSettings {
+                    token: Some("s3cr3t".into()),
+                    ..ClientSettings::default()
+                }
+            )
+            .contains("s3cr3t")
+        );
+    }
+
+    #[test]
+    fn unusable_settings_are_errors_not_panics() {
+        for address in ["consul:8500", "ftp://consul", "http://consul:8500/?x=1", ""] {
+            let err = ConsulClient::new(&ClientSettings {
+                address: address.to_owned(),
+                ..ClientSettings::default()
+            })
+            .unwrap_err();
+            assert!(
+                matches!(err, ClientError::InvalidAddress { .. }),
+                "{address}: {err}"
+            );
+        }
+        let err = ConsulClient::new(&ClientSettings {
+            token: Some("bad\ntoken".to_owned()),
+            ..ClientSettings::default()
+        })
+        .unwrap_err();
+        assert!(matches!(err, ClientError::InvalidToken));
+        let err = ConsulClient::new(&ClientSettings {
+            address: "https://consul:8501".to_owned(),
+            tls: TlsSettings {
+                ca_file: Some("/nonexistent/ca.pem".into()),
+                ..TlsSettings::default()
+            },
+            ..ClientSettings::default()
+        })
+        .unwrap_err();
+        assert!(matches!(err, ClientError::ReadFile { .. }));
+    }
+
+    #[test]
+    fn tls_server_name_becomes_the_url_host() {
+        let c = client(ClientSettings {
+            address: "https://127.0.0.1:8501".to_owned(),
+            tls: TlsSettings {
+                server_name: Some("server.dc1.consul".to_owned()),
+                ..TlsSettings::default()
+            },
+            ..ClientSettings::default()
+        });
+        assert_eq!(c.base, "https://server.dc1.consul:8501/v1");
+    }
+
+    #[test]
+    fn error_text_keeps_the_first_line_only() {
+        assert_eq!(error_text(b"Permission denied\nmore"), "Permission denied");
+        assert_eq!(error_text(&[b'x'; 500]).len(), 200);
+    }
+}

@@ -1,0 +1,233 @@
+//! Consul KV as a config source (design §8).
+//!
+//! A reference is a key path (`nudge.dev/consul-config: app/config`); its fingerprint
+//! is `sha256-<hex>` of the raw value ([`Algorithm::Native`]) or, for
+//! k8s-consul-mutator compatibility, `md5-<hex>` ([`Algorithm::Md5`]). A key that
+//! does not exist is [`Observation::Absent`].
+//!
+//! Changes are followed with blocking queries: one per distinct key, shared by every
+//! tracked item on that key, while there are at most `max_concurrent_queries` keys;
+//! beyond that, keys under common prefixes share one recursive query and changes are
+//! told apart by `ModifyIndex` ([`plan`]). Failures back off and report nothing, so
+//! the last known fingerprints stay in force; when Consul answers again, whatever
+//! changed meanwhile is reported once.
+//!
+//! Files: [`client`] talks HTTP (the only file using consulrs), [`plan`] groups keys
+//! into queries, `state` diffs answers against what was reported, `query` runs one
+//! blocking-query loop, `watch` runs the source, [`settings`] maps configuration.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::fingerprint::{Algorithm, Observation};
+use crate::model::{KeySelection, Scope, SourceName, Tracked};
+use crate::sources::{Source, SourceContext, SourceError};
+
+pub mod client;
+pub mod plan;
+mod query;
+pub mod settings;
+mod state;
+mod watch;
+
+pub use client::{ClientError, ClientSettings, ConsulClient, TlsSettings};
+pub use settings::SettingsError;
+
+/// Non-blocking reads allowed in flight besides the blocking queries (first reads of
+/// new queries, [`Source::observe`], new items on already watched keys).
+pub const ONE_OFF_READS: usize = 2;
+
+/// How a Consul source watches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// Longest wait of one blocking query (Consul caps it at 10 minutes).
+    pub wait: Duration,
+    /// Most blocking queries in flight; more keys share recursive prefix queries.
+    pub max_concurrent_queries: usize,
+    /// Shortest time between two queries of one loop.
+    pub min_query_interval: Duration,
+    /// Cap of the exponential backoff after failures.
+    pub max_retry_interval: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(300),
+            max_concurrent_queries: 64,
+            min_query_interval: Duration::from_secs(1),
+            max_retry_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One Consul cluster as a [`Source`].
+pub struct ConsulSource {
+    name: SourceName,
+    address: String,
+    client: Arc<ConsulClient>,
+    settings: WatchSettings,
+    limits: Arc<query::QueryLimits>,
+}
+
+impl fmt::Debug for ConsulSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsulSource")
+            .field("name", &self.name)
+            .field("address", &self.address)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsulSource {
+    /// A source named `name` (`consul`, `consul.eu`) reading the cluster `client`
+    /// describes. The connection pool is sized for the query limit.
+    pub fn new(
+        name: SourceName,
+        client: &ClientSettings,
+        settings: WatchSettings,
+    ) -> Result<Self, ClientError> {
+        let settings = WatchSettings {
+            max_concurrent_queries: settings.max_concurrent_queries.max(1),
+            ..settings
+        };
+        let client_settings = ClientSettings {
+            max_idle_connections: settings.max_concurrent_queries + ONE_OFF_READS,
+            ..client.clone()
+        };
+        Ok(Self {
+            name,
+            address: client.address.clone(),
+            client: Arc::new(ConsulClient::new(&client_settings)?),
+            limits: Arc::new(query::QueryLimits::new(
+                settings.max_concurrent_queries,
+                ONE_OFF_READS,
+            )),
+            settings,
+        })
+    }
+
+    /// The Consul address this source reads.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Failed Consul requests since start (transport errors, timeouts, error
+    /// statuses, unreadable answers).
+    pub fn query_errors(&self) -> u64 {
+        self.client.stats().errors()
+    }
+
+    /// Blocking queries sent since start.
+    pub fn blocking_queries_started(&self) -> u64 {
+        self.client.stats().blocking_started()
+    }
+
+    /// Blocking queries waiting for Consul right now.
+    pub fn blocking_queries_in_flight(&self) -> u64 {
+        self.client.stats().blocking_in_flight()
+    }
+
+    /// Checks that `tracked` names a usable key with a supported algorithm.
+    fn check(&self, tracked: &Tracked) -> Result<(), SourceError> {
+        if !self.supports(tracked.algorithm) {
+            return Err(SourceError::UnsupportedAlgorithm {
+                source_name: self.name.clone(),
+                algorithm: tracked.algorithm,
+            });
+        }
+        let reference = &tracked.reference;
+        let invalid = |reason: &str| SourceError::InvalidReference {
+            source_name: self.name.clone(),
+            reference: reference.to_string(),
+            reason: reason.to_owned(),
+        };
+        if reference.keys != KeySelection::All {
+            return Err(invalid("a Consul key cannot be narrowed to keys"));
+        }
+        key_problem(&reference.name).map_or(Ok(()), |reason| Err(invalid(reason)))
+    }
+}
+
+/// Why `key` cannot name a Consul key, if it cannot.
+pub fn key_problem(key: &str) -> Option<&'static str> {
+    if key.is_empty() {
+        Some("the key is empty")
+    } else if key.starts_with('/') {
+        Some("the key must not start with /")
+    } else if key
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        Some("the key must not contain . or .. segments")
+    } else if key.chars().any(char::is_control) {
+        Some("the key must not contain control characters")
+    } else {
+        None
+    }
+}
+
+#[async_trait]
+impl Source for ConsulSource {
+    fn name(&self) -> &SourceName {
+        &self.name
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::External
+    }
+
+    fn supports(&self, algorithm: Algorithm) -> bool {
+        state::supports(algorithm)
+    }
+
+    async fn observe(&self, tracked: &Tracked) -> Result<Observation, SourceError> {
+        self.check(tracked)?;
+        let _permit = self
+            .limits
+            .one_off
+            .acquire()
+            .await
+            .map_err(|e| SourceError::backend(&self.name, "source closed", e))?;
+        let read = self
+            .client
+            .get_key(&tracked.reference.name, None)
+            .await
+            .map_err(|e| SourceError::backend(&self.name, "reading the key failed", e))?;
+        Ok(match read.value {
+            Some(value) => match state::fingerprint(tracked.algorithm, &value) {
+                Some(fingerprint) => Observation::Present(fingerprint),
+                None => {
+                    return Err(SourceError::UnsupportedAlgorithm {
+                        source_name: self.name.clone(),
+                        algorithm: tracked.algorithm,
+                    });
+                }
+            },
+            None => Observation::Absent,
+        })
+    }
+
+    async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
+        watch::run(self, ctx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_that_could_escape_the_kv_path_are_refused() {
+        for key in ["", "/abs", "a/../agent/self", "./x", "a\nb"] {
+            assert!(key_problem(key).is_some(), "{key:?}");
+        }
+        for key in ["app/config", "app/", "a b/ü%?#", "a..b"] {
+            assert_eq!(key_problem(key), None, "{key:?}");
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Which blocking queries watch which keys: one query per key while that fits under
+//! the query limit, otherwise keys sharing a prefix share one recursive query.
+//!
+//! Pure and deterministic: the same key set always gives the same plan, so adding or
+//! removing a key only changes the queries around it.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt;
+
+/// What one blocking query reads.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WatchTarget {
+    /// One key.
+    Key(String),
+    /// Every key starting with this string (`""`: all keys), read recursively.
+    Prefix(String),
+}
+
+impl fmt::Display for WatchTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Key(key) => write!(f, "key {key:?}"),
+            Self::Prefix(prefix) => write!(f, "prefix {prefix:?}"),
+        }
+    }
+}
+
+/// The queries covering a key set, each with the keys it reports for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan(pub BTreeMap<WatchTarget, Vec<String>>);
+
+impl Plan {
+    /// Plans at most `max_queries` (at least 1) queries covering every key of
+    /// `keys` (sorted, without duplicates). Every key belongs to exactly one query.
+    ///
+    /// While there are few enough keys each gets its own query. Otherwise, starting
+    /// from one query on the longest common prefix of all keys, the largest group is
+    /// split into the groups one path segment further down (`app/` into `app/a/`,
+    /// `app/b`, …) when that fits under the limit, else into the groups one character
+    /// further down (Consul prefixes are plain string prefixes), else it stays one
+    /// query. Groups of one key become key queries.
+    pub fn new(keys: &[String], max_queries: usize) -> Self {
+        let max_queries = max_queries.max(1);
+        let mut plan = BTreeMap::new();
+        if keys.len() <= max_queries {
+            for key in keys {
+                plan.insert(WatchTarget::Key(key.clone()), vec![key.clone()]);
+            }
+            return Self(plan);
+        }
+        let mut queries = 1;
+        let mut heap = BinaryHeap::from([Group::new(keys, common_prefix(keys))]);
+        while let Some(group) = heap.pop() {
+            let children = group
+                .split(|prefix_len, key| next_segment(key, prefix_len))
+                .filter(|c| c.len() > 1 && queries - 1 + c.len() <= max_queries)
+                .or_else(|| {
+                    group
+                        .split(|prefix_len, key| next_char(key, prefix_len))
+                        .filter(|c| c.len() > 1 && queries - 1 + c.len() <= max_queries)
+                });
+            match children {
+                Some(children) => {
+                    queries = queries - 1 + children.len();
+                    for child in children {
+                        if let [key] = child.keys {
+                            plan.insert(WatchTarget::Key(key.clone()), vec![key.clone()]);
+                        } else {
+                            heap.push(child);
+                        }
+                    }
+                }
+                None => {
+                    plan.insert(
+                        WatchTarget::Prefix(group.prefix.to_owned()),
+                        group.keys.to_vec(),
+                    );
+                }
+            }
+        }
+        Self(plan)
+    }
+
+    /// The query reporting for each key.
+    pub fn assignments(&self) -> impl Iterator<Item = (&String, &WatchTarget)> {
+        self.0
+            .iter()
+            .flat_map(|(target, keys)| keys.iter().map(move |k| (k, target)))
+    }
+}
+
+/// Keys (a sorted run) sharing `prefix`, the prefix their query would read. It is
+/// the parent's prefix plus one segment or character, not the group's longest
+/// common prefix, so that a new key inside the group does not move it.
+#[derive(Debug)]
+struct Group<'a> {
+    prefix: &'a str,
+    /// Length of the keys' longest common prefix: where splitting starts.
+    common: usize,
+    keys: &'a [String],
+}
+
+impl<'a> Group<'a> {
+    fn new(keys: &'a [String], prefix: &'a str) -> Self {
+        Self {
+            prefix,
+            common: common_prefix(keys).len(),
+            keys,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Splits into runs of keys that agree on `boundary(prefix_len, key)`: the
+    /// length of the key's part that decides its child. Sorted keys sharing a
+    /// prefix are contiguous, so every child is a run.
+    fn split(&self, boundary: impl Fn(usize, &str) -> usize) -> Option<Vec<Group<'a>>> {
+        // `Option` so that callers can chain `filter`/`or_else`.
+        let start = self.common;
+        let mut children = Vec::new();
+        let mut run_start = 0;
+        for i in 1..=self.keys.len() {
+            let same = i < self.keys.len() && {
+                let (a, b) = (&self.keys[run_start], &self.keys[i]);
+                let head = &a[..boundary(start, a)];
+                b.len() >= head.len() && b.starts_with(head) && boundary(start, b) == head.len()
+            };
+            if !same {
+                let first = &self.keys[run_start];
+                let prefix = &first[..boundary(start, first)];
+                children.push(Group::new(&self.keys[run_start..i], prefix));
+                run_start = i;
+            }
+        }
+        Some(children)
+    }
+}
+
+impl PartialEq for Group<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Group<'_> {}
+
+impl PartialOrd for Group<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Group<'_> {
+    /// Largest first; among equals, the smallest prefix first (deterministic).
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.len()
+            .cmp(&other.len())
+            .then_with(|| other.prefix.cmp(self.prefix))
+    }
+}
+
+/// Length of `key` up to and including the first `/` after `from`, or all of it.
+fn next_segment(key: &str, from: usize) -> usize {
+    match key.get(from..).and_then(|rest| rest.find('/')) {
+        Some(i) => from + i + 1,
+        None => key.len(),
+    }
+}
+
+/// Length of `key` up to and including the first character after `from`.
+fn next_char(key: &str, from: usize) -> usize {
+    key.get(from..)
+        .and_then(|rest| rest.chars().next())
+        .map_or(key.len(), |c| from + c.len_utf8())
+}
+
+/// Longest common prefix of sorted keys (on a character boundary).
+fn common_prefix(keys: &[String]) -> &str {
+    let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+        return "";
+    };
+    let mut len = 0;
+    for ((i, a), b) in first.char_indices().zip(last.chars()) {
+        if a != b {
+            break;
+        }
+        len = i + a.len_utf8();
+    }
+    &first[..len]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(list: &[&str]) -> Vec<String> {
+        let mut keys: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    fn targets(plan: &Plan) -> Vec<String> {
+        plan.0.keys().map(|t| t.to_string()).collect()
+    }
+
+    fn assert_covers(plan: &Plan, keys: &[String], max: usize) {
+        assert!(
+            plan.0.len() <= max.max(1),
+            "{} queries > {max}",
+            plan.0.len()
+        );
+        let mut assigned: Vec<&String> = plan.assignments().map(|(k, _)| k).collect();
+        assigned.sort();
+        assert_eq!(
+            assigned,
+            keys.iter().collect::<Vec<_>>(),
+            "every key exactly once"
+        );
+        for (key, target) in plan.assignments() {
+            match target {
+                WatchTarget::Key(k) => assert_eq!(k, key),
+                WatchTarget::Prefix(p) => assert!(key.starts_with(p.as_str())),
+            }
+        }
+    }
+
+    #[test]
+    fn few_keys_get_one_query_each() {
+        let k = keys(&["a/x", "a/y", "b"]);
+        let plan = Plan::new(&k, 3);
+        assert_eq!(targets(&plan), ["key \"a/x\"", "key \"a/y\"", "key \"b\""]);
+    }
+
+    #[test]
+    fn over_the_limit_keys_share_a_segment_prefix() {
+        let k = keys(&["app/a/x", "app/a/y", "app/b"]);
+        let plan = Plan::new(&k, 2);
+        assert_eq!(targets(&plan), ["key \"app/b\"", "prefix \"app/a/\""]);
+        assert_covers(&plan, &k, 2);
+    }
+
+    #[test]
+    fn a_limit_of_one_watches_the_common_prefix() {
+        let k = keys(&["app/a/x", "app/b", "apple"]);
+        let plan = Plan::new(&k, 1);
+        assert_eq!(targets(&plan), ["prefix \"app\""]);
+        assert_covers(&plan, &k, 1);
+    }
+
+    #[test]
+    fn too_many_segments_fall_back_to_character_prefixes() {
+        let k: Vec<String> = {
+            let mut v: Vec<String> = (0..200).map(|i| format!("cfg/g{i}/k")).collect();
+            v.sort();
+            v
+        };
+        let plan = Plan::new(&k, 16);
+        assert_covers(&plan, &k, 16);
+        assert!(plan.0.len() > 1, "{:?}", targets(&plan));
+    }
+
+    #[test]
+    fn five_thousand_keys_in_64_groups_use_64_queries() {
+        let mut k: Vec<String> = (0..5000).map(|i| format!("t/g{}/k{i}", i % 64)).collect();
+        k.sort();
+        let plan = Plan::new(&k, 64);
+        assert_covers(&plan, &k, 64);
+        assert_eq!(plan.0.len(), 64);
+        assert!(
+            plan.0
+                .keys()
+                .all(|t| matches!(t, WatchTarget::Prefix(p) if p.ends_with('/')))
+        );
+        assert!(
+            plan.0
+                .contains_key(&WatchTarget::Prefix("t/g7/".to_owned()))
+        );
+    }
+
+    #[test]
+    fn plans_always_cover_and_respect_the_limit() {
+        let k = keys(&[
+            "", "a", "a/", "a/b", "a/b/c", "a/bc", "b", "ba", "é/x", "é/y", "z/z/z/z", "z/z/y",
+        ]);
+        for max in 1..=k.len() + 1 {
+            assert_covers(&Plan::new(&k, max), &k, max);
+        }
+    }
+
+    #[test]
+    fn adding_a_key_inside_a_group_keeps_the_plan() {
+        let mut k: Vec<String> = (0..100).map(|i| format!("t/g{}/k{i}", i % 4)).collect();
+        k.sort();
+        let before = Plan::new(&k, 4);
+        k.push("t/g1/k999".to_owned());
+        k.sort();
+        let after = Plan::new(&k, 4);
+        assert_eq!(targets(&before), targets(&after));
+        assert_eq!(
+            targets(&after),
+            [
+                "prefix \"t/g0/\"",
+                "prefix \"t/g1/\"",
+                "prefix \"t/g2/\"",
+                "prefix \"t/g3/\""
+            ]
+        );
+    }
+
+    #[test]
+    fn adding_a_key_only_replans_its_own_group() {
+        let mut k: Vec<String> = (0..100).map(|i| format!("t/g{}/k{i}", i % 4)).collect();
+        k.sort();
+        let before = Plan::new(&k, 8);
+        k.push("t/g1/new".to_owned());
+        k.sort();
+        let after = Plan::new(&k, 8);
+        let changed: Vec<&WatchTarget> = after
+            .0
+            .keys()
+            .filter(|t| !before.0.contains_key(*t))
+            .collect();
+        assert!(
+            changed.iter().all(|t| t.to_string().contains("t/g1/")),
+            "{changed:?}"
+        );
+        assert_covers(&after, &k, 8);
+    }
+
+    #[test]
+    fn common_prefix_respects_char_boundaries() {
+        assert_eq!(common_prefix(&keys(&["é1", "é2"])), "é");
+        assert_eq!(common_prefix(&keys(&["a", "b"])), "");
+        assert_eq!(common_prefix(&keys(&["ab"])), "ab");
+    }
+}

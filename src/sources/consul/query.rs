@@ -1,0 +1,423 @@
+//! One blocking-query loop per [`WatchTarget`], following Consul's rules for blocking
+//! queries (<https://developer.hashicorp.com/consul/api-docs/features/blocking>):
+//! the index is reset when it goes backwards and never below 1 after a read, the
+//! loop is rate-limited with jitter, and failures back off exponentially with jitter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::WatchSettings;
+use super::client::{BlockOn, ClientError, ConsulClient, KeyRead, PrefixRead};
+use super::plan::WatchTarget;
+
+/// Margin after a blocking query's server-side deadline (`wait` + `wait/16`) before
+/// its connection slot on the agent is considered free again.
+const LINGER_GRACE: Duration = Duration::from_secs(2);
+
+/// How many requests may be in flight, shared by every query of one source.
+#[derive(Debug)]
+pub(crate) struct QueryLimits {
+    /// Blocking queries in flight (`max_concurrent_queries`).
+    pub blocking: Arc<Semaphore>,
+    /// Non-blocking reads in flight (first reads, `observe`, new items on known keys).
+    pub one_off: Arc<Semaphore>,
+    /// Abandoned blocking queries still held open on the agent's side.
+    pub lingering: Arc<Semaphore>,
+}
+
+impl QueryLimits {
+    /// Limits for `max_concurrent_queries` blocking queries and `one_off` reads.
+    pub fn new(max_concurrent_queries: usize, one_off: usize) -> Self {
+        Self {
+            blocking: Arc::new(Semaphore::new(max_concurrent_queries)),
+            one_off: Arc::new(Semaphore::new(one_off)),
+            lingering: Arc::new(Semaphore::new(max_concurrent_queries)),
+        }
+    }
+}
+
+/// What a read returned.
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// A single-key read.
+    Key(KeyRead),
+    /// A recursive read.
+    Prefix(PrefixRead),
+}
+
+impl Read {
+    fn index(&self) -> u64 {
+        match self {
+            Self::Key(read) => read.index,
+            Self::Prefix(read) => read.index,
+        }
+    }
+}
+
+/// Where an answer comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The query loop with this id.
+    Query(u64),
+    /// A one-off read.
+    OneOff,
+}
+
+/// A successful read, sent to the watch loop.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// Who read it.
+    pub origin: Origin,
+    /// What was read.
+    pub target: WatchTarget,
+    /// The result.
+    pub read: Read,
+    /// The index went backwards: older indexes are the new truth.
+    pub authoritative: bool,
+}
+
+/// Reads `target` once, blocking on `block_on` if given.
+pub(crate) async fn read(
+    client: &ConsulClient,
+    target: &WatchTarget,
+    block_on: Option<BlockOn>,
+) -> Result<Read, ClientError> {
+    match target {
+        WatchTarget::Key(key) => client.get_key(key, block_on).await.map(Read::Key),
+        WatchTarget::Prefix(prefix) => client.get_prefix(prefix, block_on).await.map(Read::Prefix),
+    }
+}
+
+/// Consul's index rules for one query loop.
+#[derive(Debug, Default)]
+pub(crate) struct IndexCursor {
+    last: Option<u64>,
+    next: u64,
+}
+
+impl IndexCursor {
+    /// The index to send next; 0 means a non-blocking read.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Takes an answer's `X-Consul-Index`. Returns whether it went backwards; then
+    /// the answer is authoritative and, if it came from a blocking query, the loop
+    /// restarts with a non-blocking read. Otherwise the next query blocks on the
+    /// index, clamped to at least 1 (an index of 0 would never block).
+    pub fn advance(&mut self, index: u64, was_blocking: bool) -> bool {
+        let backwards = self.last.is_some_and(|last| index < last);
+        self.last = Some(index);
+        self.next = if backwards && was_blocking {
+            0
+        } else {
+            index.max(1)
+        };
+        backwards
+    }
+
+    /// After a failure, the next read is a fresh non-blocking one, so that a
+    /// restarted Consul is compared at once; the last index is kept, so a lower one
+    /// after the restart is still noticed.
+    pub fn restart(&mut self) {
+        self.next = 0;
+    }
+}
+
+/// Exponential backoff with jitter: 1 s, 2 s, 4 s, … capped at `max`; each delay is
+/// drawn from its upper half.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    max: Duration,
+    current: Option<Duration>,
+}
+
+impl Backoff {
+    /// A backoff capped at `max`.
+    pub fn new(max: Duration) -> Self {
+        Self { max, current: None }
+    }
+
+    /// The next delay.
+    pub fn next_delay(&mut self) -> Duration {
+        let base = Duration::from_secs(1).min(self.max);
+        let delay = self.current.map_or(base, |d| (d * 2).min(self.max));
+        self.current = Some(delay);
+        delay / 2 + jitter(delay / 2)
+    }
+
+    /// Back to the first delay, after a success.
+    pub fn reset(&mut self) {
+        self.current = None;
+    }
+}
+
+/// A random duration in `[0, max]`.
+pub(crate) fn jitter(max: Duration) -> Duration {
+    max.mul_f64(fastrand::f64())
+}
+
+/// One query loop's context.
+pub(crate) struct QueryLoop {
+    /// Identifies this loop's answers.
+    pub id: u64,
+    /// What it reads.
+    pub target: WatchTarget,
+    /// The client.
+    pub client: Arc<ConsulClient>,
+    /// Shared request limits.
+    pub limits: Arc<QueryLimits>,
+    /// Timing.
+    pub settings: WatchSettings,
+    /// Where answers go.
+    pub answers: mpsc::Sender<Answer>,
+    /// Cancelled when this loop is no longer wanted (a child of `shutdown`).
+    pub stop: CancellationToken,
+    /// Cancelled when nudge shuts down.
+    pub shutdown: CancellationToken,
+}
+
+impl QueryLoop {
+    /// Spawns the loop with a span naming its key or prefix.
+    pub fn spawn(self, source: &str) {
+        let span = match &self.target {
+            WatchTarget::Key(key) => {
+                tracing::info_span!("consul_watch", source, key = %key, query = self.id)
+            }
+            WatchTarget::Prefix(prefix) => {
+                tracing::info_span!("consul_watch", source, prefix = %prefix, query = self.id)
+            }
+        };
+        tokio::spawn(self.run().instrument(span));
+    }
+
+    async fn run(self) {
+        tracing::debug!("query started");
+        let mut cursor = IndexCursor::default();
+        let mut backoff = Backoff::new(self.settings.max_retry_interval);
+        let mut last_start: Option<Instant> = None;
+        loop {
+            if let Some(started) = last_start {
+                let earliest = started + self.settings.min_query_interval;
+                if Instant::now() < earliest {
+                    let until = earliest + jitter(self.settings.min_query_interval / 4);
+                    if !self.sleep_until(until).await {
+                        break;
+                    }
+                }
+            }
+            last_start = Some(Instant::now());
+            let index = cursor.next();
+            let result = if index == 0 {
+                self.read_once().await
+            } else {
+                self.read_blocking(index).await
+            };
+            let Some(result) = result else { break };
+            match result {
+                Ok(read) => {
+                    backoff.reset();
+                    let authoritative = cursor.advance(read.index(), index != 0);
+                    if authoritative {
+                        tracing::debug!(
+                            index = read.index(),
+                            "Consul index went backwards; restarting the query"
+                        );
+                    }
+                    let answer = Answer {
+                        origin: Origin::Query(self.id),
+                        target: self.target.clone(),
+                        read,
+                        authoritative,
+                    };
+                    if self.answers.send(answer).await.is_err() {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    cursor.restart();
+                    let delay = backoff.next_delay();
+                    tracing::warn!(%error, category = error.category(), retry_in = ?delay, "Consul query failed");
+                    if !self.sleep_until(Instant::now() + delay).await {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::debug!("query stopped");
+    }
+
+    /// Sleeps; `false` when stopped meanwhile.
+    async fn sleep_until(&self, until: Instant) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => true,
+            () = self.stop.cancelled() => false,
+        }
+    }
+
+    /// A non-blocking read; `None` when stopped.
+    async fn read_once(&self) -> Option<Result<Read, ClientError>> {
+        tokio::select! {
+            result = async {
+                let _permit = self.limits.one_off.acquire().await.ok()?;
+                Some(read(&self.client, &self.target, None).await)
+            } => result,
+            () = self.stop.cancelled() => None,
+        }
+    }
+
+    /// A blocking read; `None` when stopped.
+    ///
+    /// The request runs in its own task holding a permit of
+    /// `max_concurrent_queries`. When the loop is stopped mid-query, the request is
+    /// dropped (closing its connection) only if a lingering slot is free: Consul
+    /// (1.8 at least) keeps serving an abandoned blocking query until its `wait`
+    /// ends, and keeps counting its connection against
+    /// `limits.http_max_conns_per_client` meanwhile, so each dropped query holds a
+    /// lingering slot until then. Without a free slot the request is left to finish
+    /// and its connection goes back to the pool. Either way nudge never holds more
+    /// than `2 × max_concurrent_queries` (+ one-off reads) of the agent's slots.
+    async fn read_blocking(&self, index: u64) -> Option<Result<Read, ClientError>> {
+        let permit = tokio::select! {
+            permit = self.limits.blocking.clone().acquire_owned() => permit.ok()?,
+            () = self.stop.cancelled() => return None,
+        };
+        let block_on = BlockOn {
+            index,
+            wait: self.settings.wait,
+        };
+        let request = BlockingRequest {
+            client: self.client.clone(),
+            target: self.target.clone(),
+            block_on,
+            permit,
+            lingering: self.limits.lingering.clone(),
+            stop: self.stop.clone(),
+            shutdown: self.shutdown.clone(),
+        };
+        let mut handle = tokio::spawn(request.run().in_current_span());
+        tokio::select! {
+            joined = &mut handle => joined.ok().flatten(),
+            () = self.stop.cancelled() => None,
+        }
+    }
+}
+
+/// One blocking request, detached from its loop so that stopping the loop does not
+/// necessarily drop the connection (see [`QueryLoop::read_blocking`]).
+struct BlockingRequest {
+    client: Arc<ConsulClient>,
+    target: WatchTarget,
+    block_on: BlockOn,
+    permit: OwnedSemaphorePermit,
+    lingering: Arc<Semaphore>,
+    stop: CancellationToken,
+    shutdown: CancellationToken,
+}
+
+impl BlockingRequest {
+    async fn run(self) -> Option<Result<Read, ClientError>> {
+        let _permit = self.permit;
+        let server_deadline =
+            Instant::now() + self.block_on.wait + self.block_on.wait / 16 + LINGER_GRACE;
+        let request = read(&self.client, &self.target, Some(self.block_on));
+        tokio::pin!(request);
+        tokio::select! {
+            result = &mut request => return Some(result),
+            () = self.stop.cancelled() => {}
+        }
+        if self.shutdown.is_cancelled() {
+            return None;
+        }
+        match self.lingering.try_acquire_owned() {
+            Ok(slot) => {
+                let shutdown = self.shutdown.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(server_deadline) => {}
+                        () = shutdown.cancelled() => {}
+                    }
+                    drop(slot);
+                });
+            }
+            Err(_) => {
+                tracing::debug!("no lingering slot free; letting the abandoned query finish");
+                tokio::select! {
+                    _ = &mut request => {}
+                    () = self.shutdown.cancelled() => {}
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_read_is_non_blocking_and_then_blocks_on_the_index() {
+        let mut c = IndexCursor::default();
+        assert_eq!(c.next(), 0);
+        assert!(!c.advance(12, false));
+        assert_eq!(c.next(), 12);
+        assert!(!c.advance(15, true));
+        assert_eq!(c.next(), 15);
+    }
+
+    #[test]
+    fn an_index_of_zero_is_clamped_to_one() {
+        let mut c = IndexCursor::default();
+        c.advance(0, false);
+        assert_eq!(c.next(), 1);
+    }
+
+    #[test]
+    fn an_index_going_backwards_resets_to_a_non_blocking_read() {
+        let mut c = IndexCursor::default();
+        c.advance(20, false);
+        assert!(c.advance(7, true));
+        assert_eq!(c.next(), 0);
+        assert!(!c.advance(7, false));
+        assert_eq!(c.next(), 7);
+    }
+
+    #[test]
+    fn a_fresh_read_that_went_backwards_is_authoritative_and_blocks_on() {
+        let mut c = IndexCursor::default();
+        c.advance(20, false);
+        c.restart();
+        assert_eq!(c.next(), 0);
+        assert!(c.advance(3, false));
+        assert_eq!(c.next(), 3);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_jitter_in_the_upper_half() {
+        let mut b = Backoff::new(Duration::from_secs(30));
+        let expected = [1, 2, 4, 8, 16, 30, 30];
+        for secs in expected {
+            let d = b.next_delay();
+            let full = Duration::from_secs(secs);
+            assert!(
+                d >= full / 2 && d <= full,
+                "{d:?} not in [{:?}, {full:?}]",
+                full / 2
+            );
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn backoff_below_one_second_uses_the_cap() {
+        let mut b = Backoff::new(Duration::from_millis(200));
+        assert!(b.next_delay() <= Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,450 @@
+//! The Consul source's run loop: follows the engine's interest, keeps the query plan
+//! in step with the tracked keys, and turns answers into observations.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::ConsulSource;
+use super::plan::{Plan, WatchTarget};
+use super::query::{Answer, Origin, QueryLoop, Read, read};
+use super::state::{Registry, Seen, TrackOutcome, UntrackOutcome};
+use crate::sources::Source as _;
+use crate::sources::{Interest, SourceContext, SourceError, SourceUpdate};
+
+/// How long the plan waits for more interest changes before regrouping, so that a
+/// burst of `Track`s (start-up) is planned once instead of once per key.
+const SETTLE: Duration = Duration::from_millis(50);
+/// Answers buffered between the query loops and the run loop.
+const ANSWER_BUFFER: usize = 64;
+
+/// Runs the source until shutdown (see [`crate::sources::Source::run`]).
+pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result<(), SourceError> {
+    let SourceContext {
+        mut interest,
+        updates,
+        shutdown,
+    } = ctx;
+    let (answers_tx, mut answers_rx) = mpsc::channel(ANSWER_BUFFER);
+    let mut watch = Watch {
+        source: source.clone(),
+        registry: Registry::default(),
+        plan: Plan::default(),
+        running: BTreeMap::new(),
+        assignment: HashMap::new(),
+        next_id: 0,
+        answers: answers_tx,
+        shutdown: shutdown.clone(),
+        pending_reads: BTreeSet::new(),
+    };
+    let mut replan_at: Option<Instant> = None;
+    let mut interest_open = true;
+    tracing::info!(source = %source.name(), address = %source.address(), "Consul source started");
+    'run: loop {
+        let mut outgoing = Vec::new();
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            first = interest.recv(), if interest_open => {
+                let Some(first) = first else {
+                    interest_open = false;
+                    continue;
+                };
+                let mut keys_changed = watch.apply_interest(first, &mut outgoing);
+                while let Ok(more) = interest.try_recv() {
+                    keys_changed |= watch.apply_interest(more, &mut outgoing);
+                }
+                if keys_changed {
+                    replan_at.get_or_insert_with(|| Instant::now() + SETTLE);
+                } else if replan_at.is_none() {
+                    watch.read_pending();
+                }
+            }
+            () = sleep_until(replan_at), if replan_at.is_some() => {
+                replan_at = None;
+                watch.replan();
+            }
+            Some(answer) = answers_rx.recv() => watch.apply_answer(answer, &mut outgoing),
+        }
+        for update in outgoing {
+            tokio::select! {
+                sent = updates.send(update) => if sent.is_err() { break 'run },
+                () = shutdown.cancelled() => break 'run,
+            }
+        }
+    }
+    watch.stop_all();
+    tracing::info!(source = %source.name(), "Consul source stopped");
+    Ok(())
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A running query loop.
+struct Running {
+    id: u64,
+    stop: CancellationToken,
+}
+
+/// The run loop's state.
+struct Watch {
+    source: Arc<ConsulSource>,
+    registry: Registry,
+    plan: Plan,
+    running: BTreeMap<WatchTarget, Running>,
+    /// Which target reports for each tracked key.
+    assignment: HashMap<String, WatchTarget>,
+    next_id: u64,
+    answers: mpsc::Sender<Answer>,
+    shutdown: CancellationToken,
+    /// Keys already watched that gained an item needing its first observation.
+    pending_reads: BTreeSet<String>,
+}
+
+impl Watch {
+    /// Applies one interest change; returns whether the set of keys changed.
+    fn apply_interest(&mut self, interest: Interest, outgoing: &mut Vec<SourceUpdate>) -> bool {
+        match interest {
+            Interest::Track(tracked) => {
+                if let Err(error) = self.source.check(&tracked) {
+                    tracing::warn!(%error, tracked = %tracked, "cannot track this reference");
+                    return false;
+                }
+                let key = tracked.reference.name.clone();
+                match self.registry.track(tracked.clone()) {
+                    TrackOutcome::NewKey => return true,
+                    TrackOutcome::NewItem => {
+                        self.pending_reads.insert(key);
+                    }
+                    TrackOutcome::Known(Some(observation)) => outgoing.push(SourceUpdate {
+                        tracked,
+                        observation,
+                    }),
+                    TrackOutcome::Known(None) => {}
+                }
+                false
+            }
+            Interest::Untrack(tracked) => {
+                matches!(self.registry.untrack(&tracked), UntrackOutcome::KeyGone)
+            }
+        }
+    }
+
+    /// Recomputes the plan; stops queries no longer in it and starts new ones.
+    fn replan(&mut self) {
+        let keys = self.registry.keys();
+        let plan = Plan::new(&keys, self.source.settings.max_concurrent_queries);
+        let stopped: Vec<WatchTarget> = self
+            .running
+            .keys()
+            .filter(|t| !plan.0.contains_key(*t))
+            .cloned()
+            .collect();
+        for target in &stopped {
+            if let Some(running) = self.running.remove(target) {
+                running.stop.cancel();
+            }
+        }
+        let mut started = BTreeSet::new();
+        for target in plan.0.keys() {
+            if !self.running.contains_key(target) {
+                self.start(target.clone());
+                started.insert(target.clone());
+            }
+        }
+        self.assignment = plan
+            .assignments()
+            .map(|(key, target)| (key.clone(), target.clone()))
+            .collect();
+        if !stopped.is_empty() || !started.is_empty() {
+            tracing::debug!(
+                source = %self.source.name(),
+                keys = keys.len(),
+                queries = plan.0.len(),
+                started = started.len(),
+                stopped = stopped.len(),
+                "Consul query plan changed"
+            );
+        }
+        self.plan = plan;
+        // Keys whose query just started get their first observation from it.
+        self.pending_reads.retain(|key| {
+            !self
+                .assignment
+                .get(key)
+                .is_some_and(|t| started.contains(t))
+        });
+        self.read_pending();
+    }
+
+    fn start(&mut self, target: WatchTarget) {
+        self.next_id += 1;
+        let stop = self.shutdown.child_token();
+        QueryLoop {
+            id: self.next_id,
+            target: target.clone(),
+            client: self.source.client.clone(),
+            limits: self.source.limits.clone(),
+            settings: self.source.settings.clone(),
+            answers: self.answers.clone(),
+            stop: stop.clone(),
+            shutdown: self.shutdown.clone(),
+        }
+        .spawn(self.source.name().as_str());
+        self.running.insert(
+            target,
+            Running {
+                id: self.next_id,
+                stop,
+            },
+        );
+    }
+
+    /// Starts a one-off read for every pending key.
+    fn read_pending(&mut self) {
+        for key in std::mem::take(&mut self.pending_reads) {
+            if self.registry.contains(&key) {
+                self.spawn_one_off(key);
+            }
+        }
+    }
+
+    fn spawn_one_off(&self, key: String) {
+        let source = self.source.clone();
+        let answers = self.answers.clone();
+        let shutdown = self.shutdown.clone();
+        let span = tracing::debug_span!("consul_read", source = %source.name(), key = %key);
+        tokio::spawn(
+            async move {
+                let target = WatchTarget::Key(key);
+                let mut delay = Duration::from_millis(500);
+                loop {
+                    let result = tokio::select! {
+                        result = async {
+                            let _permit = source.limits.one_off.acquire().await.ok()?;
+                            Some(read(&source.client, &target, None).await)
+                        } => result,
+                        () = shutdown.cancelled() => None,
+                    };
+                    let Some(result) = result else { return };
+                    match result {
+                        Ok(read) => {
+                            let answer = Answer {
+                                origin: Origin::OneOff,
+                                target,
+                                read,
+                                authoritative: false,
+                            };
+                            let _ = answers.send(answer).await;
+                            return;
+                        }
+                        Err(error) => {
+                            // The key's query keeps watching; this only delays the
+                            // first observation of the new item.
+                            tracing::warn!(%error, category = error.category(), "Consul read failed");
+                            delay = (delay * 2).min(source.settings.max_retry_interval);
+                            tokio::select! {
+                                () = tokio::time::sleep(delay / 2 + super::query::jitter(delay / 2)) => {}
+                                () = shutdown.cancelled() => return,
+                            }
+                        }
+                    }
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Turns an answer into the observations that changed.
+    fn apply_answer(&mut self, answer: Answer, outgoing: &mut Vec<SourceUpdate>) {
+        let Answer {
+            origin,
+            target,
+            read,
+            authoritative,
+        } = answer;
+        let reports_for = |this: &Self, key: &str| match origin {
+            Origin::OneOff => this.registry.contains(key),
+            Origin::Query(id) => {
+                this.running.get(&target).is_some_and(|r| r.id == id)
+                    && this.assignment.get(key) == Some(&target)
+            }
+        };
+        let mut reread = Vec::new();
+        let mut apply = |this: &mut Self, key: &str, seen: Seen<'_>| {
+            let applied = this.registry.apply(key, seen, authoritative);
+            outgoing.extend(applied.updates);
+            if applied.reread {
+                reread.push(key.to_owned());
+            }
+        };
+        match (&target, &read) {
+            (WatchTarget::Key(key), Read::Key(read)) => {
+                if reports_for(self, key) {
+                    let seen = match (&read.value, read.modify_index) {
+                        (Some(value), Some(modify_index)) => Seen::Present {
+                            value,
+                            modify_index,
+                        },
+                        _ => Seen::Absent { index: read.index },
+                    };
+                    apply(self, key, seen);
+                }
+            }
+            (WatchTarget::Prefix(_), Read::Prefix(read)) => {
+                let mut present = BTreeSet::new();
+                for entry in &read.entries {
+                    if reports_for(self, &entry.key) {
+                        present.insert(entry.key.as_str());
+                        let seen = Seen::Present {
+                            value: &entry.value,
+                            modify_index: entry.modify_index,
+                        };
+                        apply(self, &entry.key, seen);
+                    }
+                }
+                let absent: Vec<String> = self
+                    .plan
+                    .0
+                    .get(&target)
+                    .into_iter()
+                    .flatten()
+                    .filter(|key| !present.contains(key.as_str()) && reports_for(self, key))
+                    .cloned()
+                    .collect();
+                for key in absent {
+                    apply(self, &key, Seen::Absent { index: read.index });
+                }
+            }
+            _ => tracing::error!(query = %target, "answer does not match its query"),
+        }
+        for key in reread {
+            self.spawn_one_off(key);
+        }
+    }
+
+    fn stop_all(&mut self) {
+        for (_, running) in std::mem::take(&mut self.running) {
+            running.stop.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::{Algorithm, Observation, native_value};
+    use crate::model::{Reference, SourceName, Tracked};
+    use crate::sources::consul::client::{ClientSettings, KeyRead, KvEntry, PrefixRead};
+    use crate::sources::consul::{ConsulSource, WatchSettings};
+
+    fn item(key: &str, algorithm: Algorithm) -> Tracked {
+        Tracked::new(Reference::key(SourceName::consul(), key), algorithm)
+    }
+
+    fn watch(max: usize) -> Watch {
+        let source = ConsulSource::new(
+            SourceName::consul(),
+            &ClientSettings::default(),
+            WatchSettings {
+                max_concurrent_queries: max,
+                ..WatchSettings::default()
+            },
+        )
+        .unwrap();
+        let (answers, _) = mpsc::channel(1);
+        Watch {
+            source: Arc::new(source),
+            registry: Registry::default(),
+            plan: Plan::default(),
+            running: BTreeMap::new(),
+            assignment: HashMap::new(),
+            next_id: 0,
+            answers,
+            shutdown: CancellationToken::new(),
+            pending_reads: BTreeSet::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_prefix_answer_reports_changed_and_missing_keys_only() {
+        let mut w = watch(1);
+        let mut out = Vec::new();
+        for key in ["p/a", "p/b", "p/c"] {
+            assert!(w.apply_interest(Interest::Track(item(key, Algorithm::Native)), &mut out));
+        }
+        w.replan();
+        let (target, running) = w.running.iter().next().unwrap();
+        assert_eq!(target, &WatchTarget::Prefix("p/".to_owned()));
+        let id = running.id;
+        w.shutdown.cancel();
+        let entry = |key: &str, value: &[u8], modify_index| KvEntry {
+            key: key.to_owned(),
+            value: value.to_vec(),
+            modify_index,
+        };
+        let answer = |entries| Answer {
+            origin: Origin::Query(id),
+            target: WatchTarget::Prefix("p/".to_owned()),
+            read: Read::Prefix(PrefixRead { entries, index: 9 }),
+            authoritative: false,
+        };
+        w.apply_answer(
+            answer(vec![
+                entry("p/a", b"1", 3),
+                entry("p/b", b"2", 4),
+                entry("p/zz", b"x", 5),
+            ]),
+            &mut out,
+        );
+        let reported: Vec<(String, Observation)> = out
+            .drain(..)
+            .map(|u| (u.tracked.reference.name, u.observation))
+            .collect();
+        assert_eq!(
+            reported,
+            [
+                ("p/a".to_owned(), Observation::Present(native_value(b"1"))),
+                ("p/b".to_owned(), Observation::Present(native_value(b"2"))),
+                ("p/c".to_owned(), Observation::Absent),
+            ]
+        );
+        w.apply_answer(
+            answer(vec![entry("p/a", b"1", 3), entry("p/b", b"3", 8)]),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].tracked.reference.name, "p/b");
+    }
+
+    #[tokio::test]
+    async fn answers_from_stopped_queries_are_ignored() {
+        let mut w = watch(4);
+        let mut out = Vec::new();
+        w.apply_interest(Interest::Track(item("k", Algorithm::Native)), &mut out);
+        w.replan();
+        w.shutdown.cancel();
+        let stale = Answer {
+            origin: Origin::Query(999),
+            target: WatchTarget::Key("k".to_owned()),
+            read: Read::Key(KeyRead {
+                value: Some(b"v".to_vec()),
+                modify_index: Some(2),
+                index: 2,
+            }),
+            authoritative: false,
+        };
+        w.apply_answer(stale, &mut out);
+        assert!(out.is_empty());
+    }
+}

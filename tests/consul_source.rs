@@ -1,0 +1,520 @@
+//! The Consul source against a real `consul agent`: each test starts its own agent,
+//! so they run in parallel.
+
+#[path = "support/consul.rs"]
+mod consul_support;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use consul_support::{
+    ConnectionSampler, ConsulAgent, Driver, fast_watch, put_at, source, source_with, tracked,
+};
+use nudge::fingerprint::{Algorithm, Observation, md5_value, native_value};
+use nudge::sources::consul::{ClientSettings, TlsSettings, WatchSettings};
+use nudge::sources::{Source, SourceError, SourceUpdate};
+
+/// Generous bound for a change to show up (min_query_interval is 50 ms in tests).
+const SOON: Duration = Duration::from_secs(5);
+/// How long "nothing more is reported" is watched for.
+const QUIET: Duration = Duration::from_millis(1500);
+
+fn native(value: &[u8]) -> Observation {
+    Observation::Present(native_value(value))
+}
+
+fn md5(value: &[u8]) -> Observation {
+    Observation::Present(md5_value(value))
+}
+
+fn update(key: &str, algorithm: Algorithm, observation: Observation) -> SourceUpdate {
+    SourceUpdate {
+        tracked: tracked(key, algorithm),
+        observation,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_reports_the_value_then_each_change_once() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("app/config", b"v1").await?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+
+    driver.track(tracked("app/config", Algorithm::Native));
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("app/config", Algorithm::Native, native(b"v1"))
+    );
+
+    agent.put("app/config", b"v2").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("app/config", Algorithm::Native, native(b"v2"))
+    );
+    assert_eq!(driver.collect_for(QUIET).await, []);
+
+    // The same value again bumps ModifyIndex but not the content.
+    agent.put("app/config", b"v2").await?;
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    assert_eq!(driver.source.query_errors(), 0);
+    driver.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_and_md5_on_one_key_share_one_blocking_query() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("shared", b"a").await?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+
+    driver.track(tracked("shared", Algorithm::Native));
+    driver.track(tracked("shared", Algorithm::Md5));
+    let mut first = vec![driver.next(SOON).await?, driver.next(SOON).await?];
+    first.sort_by(|a, b| a.tracked.cmp(&b.tracked));
+    assert_eq!(
+        first,
+        [
+            update("shared", Algorithm::Native, native(b"a")),
+            update("shared", Algorithm::Md5, md5(b"a"))
+        ]
+    );
+    let Observation::Present(f) = &first[1].observation else {
+        unreachable!()
+    };
+    assert!(f.to_string().starts_with("md5-"), "{f}");
+
+    driver
+        .wait_until(SOON, "one blocking query", |s| {
+            s.blocking_queries_in_flight() == 1
+        })
+        .await?;
+    let started = driver.source.blocking_queries_started();
+    agent.put("shared", b"b").await?;
+    let mut changed = vec![driver.next(SOON).await?, driver.next(SOON).await?];
+    changed.sort_by(|a, b| a.tracked.cmp(&b.tracked));
+    assert_eq!(
+        changed,
+        [
+            update("shared", Algorithm::Native, native(b"b")),
+            update("shared", Algorithm::Md5, md5(b"b"))
+        ]
+    );
+    driver
+        .wait_until(SOON, "blocking again", |s| {
+            s.blocking_queries_in_flight() == 1
+        })
+        .await?;
+    // One change wakes one query, which blocks again once.
+    assert_eq!(driver.source.blocking_queries_started(), started + 1);
+    driver.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_key_is_absent_once_and_recreated_key_present_once() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("flags", b"on").await?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    driver.track(tracked("flags", Algorithm::Md5));
+    assert_eq!(driver.next(SOON).await?.observation, md5(b"on"));
+
+    agent.delete("flags").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("flags", Algorithm::Md5, Observation::Absent)
+    );
+    assert_eq!(driver.collect_for(QUIET).await, []);
+
+    agent.put("flags", b"off").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("flags", Algorithm::Md5, md5(b"off"))
+    );
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    driver.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_key_is_absent_once_and_blocks_without_errors() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    driver.track(tracked("not/there", Algorithm::Native));
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("not/there", Algorithm::Native, Observation::Absent)
+    );
+    driver
+        .wait_until(SOON, "blocking on the missing key", |s| {
+            s.blocking_queries_in_flight() == 1
+        })
+        .await?;
+    // Unrelated writes move the KV index; the key stays absent and is not re-reported.
+    agent.put("elsewhere", b"x").await?;
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    assert_eq!(driver.source.query_errors(), 0);
+
+    agent.put("not/there", b"now").await?;
+    assert_eq!(driver.next(SOON).await?.observation, native(b"now"));
+    driver.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_churning_key_is_rate_limited() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("hot", b"0").await?;
+    let watch = WatchSettings {
+        min_query_interval: Duration::from_millis(400),
+        ..fast_watch()
+    };
+    let mut driver = Driver::run(source(&agent.addr(), watch), 256);
+    driver.track(tracked("hot", Algorithm::Native));
+    driver.next(SOON).await?;
+    driver
+        .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
+        .await?;
+
+    let started = driver.source.blocking_queries_started();
+    let churn = Instant::now();
+    for i in 1..=100 {
+        agent.put("hot", format!("{i}").as_bytes()).await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = churn.elapsed();
+    let updates = driver.collect_for(Duration::from_secs(1)).await;
+    let queries = driver.source.blocking_queries_started() - started;
+    // At most one query per 400 ms (plus the one in flight when the churn began).
+    let bound = (elapsed.as_millis() / 400) as u64 + 2;
+    assert!(
+        queries <= bound,
+        "{queries} queries in {elapsed:?} (bound {bound})"
+    );
+    assert!(updates.len() as u64 <= bound, "{} updates", updates.len());
+    assert_eq!(
+        updates.last().map(|u| u.observation.clone()),
+        Some(native(b"100"))
+    );
+    driver.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrack_stops_the_query() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("gone/soon", b"1").await?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    let item = tracked("gone/soon", Algorithm::Native);
+    driver.track(item.clone());
+    driver.next(SOON).await?;
+    driver
+        .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
+        .await?;
+
+    driver.untrack(item);
+    driver
+        .wait_until(SOON, "query stopped", |s| {
+            s.blocking_queries_in_flight() == 0
+        })
+        .await?;
+    let started = driver.source.blocking_queries_started();
+    agent.put("gone/soon", b"2").await?;
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    assert_eq!(driver.source.blocking_queries_started(), started);
+    driver.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_over_the_query_limit_share_a_prefix_query_and_regroup() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    for (key, value) in [("svc/a/x", "1"), ("svc/a/y", "2"), ("svc/b/z", "3")] {
+        agent.put(key, value.as_bytes()).await?;
+    }
+    let watch = WatchSettings {
+        max_concurrent_queries: 2,
+        ..fast_watch()
+    };
+    let mut driver = Driver::run(source(&agent.addr(), watch), 16);
+    for key in ["svc/a/x", "svc/a/y", "svc/b/z"] {
+        driver.track(tracked(key, Algorithm::Native));
+    }
+    let mut first: Vec<String> = Vec::new();
+    for _ in 0..3 {
+        first.push(driver.next(SOON).await?.tracked.reference.name);
+    }
+    first.sort();
+    assert_eq!(first, ["svc/a/x", "svc/a/y", "svc/b/z"]);
+    // `svc/a/` (recursive) and `svc/b/z`.
+    driver
+        .wait_until(SOON, "two queries", |s| s.blocking_queries_in_flight() == 2)
+        .await?;
+
+    agent.put("svc/a/y", b"2b").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("svc/a/y", Algorithm::Native, native(b"2b"))
+    );
+    agent.put("svc/a/x", b"1").await?; // same value, new ModifyIndex
+    agent.put("svc/a/untracked", b"?").await?; // wakes the prefix query
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    agent.delete("svc/a/x").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("svc/a/x", Algorithm::Native, Observation::Absent)
+    );
+
+    // Two keys fit again: one query per key.
+    driver.untrack(tracked("svc/b/z", Algorithm::Native));
+    agent.put("svc/a/x", b"1c").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("svc/a/x", Algorithm::Native, native(b"1c"))
+    );
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    assert_eq!(driver.source.query_errors(), 0);
+    driver.shutdown().await
+}
+
+/// 5,000 keys with the default limit of 64 queries, against an agent with the
+/// default `http_max_conns_per_client` (200). First 64 keys (one per group) get a
+/// query each; then the other 4,936 arrive and the keys are regrouped into 64
+/// recursive prefix queries, abandoning the 64 single-key queries mid-flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_thousand_keys_stay_within_the_connection_limit() -> Result<()> {
+    const KEYS: usize = 5000;
+    const MAX: usize = 64;
+    let agent = ConsulAgent::start()?;
+    let key = |i: usize| format!("scale/g{}/k{i}", i % MAX);
+    let entries: Vec<(String, Vec<u8>)> = (0..KEYS)
+        .map(|i| (key(i), format!("v{i}").into_bytes()))
+        .collect();
+    agent.put_many(&entries).await?;
+
+    let sampler = ConnectionSampler::start(agent.http_port());
+    let watch = WatchSettings {
+        max_concurrent_queries: MAX,
+        ..fast_watch()
+    };
+    let mut driver = Driver::run(source(&agent.addr(), watch), KEYS);
+    for i in 0..MAX {
+        driver.track(tracked(&key(i), Algorithm::Native));
+    }
+    for _ in 0..MAX {
+        driver.next(SOON).await?;
+    }
+    driver
+        .wait_until(SOON, "64 single-key queries", |s| {
+            s.blocking_queries_in_flight() == MAX as u64
+        })
+        .await?;
+
+    let began = Instant::now();
+    for i in MAX..KEYS {
+        driver.track(tracked(&key(i), Algorithm::Native));
+    }
+    for _ in MAX..KEYS {
+        driver.next(Duration::from_secs(20)).await?;
+    }
+    let initial = began.elapsed();
+    driver
+        .wait_until(SOON, "64 prefix queries", |s| {
+            s.blocking_queries_in_flight() == MAX as u64
+        })
+        .await?;
+
+    agent.put(&key(4242), b"changed").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update(&key(4242), Algorithm::Native, native(b"changed"))
+    );
+    assert_eq!(driver.collect_for(QUIET).await, []);
+
+    let (client, held) = (sampler.client_peak(), sampler.agent_peak());
+    eprintln!(
+        "5000 keys: observed in {initial:?}; peak connections: {client} established by nudge, {held} held by the agent"
+    );
+    // 64 blocking queries + 2 one-off reads + the test's own writer connection.
+    assert!(
+        client <= (MAX + 3) as u64,
+        "peak client connections {client}"
+    );
+    assert!(
+        client >= MAX as u64,
+        "the sampler saw only {client} connections"
+    );
+    // The agent also holds abandoned queries until their wait ends: at most 64 more.
+    assert!(
+        held <= (2 * MAX + 3) as u64,
+        "the agent held {held} connections"
+    );
+    assert_eq!(driver.source.query_errors(), 0, "no 429s or other errors");
+    driver.shutdown().await
+}
+
+/// Consul is killed for 20 s. Meanwhile the key changes: the server is brought up
+/// on its data directory behind another HTTP port (the source's address stays
+/// unreachable), written to, and killed again. Then it comes back on its usual
+/// address with its data: nothing is reported during the outage, the change once
+/// after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_reports_nothing_then_the_change_once() -> Result<()> {
+    let data_dir = std::env::temp_dir().join(format!("nudge-consul-outage-{}", std::process::id()));
+    let mut agent = ConsulAgent::start_persistent(&data_dir)?;
+    agent.put("db/url", b"old").await?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    driver.track(tracked("db/url", Algorithm::Native));
+    assert_eq!(driver.next(SOON).await?.observation, native(b"old"));
+    driver
+        .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
+        .await?;
+
+    let outage = Instant::now();
+    agent.stop();
+    let side = agent.start_on_side_port()?;
+    put_at(&reqwest::Client::new(), &side, "db/url", b"new").await?;
+    agent.stop();
+    let during = driver
+        .collect_for(Duration::from_secs(20).saturating_sub(outage.elapsed()))
+        .await;
+    assert_eq!(during, [], "nothing is reported while Consul is down");
+    assert!(driver.source.query_errors() > 0);
+
+    agent.restart()?;
+    assert_eq!(
+        driver.next(Duration::from_secs(10)).await?,
+        update("db/url", Algorithm::Native, native(b"new"))
+    );
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    driver.shutdown().await?;
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&data_dir);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
+    let agent = ConsulAgent::start_dev_with(
+        r#"acl { enabled = true, default_policy = "deny", tokens { master = "root-token" } }"#,
+    )?;
+    let http = reqwest::Client::new();
+    let put = http
+        .put(format!("{}/v1/kv/secret/key", agent.addr()))
+        .header("X-Consul-Token", "root-token")
+        .body("s")
+        .send()
+        .await?;
+    assert!(put.status().is_success());
+
+    let mut denied = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    denied.track(tracked("secret/key", Algorithm::Native));
+    assert_eq!(denied.collect_for(QUIET).await, [], "403 is not content");
+    assert!(denied.source.query_errors() > 0);
+    let err = denied
+        .source
+        .observe(&tracked("secret/key", Algorithm::Native))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SourceError::Backend { .. }), "{err}");
+    denied.shutdown().await?;
+
+    let client = ClientSettings {
+        address: agent.addr(),
+        token: Some("root-token".to_owned()),
+        ..ClientSettings::default()
+    };
+    let mut allowed = Driver::run(source_with(client, fast_watch()), 16);
+    allowed.track(tracked("secret/key", Algorithm::Native));
+    assert_eq!(allowed.next(SOON).await?.observation, native(b"s"));
+    allowed.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_reads_once_and_refuses_what_it_cannot_fingerprint() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("one/off", b"x").await?;
+    agent.put("empty", b"").await?;
+    let source = source(&agent.addr(), fast_watch());
+    assert_eq!(
+        source
+            .observe(&tracked("one/off", Algorithm::Native))
+            .await?,
+        native(b"x")
+    );
+    assert_eq!(
+        source.observe(&tracked("one/off", Algorithm::Md5)).await?,
+        md5(b"x")
+    );
+    assert_eq!(
+        source.observe(&tracked("empty", Algorithm::Native)).await?,
+        native(b"")
+    );
+    assert_eq!(
+        source.observe(&tracked("nope", Algorithm::Native)).await?,
+        Observation::Absent
+    );
+    assert_eq!(source.blocking_queries_started(), 0);
+    assert!(matches!(
+        source.observe(&tracked("one/off", Algorithm::Wave)).await,
+        Err(SourceError::UnsupportedAlgorithm { .. })
+    ));
+    assert!(matches!(
+        source
+            .observe(&tracked("../agent/self", Algorithm::Native))
+            .await,
+        Err(SourceError::InvalidReference { .. })
+    ));
+
+    // A closed port is an error, never Absent.
+    let port = agent.http_port();
+    drop(agent);
+    let down = consul_support::source(&format!("http://127.0.0.1:{port}"), fast_watch());
+    assert!(matches!(
+        down.observe(&tracked("one/off", Algorithm::Native)).await,
+        Err(SourceError::Backend { .. })
+    ));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca_client_certificate_and_server_name() -> Result<()> {
+    let certs = std::env::temp_dir().join(format!("nudge-consul-tls-{}", std::process::id()));
+    consul_support::make_certificates(&certs)?;
+    let (agent, https) = ConsulAgent::start_dev_tls(&certs)?;
+    agent.put("tls/key", b"t").await?;
+    let settings = |client_cert: bool, server_name: &str| ClientSettings {
+        address: https.clone(),
+        tls: TlsSettings {
+            ca_file: Some(certs.join("consul-agent-ca.pem")),
+            client_cert: client_cert.then(|| {
+                (
+                    certs.join("dc1-client-consul-0.pem"),
+                    certs.join("dc1-client-consul-0-key.pem"),
+                )
+            }),
+            server_name: Some(server_name.to_owned()),
+            verify: true,
+        },
+        ..ClientSettings::default()
+    };
+    let item = tracked("tls/key", Algorithm::Native);
+
+    let good = source_with(settings(true, "server.dc1.consul"), fast_watch());
+    assert_eq!(good.observe(&item).await?, native(b"t"));
+    let mut driver = Driver::run(good, 16);
+    driver.track(item.clone());
+    assert_eq!(driver.next(SOON).await?.observation, native(b"t"));
+    agent.put("tls/key", b"u").await?;
+    assert_eq!(driver.next(SOON).await?.observation, native(b"u"));
+    driver.shutdown().await?;
+
+    // The server name is what the certificate is checked against.
+    let wrong_name = source_with(settings(true, "evil.example.com"), fast_watch());
+    assert!(matches!(
+        wrong_name.observe(&item).await,
+        Err(SourceError::Backend { .. })
+    ));
+    // The agent requires a client certificate.
+    let anonymous = source_with(settings(false, "server.dc1.consul"), fast_watch());
+    assert!(matches!(
+        anonymous.observe(&item).await,
+        Err(SourceError::Backend { .. })
+    ));
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&certs);
+    Ok(())
+}

@@ -1,0 +1,565 @@
+//! Test support for the Consul source: a real `consul agent` on 127.0.0.1 with free
+//! ports (killed on drop), a small KV writer, and a driver for a running source.
+//!
+//! Include it with `#[path = "support/consul.rs"] mod consul_support;`.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use base64::Engine as _;
+use nudge::fingerprint::Algorithm;
+use nudge::model::{Reference, SourceName, Tracked};
+use nudge::sources::consul::{ClientSettings, ConsulSource, WatchSettings};
+use nudge::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long an agent may take to answer with a leader.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The ports one agent listens on.
+#[derive(Debug, Clone, Copy)]
+struct Ports {
+    http: u16,
+    serf_lan: u16,
+    server: u16,
+}
+
+#[derive(Debug, Clone)]
+enum Mode {
+    /// `-dev`: in memory.
+    Dev {
+        extra_hcl: String,
+        https: Option<u16>,
+    },
+    /// A single server keeping its state in `data_dir`.
+    Persistent { data_dir: PathBuf },
+}
+
+/// A `consul agent` child process on 127.0.0.1, killed on drop.
+pub struct ConsulAgent {
+    ports: Ports,
+    mode: Mode,
+    child: Option<Child>,
+    /// Config and log files.
+    work_dir: PathBuf,
+    http: reqwest::Client,
+}
+
+static NEXT_AGENT: AtomicU64 = AtomicU64::new(0);
+
+impl ConsulAgent {
+    /// Starts `consul agent -dev` and waits until it has a leader.
+    pub fn start() -> Result<Self> {
+        Self::start_dev_with("")
+    }
+
+    /// Starts `consul agent -dev` with extra HCL configuration (e.g. ACLs).
+    pub fn start_dev_with(extra_hcl: &str) -> Result<Self> {
+        Self::launch(Mode::Dev {
+            extra_hcl: extra_hcl.to_owned(),
+            https: None,
+        })
+    }
+
+    /// Starts `consul agent -dev` that also serves HTTPS with certificates made by
+    /// `consul tls` in `cert_dir` (see [`make_certificates`]) and requires client
+    /// certificates there. Returns the agent and its `https://127.0.0.1:<port>`.
+    pub fn start_dev_tls(cert_dir: &Path) -> Result<(Self, String)> {
+        let [https] = free_ports()?;
+        let file = |name: &str| cert_dir.join(name).display().to_string();
+        let hcl = format!(
+            "ca_file = \"{}\"\ncert_file = \"{}\"\nkey_file = \"{}\"\nverify_incoming_https = true\n",
+            file("consul-agent-ca.pem"),
+            file("dc1-server-consul-0.pem"),
+            file("dc1-server-consul-0-key.pem"),
+        );
+        let agent = Self::launch(Mode::Dev {
+            extra_hcl: hcl,
+            https: Some(https),
+        })?;
+        Ok((agent, format!("https://127.0.0.1:{https}")))
+    }
+
+    /// Starts a single non-dev server keeping its state in `data_dir`, so that
+    /// [`ConsulAgent::restart`] finds its data again.
+    pub fn start_persistent(data_dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(data_dir)?;
+        Self::launch(Mode::Persistent {
+            data_dir: data_dir.to_owned(),
+        })
+    }
+
+    fn launch(mode: Mode) -> Result<Self> {
+        let n = NEXT_AGENT.fetch_add(1, Ordering::Relaxed);
+        let work_dir =
+            std::env::temp_dir().join(format!("nudge-consul-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&work_dir)?;
+        let [http, serf_lan, server] = free_ports()?;
+        let mut agent = Self {
+            ports: Ports {
+                http,
+                serf_lan,
+                server,
+            },
+            mode,
+            child: None,
+            work_dir,
+            http: reqwest::Client::new(),
+        };
+        agent.spawn(agent.ports.http)?;
+        Ok(agent)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("http://127.0.0.1:{}", self.ports.http)
+    }
+
+    /// The HTTP port.
+    pub fn http_port(&self) -> u16 {
+        self.ports.http
+    }
+
+    /// Kills the agent (SIGKILL) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the agent again on the same ports (and data directory).
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        self.spawn(self.ports.http)
+    }
+
+    /// Starts the (persistent) agent on its data directory but on another HTTP port,
+    /// returning that port's address: data can change while the usual address stays
+    /// unreachable. Call [`ConsulAgent::stop`] then [`ConsulAgent::restart`] after.
+    pub fn start_on_side_port(&mut self) -> Result<String> {
+        self.stop();
+        let [side] = free_ports()?;
+        self.spawn(side)?;
+        Ok(format!("http://127.0.0.1:{side}"))
+    }
+
+    fn spawn(&mut self, http_port: u16) -> Result<()> {
+        let Ports {
+            serf_lan, server, ..
+        } = self.ports;
+        let https = match &self.mode {
+            Mode::Dev {
+                https: Some(port), ..
+            } => format!(", https = {port}"),
+            _ => String::new(),
+        };
+        let ports = format!(
+            "ports {{ http = {http_port}, dns = -1, serf_lan = {serf_lan}, serf_wan = -1, server = {server}, grpc = -1{https} }}\n\
+             disable_update_check = true\n"
+        );
+        let mut command = Command::new("consul");
+        command.args([
+            "agent",
+            "-bind",
+            "127.0.0.1",
+            "-client",
+            "127.0.0.1",
+            "-log-level",
+            "warn",
+        ]);
+        let config = match &self.mode {
+            Mode::Dev { extra_hcl, .. } => {
+                command.arg("-dev");
+                format!("{ports}{extra_hcl}\n")
+            }
+            Mode::Persistent { data_dir } => {
+                command
+                    .args(["-server", "-bootstrap-expect=1", "-node", "nudge-test"])
+                    .arg(format!("-data-dir={}", data_dir.display()));
+                format!("{ports}performance {{ raft_multiplier = 1 }}\n")
+            }
+        };
+        let config_file = self.work_dir.join("agent.hcl");
+        std::fs::write(&config_file, config)?;
+        command.arg(format!("-config-file={}", config_file.display()));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.work_dir.join("agent.log"))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("cannot run `consul` (is it on PATH?)")?;
+        self.child = Some(child);
+        wait_for_leader(http_port, self.child.as_mut().expect("just spawned"))
+            .with_context(|| format!("agent log: {}", self.work_dir.join("agent.log").display()))
+    }
+
+    /// Writes a key through this agent.
+    pub async fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        put_at(&self.http, &self.addr(), key, value).await
+    }
+
+    /// Deletes a key through this agent.
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        let response = self.http.delete(kv_url(&self.addr(), key)?).send().await?;
+        if !response.status().is_success() {
+            bail!("DELETE {key}: {}", response.status());
+        }
+        Ok(())
+    }
+
+    /// Writes many keys with the transaction API (64 per request).
+    pub async fn put_many(&self, entries: &[(String, Vec<u8>)]) -> Result<()> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        for chunk in entries.chunks(64) {
+            let ops: Vec<serde_json::Value> = chunk
+                .iter()
+                .map(|(key, value)| {
+                    serde_json::json!({"KV": {"Verb": "set", "Key": key, "Value": b64.encode(value)}})
+                })
+                .collect();
+            let response = self
+                .http
+                .put(format!("{}/v1/txn", self.addr()))
+                .body(serde_json::to_vec(&ops)?)
+                .send()
+                .await?;
+            if !response.status().is_success() {
+                bail!("txn: {}", response.status());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ConsulAgent {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.work_dir);
+    }
+}
+
+/// Makes a CA, a server certificate (`server.dc1.consul`, `localhost`, `127.0.0.1`)
+/// and a client certificate in `dir` with `consul tls`.
+pub fn make_certificates(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for args in [
+        &["tls", "ca", "create"][..],
+        &["tls", "cert", "create", "-server", "-dc", "dc1"],
+        &["tls", "cert", "create", "-client", "-dc", "dc1"],
+    ] {
+        let status = Command::new("consul")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("consul {}: {status}", args.join(" "));
+        }
+    }
+    Ok(())
+}
+
+/// Writes a key through the agent at `addr`.
+pub async fn put_at(http: &reqwest::Client, addr: &str, key: &str, value: &[u8]) -> Result<()> {
+    let response = http
+        .put(kv_url(addr, key)?)
+        .body(value.to_vec())
+        .send()
+        .await?;
+    if !response.status().is_success() {
+        bail!("PUT {key}: {}", response.status());
+    }
+    Ok(())
+}
+
+fn kv_url(addr: &str, key: &str) -> Result<reqwest::Url> {
+    let mut url = reqwest::Url::parse(addr)?;
+    url.path_segments_mut()
+        .map_err(|()| anyhow::anyhow!("bad address"))?
+        .extend(["v1", "kv"])
+        .extend(key.split('/'));
+    Ok(url)
+}
+
+/// `count` ports free for TCP and UDP on 127.0.0.1 right now.
+fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let mut held = Vec::new();
+    let mut ports = [0; N];
+    let mut i = 0;
+    while i < N {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        // Serf also needs the UDP port.
+        let Ok(udp) = UdpSocket::bind(("127.0.0.1", port)) else {
+            continue;
+        };
+        held.push((listener, udp));
+        ports[i] = port;
+        i += 1;
+    }
+    Ok(ports)
+}
+
+/// Waits until `GET /v1/status/leader` names a leader.
+fn wait_for_leader(http_port: u16, child: &mut Child) -> Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait()? {
+            bail!("consul agent exited: {status}");
+        }
+        if let Ok(body) = http_get(http_port, "/v1/status/leader") {
+            let leader = body.trim().trim_matches('"');
+            if !leader.is_empty() {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("consul agent on port {http_port} has no leader after {READY_TIMEOUT:?}")
+}
+
+/// A minimal blocking HTTP GET (no client runtime needed during start-up).
+fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    if !response.starts_with("HTTP/1.0 200") && !response.starts_with("HTTP/1.1 200") {
+        return Err(std::io::Error::other("not 200"));
+    }
+    Ok(response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned())
+}
+
+/// TCP connections to `port` on this host: `(client, agent)`, where `client`
+/// counts established client-side sockets and `agent` the agent's sockets it still
+/// counts against `limits.http_max_conns_per_client` (established or half-closed by
+/// the client), from `/proc/net/tcp{,6}`.
+pub fn connections_to(port: u16) -> (u64, u64) {
+    const ESTABLISHED: &str = "01";
+    const CLOSE_WAIT: &str = "08";
+    let (mut client, mut agent) = (0, 0);
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(table) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for line in table.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(remote), Some(state)) =
+                (fields.get(1), fields.get(2), fields.get(3))
+            else {
+                continue;
+            };
+            let port_of = |addr: &str| {
+                addr.rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+            };
+            if *state == ESTABLISHED && port_of(remote) == Some(port) {
+                client += 1;
+            }
+            if (*state == ESTABLISHED || *state == CLOSE_WAIT) && port_of(local) == Some(port) {
+                agent += 1;
+            }
+        }
+    }
+    (client, agent)
+}
+
+/// Samples [`connections_to`] every 10 ms on a thread and keeps the peaks.
+pub struct ConnectionSampler {
+    client_peak: Arc<AtomicU64>,
+    agent_peak: Arc<AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ConnectionSampler {
+    /// Starts sampling connections to `port`.
+    pub fn start(port: u16) -> Self {
+        let client_peak = Arc::new(AtomicU64::new(0));
+        let agent_peak = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (client_peak, agent_peak, stop) =
+                (client_peak.clone(), agent_peak.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let (client, agent) = connections_to(port);
+                    client_peak.fetch_max(client, Ordering::Relaxed);
+                    agent_peak.fetch_max(agent, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        Self {
+            client_peak,
+            agent_peak,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The most established client connections seen so far.
+    pub fn client_peak(&self) -> u64 {
+        self.client_peak.load(Ordering::Relaxed)
+    }
+
+    /// The most connections the agent held open (established or half-closed).
+    pub fn agent_peak(&self) -> u64 {
+        self.agent_peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ConnectionSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Watch settings that make tests fast: short waits and retries.
+pub fn fast_watch() -> WatchSettings {
+    WatchSettings {
+        wait: Duration::from_secs(30),
+        max_concurrent_queries: 64,
+        min_query_interval: Duration::from_millis(50),
+        max_retry_interval: Duration::from_secs(2),
+    }
+}
+
+/// A Consul source named `consul` on `addr`.
+pub fn source(addr: &str, watch: WatchSettings) -> Arc<ConsulSource> {
+    source_with(
+        ClientSettings {
+            address: addr.to_owned(),
+            ..ClientSettings::default()
+        },
+        watch,
+    )
+}
+
+/// A Consul source named `consul` with explicit client settings.
+pub fn source_with(client: ClientSettings, watch: WatchSettings) -> Arc<ConsulSource> {
+    Arc::new(ConsulSource::new(SourceName::consul(), &client, watch).expect("valid settings"))
+}
+
+/// A tracked Consul key.
+pub fn tracked(key: &str, algorithm: Algorithm) -> Tracked {
+    Tracked::new(Reference::key(SourceName::consul(), key), algorithm)
+}
+
+/// A running source driven through its [`SourceContext`] channels.
+pub struct Driver {
+    /// The source.
+    pub source: Arc<ConsulSource>,
+    interest: mpsc::UnboundedSender<Interest>,
+    updates: mpsc::Receiver<SourceUpdate>,
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<Result<(), SourceError>>>,
+}
+
+impl Driver {
+    /// Runs `source` with an updates channel of `capacity`.
+    pub fn run(source: Arc<ConsulSource>, capacity: usize) -> Self {
+        let (interest_tx, interest_rx) = mpsc::unbounded_channel();
+        let (updates_tx, updates_rx) = mpsc::channel(capacity);
+        let shutdown = CancellationToken::new();
+        let ctx = SourceContext {
+            interest: interest_rx,
+            updates: updates_tx,
+            shutdown: shutdown.clone(),
+        };
+        let task = tokio::spawn(source.clone().run(ctx));
+        Self {
+            source,
+            interest: interest_tx,
+            updates: updates_rx,
+            shutdown,
+            task: Some(task),
+        }
+    }
+
+    /// Sends `Track`.
+    pub fn track(&self, tracked: Tracked) {
+        self.interest
+            .send(Interest::Track(tracked))
+            .expect("source running");
+    }
+
+    /// Sends `Untrack`.
+    pub fn untrack(&self, tracked: Tracked) {
+        self.interest
+            .send(Interest::Untrack(tracked))
+            .expect("source running");
+    }
+
+    /// The next update, or an error after `within`.
+    pub async fn next(&mut self, within: Duration) -> Result<SourceUpdate> {
+        match tokio::time::timeout(within, self.updates.recv()).await {
+            Ok(Some(update)) => Ok(update),
+            Ok(None) => bail!("the source closed its updates channel"),
+            Err(_) => bail!("no update within {within:?}"),
+        }
+    }
+
+    /// Every update arriving within `window` (none expected, usually).
+    pub async fn collect_for(&mut self, window: Duration) -> Vec<SourceUpdate> {
+        let deadline = tokio::time::Instant::now() + window;
+        let mut seen = Vec::new();
+        while let Ok(Some(update)) = tokio::time::timeout_at(deadline, self.updates.recv()).await {
+            seen.push(update);
+        }
+        seen
+    }
+
+    /// Waits until `condition` holds on the source, checking every 20 ms.
+    pub async fn wait_until(
+        &self,
+        within: Duration,
+        what: &str,
+        condition: impl Fn(&ConsulSource) -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + within;
+        while !condition(&self.source) {
+            if Instant::now() > deadline {
+                bail!("{what}: not within {within:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Cancels the source and checks that `run` returns `Ok` promptly.
+    pub async fn shutdown(mut self) -> Result<()> {
+        self.shutdown.cancel();
+        let task = self.task.take().expect("running");
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .context("run did not return within 2s of shutdown")??
+            .context("run returned an error")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
