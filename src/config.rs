@@ -2,6 +2,8 @@
 //! file, `NUDGE_<SECTION>__<KEY>` environment variables and CLI flags, in that order
 //! of precedence (later wins). `config.example.toml` mirrors [`Config::default`].
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -60,6 +62,8 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Secret fingerprint key.
     pub fingerprint: FingerprintConfig,
+    /// Config sources other than ConfigMaps and Secrets.
+    pub sources: SourcesConfig,
     /// Logging.
     pub log: LogConfig,
 }
@@ -194,6 +198,179 @@ pub enum LogFormat {
     Json,
 }
 
+/// `[sources]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourcesConfig {
+    /// `[sources.consul]`: the default Consul cluster (source name `consul`), and extra
+    /// clusters under `[sources.consul.instances.<name>]` (source name `consul.<name>`).
+    pub consul: ConsulConfig,
+}
+
+/// `[sources.consul]` and `[sources.consul.instances.<name>]`: one Consul cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsulConfig {
+    /// Whether this cluster is watched. Unset means `false` for `[sources.consul]` and
+    /// `true` for each listed instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// HTTP(S) address of a Consul agent or server. Empty: `$CONSUL_HTTP_ADDR`, else
+    /// `http://127.0.0.1:8500` (default instance only; instances must set it).
+    pub address: String,
+    /// ACL token. Empty: `token_file`, else `$CONSUL_HTTP_TOKEN` (default instance only).
+    pub token: ConsulToken,
+    /// File holding the ACL token (read at start-up). Empty: `$CONSUL_HTTP_TOKEN_FILE`
+    /// (default instance only).
+    pub token_file: String,
+    /// Datacenter to read from. Empty: the agent's own.
+    pub datacenter: String,
+    /// Namespace (Consul Enterprise). Empty: the token's default.
+    pub namespace: String,
+    /// Admin partition (Consul Enterprise). Empty: the token's default.
+    pub partition: String,
+    /// TLS towards Consul.
+    pub tls: ConsulTlsConfig,
+    /// Longest time one blocking query waits for a change (Consul caps it at 10m).
+    #[serde(with = "humantime_serde")]
+    pub wait: Duration,
+    /// Most blocking queries (and so HTTP connections) in flight at once. When more
+    /// keys are tracked, keys under common prefixes share one recursive query.
+    pub max_concurrent_queries: usize,
+    /// Shortest time between two queries of the same watch (a key that keeps
+    /// changing must not spin the loop).
+    #[serde(with = "humantime_serde")]
+    pub min_query_interval: Duration,
+    /// Longest pause between retries while Consul is unreachable or failing.
+    #[serde(with = "humantime_serde")]
+    pub max_retry_interval: Duration,
+    /// Deadline of one non-blocking read.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Further Consul clusters, by name; `eu` becomes the source `consul.eu`. Only
+    /// valid under `[sources.consul]`.
+    pub instances: BTreeMap<String, ConsulConfig>,
+}
+
+impl Default for ConsulConfig {
+    fn default() -> Self {
+        Self {
+            enabled: None,
+            address: String::new(),
+            token: ConsulToken::default(),
+            token_file: String::new(),
+            datacenter: String::new(),
+            namespace: String::new(),
+            partition: String::new(),
+            tls: ConsulTlsConfig::default(),
+            wait: Duration::from_secs(300),
+            max_concurrent_queries: 64,
+            min_query_interval: Duration::from_secs(1),
+            max_retry_interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(10),
+            instances: BTreeMap::new(),
+        }
+    }
+}
+
+impl ConsulConfig {
+    /// Checks one cluster's values; `instance` is `None` for `[sources.consul]`.
+    /// Returns the offending key (relative to the cluster's section) and the problem.
+    pub fn problem(&self, instance: Option<&str>) -> Option<(&'static str, String)> {
+        if instance.is_some() {
+            if !self.instances.is_empty() {
+                return Some(("instances", "instances cannot be nested".to_owned()));
+            }
+            if self.address.is_empty() {
+                return Some(("address", "must be set for an extra instance".to_owned()));
+            }
+        }
+        if !self.token.is_empty() && !self.token_file.is_empty() {
+            return Some((
+                "token",
+                "set either token or token_file, not both".to_owned(),
+            ));
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&self.wait) {
+            return Some((
+                "wait",
+                format!(
+                    "must be between 1s and 10m (Consul's limit), got {}",
+                    humantime::format_duration(self.wait)
+                ),
+            ));
+        }
+        if self.max_concurrent_queries == 0 {
+            return Some(("max_concurrent_queries", "must be at least 1".to_owned()));
+        }
+        if self.max_retry_interval < Duration::from_secs(1) {
+            return Some(("max_retry_interval", "must be at least 1s".to_owned()));
+        }
+        if self.timeout.is_zero() {
+            return Some(("timeout", "must be above 0".to_owned()));
+        }
+        let tls = &self.tls;
+        if tls.cert_file.is_empty() != tls.key_file.is_empty() {
+            return Some((
+                "tls.cert_file",
+                "tls.cert_file and tls.key_file must be set together".to_owned(),
+            ));
+        }
+        None
+    }
+}
+
+/// `[sources.consul.tls]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsulTlsConfig {
+    /// PEM file of the CA that signed Consul's certificate. Empty: the built-in roots.
+    pub ca_file: String,
+    /// PEM client certificate (with `key_file`), for `verify_incoming` clusters.
+    pub cert_file: String,
+    /// PEM private key of `cert_file` (PKCS#8, RSA or SEC1).
+    pub key_file: String,
+    /// Name to verify Consul's certificate against, when it differs from the host in
+    /// `address` (e.g. `server.dc1.consul`).
+    pub server_name: String,
+    /// Verify Consul's certificate. Turning it off is for experiments only.
+    pub verify: bool,
+}
+
+impl Default for ConsulTlsConfig {
+    fn default() -> Self {
+        Self {
+            ca_file: String::new(),
+            cert_file: String::new(),
+            key_file: String::new(),
+            server_name: String::new(),
+            verify: true,
+        }
+    }
+}
+
+/// A Consul ACL token from the configuration; never printed.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ConsulToken(pub String);
+
+impl ConsulToken {
+    /// Whether no token is configured.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for ConsulToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "<redacted>"
+        })
+    }
+}
+
 /// Values from CLI flags; `None` leaves the lower layers' value.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -308,9 +485,42 @@ impl Config {
                 format!("{:?} is not a Secret name", self.fingerprint.key_secret),
             ));
         }
+        let consul = &self.sources.consul;
+        if let Some((key, problem)) = consul.problem(None) {
+            return Err(invalid(consul_key(key), problem));
+        }
+        for (name, instance) in &consul.instances {
+            if let Err(e) = crate::model::SourceName::new(format!("consul.{name}")) {
+                return Err(invalid(
+                    "sources.consul.instances",
+                    format!("{name:?} cannot name a source: {e}"),
+                ));
+            }
+            if let Some((key, problem)) = instance.problem(Some(name)) {
+                return Err(invalid(
+                    "sources.consul.instances",
+                    format!("{name}.{key}: {problem}"),
+                ));
+            }
+        }
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| invalid("log.filter", format!("is not a valid filter: {e}")))?;
         Ok(())
+    }
+}
+
+/// The full dotted key of a `[sources.consul]` key, for error messages.
+fn consul_key(key: &'static str) -> &'static str {
+    match key {
+        "instances" => "sources.consul.instances",
+        "address" => "sources.consul.address",
+        "token" => "sources.consul.token",
+        "wait" => "sources.consul.wait",
+        "max_concurrent_queries" => "sources.consul.max_concurrent_queries",
+        "max_retry_interval" => "sources.consul.max_retry_interval",
+        "timeout" => "sources.consul.timeout",
+        "tls.cert_file" => "sources.consul.tls.cert_file",
+        _ => "sources.consul",
     }
 }
 
@@ -534,6 +744,112 @@ mod tests {
                 .to_string();
             assert!(err.contains("kubernetes.namespaces"), "{err}");
             assert!(err.contains("Team_B"), "{err}");
+            Ok(())
+        });
+    }
+
+    fn consul_instances_read_from_toml() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                r#"
+[sources.consul]
+enabled = true
+address = "https://consul.service:8501"
+max_concurrent_queries = 32
+
+[sources.consul.tls]
+ca_file = "/etc/consul/ca.pem"
+
+[sources.consul.instances.eu]
+address = "https://consul.eu.example.com:8501"
+wait = "2m"
+"#,
+            )?;
+            let config =
+                Config::load(Some(Path::new("nudge.toml")), &Overrides::default()).unwrap();
+            let consul = &config.sources.consul;
+            assert_eq!(consul.enabled, Some(true));
+            assert_eq!(consul.max_concurrent_queries, 32);
+            assert_eq!(consul.tls.ca_file, "/etc/consul/ca.pem");
+            let eu = &consul.instances["eu"];
+            assert_eq!(eu.address, "https://consul.eu.example.com:8501");
+            assert_eq!(eu.wait, Duration::from_secs(120));
+            assert_eq!(eu.enabled, None);
+            assert_eq!(eu.max_concurrent_queries, 64);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn consul_env_vars_reach_the_default_and_extra_instances() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_SOURCES__CONSUL__ENABLED", "true");
+            jail.set_env("NUDGE_SOURCES__CONSUL__ADDRESS", "http://consul:8500");
+            jail.set_env("NUDGE_SOURCES__CONSUL__TLS__VERIFY", "false");
+            jail.set_env(
+                "NUDGE_SOURCES__CONSUL__INSTANCES__EU__ADDRESS",
+                "http://eu:8500",
+            );
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            let consul = &config.sources.consul;
+            assert_eq!(consul.enabled, Some(true));
+            assert_eq!(consul.address, "http://consul:8500");
+            assert!(!consul.tls.verify);
+            assert_eq!(consul.instances["eu"].address, "http://eu:8500");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn consul_token_is_never_printed() {
+        let config = ConsulConfig {
+            token: ConsulToken("s3cr3t".to_owned()),
+            ..ConsulConfig::default()
+        };
+        assert!(!format!("{config:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn consul_instance_without_address_is_rejected() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                "[sources.consul.instances.eu]\nwait = \"1m\"\n",
+            )?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("sources.consul.instances"), "{err}");
+            assert!(err.contains("eu.address"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn consul_instance_name_must_make_a_source_name() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                "[sources.consul.instances.eu-west]\naddress = \"http://x:8500\"\n",
+            )?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("eu-west"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn consul_wait_beyond_consuls_limit_names_key_and_variable() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_SOURCES__CONSUL__WAIT", "11m");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("sources.consul.wait"), "{err}");
+            assert!(err.contains("NUDGE_SOURCES__CONSUL__WAIT"), "{err}");
             Ok(())
         });
     }

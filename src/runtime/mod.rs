@@ -26,6 +26,9 @@ pub enum RunError {
     /// The installation key could not be loaded or created.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// A Consul source could not be set up (address, token file, TLS files).
+    #[error(transparent)]
+    Consul(#[from] crate::sources::consul::SettingsError),
     /// The engine could not be assembled.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -51,6 +54,7 @@ pub async fn run_with_client(
         engine,
         kubernetes,
         fingerprint,
+        sources,
         log: _,
     } = config;
     let key = installation_key(
@@ -86,6 +90,9 @@ pub async fn run_with_client(
             key,
             source_settings,
         )))?;
+    for source in crate::sources::consul::settings::sources_from_config(&sources.consul)? {
+        engine = engine.with_source(Arc::new(source))?;
+    }
     let targets = targets::builtin(client, target_settings);
     let kinds: Vec<&str> = targets.iter().map(|t| t.kind().as_str()).collect();
     tracing::info!(

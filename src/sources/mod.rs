@@ -14,6 +14,7 @@ use crate::fingerprint::{Algorithm, Observation};
 use crate::model::{Scope, SourceName, Tracked};
 
 mod configmap;
+pub mod consul;
 pub mod kube;
 pub mod secret;
 

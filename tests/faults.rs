@@ -1,0 +1,95 @@
+//! Changes survive dropped and expired watches and failing PATCHes. These tests
+//! inject faults, so they run only on the in-process API server double.
+
+mod support;
+
+use apiserver_double::RequestFilter;
+use support::*;
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+async fn stamped_auto_deployment(cluster: &TestCluster, name: &str) -> String {
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            name,
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("cfg"),
+        )
+        .await;
+    wait_for_stamp(cluster, "Deployment", name, CONFIG_HASH, None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_made_while_watches_are_down_and_expired_is_still_stamped_once() {
+    let Some(cluster) = TestCluster::with_faults("watch-expired").await else {
+        return;
+    };
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let first = stamped_auto_deployment(&cluster, "web").await;
+    let double = cluster.double().unwrap();
+    let patches = cluster.patch_counter("Deployment", "web").await;
+
+    // Watches go down and cannot come back for a while; meanwhile the config
+    // changes and the history nudge would resume from is compacted away (410).
+    double.fail_next(6, 500, RequestFilter::any().method("GET").watch(true));
+    double.drop_watches();
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    double.compact_history();
+
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1);
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_patches_are_retried_until_the_stamp_lands() {
+    let Some(cluster) = TestCluster::with_faults("patch-500").await else {
+        return;
+    };
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let first = stamped_auto_deployment(&cluster, "api").await;
+    let double = cluster.double().unwrap();
+    let patches = cluster.patch_counter("Deployment", "api").await;
+
+    double.fail_next(
+        2,
+        500,
+        RequestFilter::any()
+            .method("PATCH")
+            .path_contains("/deployments/api"),
+    );
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, Some(&first)).await;
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        3,
+        "two failed attempts, then one that landed"
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_patches_are_retried() {
+    let Some(cluster) = TestCluster::with_faults("patch-429").await else {
+        return;
+    };
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let first = stamped_auto_deployment(&cluster, "api").await;
+    let double = cluster.double().unwrap();
+    double.fail_next_with_retry_after(
+        1,
+        429,
+        1,
+        RequestFilter::any()
+            .method("PATCH")
+            .path_contains("/deployments/api"),
+    );
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, Some(&first)).await;
+    nudge.stop().await;
+}
