@@ -748,6 +748,7 @@ mod tests {
         });
     }
 
+    #[test]
     fn consul_instances_read_from_toml() {
         Jail::expect_with(|jail| {
             jail.create_file(
