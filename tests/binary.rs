@@ -1,0 +1,174 @@
+//! End-to-end flows with the compiled `nudge run` binary as a separate process.
+
+mod support;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde_json::json;
+use support::*;
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+fn log_path(cluster: &TestCluster, name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{}-{name}.log", cluster.namespace()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_stamps_once_per_data_change_and_never_for_metadata() {
+    let cluster = TestCluster::start("bin-auto").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    let nudge = cluster.spawn_nudge_binary(&cluster.nudge_config(), &log_path(&cluster, "nudge"));
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1);
+
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    cluster
+        .merge_patch::<ConfigMap>("app-config", json!({"metadata": {"labels": {"x": "y"}}}))
+        .await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 0);
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_while_stopped_stamps_once_and_a_restart_patches_nothing() {
+    const WORKLOADS: usize = 100;
+    let cluster = TestCluster::start("bin-restart").await;
+    for i in 0..10 {
+        cluster
+            .put_configmap(&format!("cfg-{i}"), &[("v", "1")])
+            .await;
+    }
+    for i in 0..WORKLOADS {
+        cluster
+            .create_workload(
+                "Deployment",
+                &format!("w-{i}"),
+                &[("nudge.dev/auto", "true")],
+                &[],
+                pod_mounting_configmap(&format!("cfg-{}", i % 10)),
+            )
+            .await;
+    }
+    let config = cluster.nudge_config();
+    let nudge = cluster.spawn_nudge_binary(&config, &log_path(&cluster, "first"));
+    let mut stamps = Vec::new();
+    for i in 0..WORKLOADS {
+        stamps.push(
+            wait_for_stamp(&cluster, "Deployment", &format!("w-{i}"), CONFIG_HASH, None).await,
+        );
+    }
+    nudge.stop().await;
+
+    // Changed while nudge is down: applied once when it comes back.
+    let patches = cluster.patch_counter("Deployment", "w-0").await;
+    cluster.put_configmap("cfg-0", &[("v", "2")]).await;
+    let nudge = cluster.spawn_nudge_binary(&config, &log_path(&cluster, "second"));
+    let restamped =
+        wait_for_stamp(&cluster, "Deployment", "w-0", CONFIG_HASH, Some(&stamps[0])).await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1);
+    nudge.stop().await;
+
+    // A restart of an in-sync controller patches nothing at all.
+    let mut counters = Vec::new();
+    for i in 0..WORKLOADS {
+        counters.push(cluster.patch_counter("Deployment", &format!("w-{i}")).await);
+    }
+    let nudge = cluster.spawn_nudge_binary(&config, &log_path(&cluster, "third"));
+    // Long enough to list, observe every ConfigMap and pass several debounce windows.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    nudge.stop().await;
+    let mut total = 0;
+    for counter in &counters {
+        total += counter.count(&cluster).await;
+    }
+    assert_eq!(total, 0, "in-sync workloads are never patched on restart");
+    assert_eq!(
+        cluster.template_annotations("Deployment", "w-0").await[CONFIG_HASH],
+        restamped
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_values_never_reach_the_logs_even_at_trace_level() {
+    let cluster = TestCluster::start("bin-secret-logs").await;
+    let secret_value = "pa55-w0rd-never-logged-7f3c";
+    cluster
+        .put_secret("creds", &[("password", secret_value)])
+        .await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "app",
+            &[
+                ("nudge.dev/secret-creds", "creds"),
+                ("nudge.dev/auto", "true"),
+            ],
+            &[],
+            json!({
+                "containers": [{
+                    "name": "app", "image": "busybox",
+                    "envFrom": [{ "secretRef": { "name": "creds" } }],
+                }],
+            }),
+        )
+        .await;
+    let mut config = cluster.nudge_config();
+    config.log.filter = "trace".to_owned();
+    let log = log_path(&cluster, "trace");
+    let nudge = cluster.spawn_nudge_binary(&config, &log);
+    let first = wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "app",
+        "nudge.dev/checksum-creds",
+        None,
+    )
+    .await;
+    let new_value = "rotated-secret-also-hidden-91b2";
+    cluster
+        .put_secret("creds", &[("password", new_value)])
+        .await;
+    wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "app",
+        "nudge.dev/checksum-creds",
+        Some(&first),
+    )
+    .await;
+    nudge.stop().await;
+
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logs.len() > 1000,
+        "trace logging was on ({} bytes)",
+        logs.len()
+    );
+    let b64 = base64::engine::general_purpose::STANDARD;
+    for value in [secret_value, new_value] {
+        for form in [value.to_owned(), b64.encode(value)] {
+            assert!(
+                !logs.contains(&form),
+                "the log contains a secret value ({form})"
+            );
+        }
+    }
+}
