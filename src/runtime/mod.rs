@@ -40,13 +40,57 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
-    run_with_client(config, client, shutdown).await
+    Controller::new(config, client).run(shutdown).await
 }
 
 /// Runs the controller with `client` until `shutdown` is cancelled.
 pub async fn run_with_client(
     config: Config,
     client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    Controller::new(config, client).run(shutdown).await
+}
+
+/// The controller with the built-in sources and targets, plus any custom
+/// [`Source`](crate::sources::Source) a library user adds.
+pub struct Controller {
+    config: Config,
+    client: kube::Client,
+    custom_sources: Vec<Arc<dyn crate::sources::Source>>,
+}
+
+impl Controller {
+    /// A controller for `config` talking to the cluster through `client`.
+    pub fn new(config: Config, client: kube::Client) -> Self {
+        Self {
+            config,
+            client,
+            custom_sources: Vec::new(),
+        }
+    }
+
+    /// Adds a custom source; workloads reference it as `<prefix>/<name>-<slot>`.
+    pub fn with_source(mut self, source: Arc<dyn crate::sources::Source>) -> Self {
+        self.custom_sources.push(source);
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
+        let Controller {
+            config,
+            client,
+            custom_sources,
+        } = self;
+        run_assembled(config, client, custom_sources, shutdown).await
+    }
+}
+
+async fn run_assembled(
+    config: Config,
+    client: kube::Client,
+    custom_sources: Vec<Arc<dyn crate::sources::Source>>,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     let Config {
@@ -92,6 +136,9 @@ pub async fn run_with_client(
         )))?;
     for source in crate::sources::consul::settings::sources_from_config(&sources.consul)? {
         engine = engine.with_source(Arc::new(source))?;
+    }
+    for source in custom_sources {
+        engine = engine.with_source(source)?;
     }
     let targets = targets::builtin(client, target_settings);
     let kinds: Vec<&str> = targets.iter().map(|t| t.kind().as_str()).collect();
