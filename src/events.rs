@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::model::WorkloadId;
+use crate::model::{Reference, SourceName, WorkloadId};
 
 /// Why an Event is published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +47,10 @@ pub struct Notice {
     pub reason: Reason,
     /// Human text: names of references or annotations, never content.
     pub note: String,
+    /// The config object the Event is about, when it is a Kubernetes object.
+    /// Repeated Events aggregate into one series only when this matches too, so a
+    /// change to another object gets its own Event and note.
+    pub related: Option<Reference>,
 }
 
 /// Where Events go. Publishing is best effort: failures are logged, not retried.
@@ -109,12 +113,30 @@ impl EventSink for KubeEvents {
             reason: notice.reason.as_str().into(),
             note: Some(truncate(&notice.note)),
             action: "Stamp".into(),
-            secondary: None,
+            secondary: notice.related.as_ref().and_then(object_reference),
         };
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(%workload, reason = notice.reason.as_str(), %error, "cannot publish Event");
         }
     }
+}
+
+/// The Kubernetes object a reference names, for ConfigMaps and Secrets.
+fn object_reference(reference: &Reference) -> Option<ObjectReference> {
+    let kind = if reference.source == SourceName::configmap() {
+        "ConfigMap"
+    } else if reference.source == SourceName::secret() {
+        "Secret"
+    } else {
+        return None;
+    };
+    Some(ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        namespace: reference.namespace.clone(),
+        name: Some(reference.name.clone()),
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]

@@ -358,3 +358,120 @@ async fn optional_reference_absent_counts_and_creating_it_stamps_once() {
     assert_eq!(patches.count(&cluster).await, 1);
     nudge.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignored_configmap_changes_stamp_nothing() {
+    let cluster = TestCluster::start("ignored").await;
+    cluster.put_configmap("noisy", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "quiet",
+            &[("nudge.dev/configmap-noisy", "noisy")],
+            &[],
+            plain_pod(),
+        )
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "quiet",
+        "nudge.dev/checksum-noisy",
+        None,
+    )
+    .await;
+    cluster
+        .merge_patch::<ConfigMap>(
+            "noisy",
+            json!({"metadata": {"annotations": {"nudge.dev/ignore": "true"}}}),
+        )
+        .await;
+    settle().await;
+    let patches = cluster.patch_counter("Deployment", "quiet").await;
+    cluster
+        .merge_patch::<ConfigMap>("noisy", json!({"data": {"a": "2"}}))
+        .await;
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "ignored object changed, nothing stamped"
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_changed_event_names_the_reference_not_its_content() {
+    let cluster = TestCluster::start("event-content").await;
+    cluster
+        .put_configmap("settings", &[("color", "blue")])
+        .await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "ev",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("settings"),
+        )
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let first = wait_for_stamp(&cluster, "Deployment", "ev", CONFIG_HASH, None).await;
+    cluster
+        .put_configmap("settings", &[("color", "vermilion-secret-shade")])
+        .await;
+    wait_for_stamp(&cluster, "Deployment", "ev", CONFIG_HASH, Some(&first)).await;
+    let events = wait_for("ConfigChanged naming settings", WAIT, || async {
+        let events = cluster.events_for("ev", "ConfigChanged").await;
+        events
+            .into_iter()
+            .find(|e| e.note.as_deref().unwrap_or_default().contains("settings"))
+    })
+    .await;
+    let note = events.note.unwrap_or_default();
+    assert_eq!(events.type_.as_deref(), Some("Normal"));
+    assert!(
+        !note.contains("vermilion"),
+        "content leaked into the Event: {note}"
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installation_key_is_generated_once_so_secret_stamps_survive_restarts() {
+    let cluster = TestCluster::start("stable-key").await;
+    cluster.put_secret("db", &[("password", "x")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "k",
+            &[("nudge.dev/secret-db", "db")],
+            &[],
+            plain_pod(),
+        )
+        .await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let stamp = wait_for_stamp(&cluster, "Deployment", "k", "nudge.dev/checksum-db", None).await;
+    nudge.stop().await;
+
+    let patches = cluster.patch_counter("Deployment", "k").await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    nudge.stop().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "same key, same fingerprint, no PATCH"
+    );
+    assert_eq!(
+        cluster.template_annotations("Deployment", "k").await["nudge.dev/checksum-db"],
+        stamp
+    );
+    let key_secret = cluster
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get("nudge-fingerprint-key")
+        .await
+        .expect("the key Secret exists in nudge's namespace");
+    assert!(key_secret.data.unwrap()["key"].0.len() >= 32);
+}

@@ -418,10 +418,18 @@ impl Core {
             .blocked
             .iter()
             .any(|b| matches!(b.reason, BlockReason::Missing { .. }));
+        if !missing {
+            // Back (perhaps unchanged, so no stamp follows): a later absence is a
+            // new problem to report.
+            self.reported_missing.remove(id);
+        }
         if missing || stamp::diff(&known.workload, specs, &desired).is_some() {
             self.scheduler
                 .touch(id.clone(), known.debounce, known.min_interval);
-        } else {
+        } else if !self.in_flight.contains(id) {
+            // In sync again (e.g. reverted within the debounce window). While a stamp
+            // is in flight, the watch may echo it before the apply returns: the
+            // pending references still belong to that stamp's Event.
             self.pending.remove(id);
         }
     }
@@ -508,7 +516,9 @@ impl Core {
                 if let Some(known) = self.workloads.get_mut(&id) {
                     known.workload = *workload;
                 }
-                self.publish(&id, Reason::ConfigChanged, note).await;
+                let related = changed.into_iter().next();
+                self.publish_about(&id, Reason::ConfigChanged, note, related)
+                    .await;
             }
             Ok(ApplyOutcome::Gone) => {
                 tracing::debug!(workload = %id, "workload deleted before the stamp");
@@ -544,11 +554,22 @@ impl Core {
     }
 
     async fn publish(&self, id: &WorkloadId, reason: Reason, note: String) {
+        self.publish_about(id, reason, note, None).await;
+    }
+
+    async fn publish_about(
+        &self,
+        id: &WorkloadId,
+        reason: Reason,
+        note: String,
+        related: Option<Reference>,
+    ) {
         self.events
             .publish(Notice {
                 workload: id.clone(),
                 reason,
                 note,
+                related,
             })
             .await;
     }

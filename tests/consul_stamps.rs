@@ -1,0 +1,1001 @@
+//! Consul keys stamp the workloads that reference them: nudge runs in this process
+//! against the API server double (or `NUDGE_TEST_KUBECONFIG`) and a real `consul
+//! agent` per test, configured through `[sources.consul]` like a deployment would be.
+//!
+//! Consul's side is observed from outside nudge: blocking queries through a small
+//! TCP proxy that reads the HTTP requests passing through it, and connections
+//! through `/proc/net/tcp`.
+
+#[path = "support/consul.rs"]
+mod consul_support;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use base64::Engine as _;
+use md5::Md5;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use consul_support::{ConsulAgent, put_at};
+use nudge::config::Config;
+use nudge::sources::consul::ONE_OFF_READS;
+use nudge::sources::consul::plan::Plan;
+use support::*;
+
+const CHECKSUM_CONFIG: &str = "nudge.dev/checksum-config";
+const MUTATOR_CHECKSUM_DB: &str = "k8s-consul-mutator.io/checksum-db";
+const MUTATOR_LAST_UPDATED: &str = "k8s-consul-mutator.io/last-updated";
+
+/// nudge's native fingerprint of a Consul value, computed here independently:
+/// `sha256-<hex>` of the raw bytes.
+fn sha256_of(value: &[u8]) -> String {
+    format!("sha256-{}", hex::encode(Sha256::digest(value)))
+}
+
+/// k8s-consul-mutator's checksum: `md5-<hex>` of the raw bytes.
+fn md5_of(value: &[u8]) -> String {
+    format!("md5-{}", hex::encode(Md5::digest(value)))
+}
+
+/// The test's nudge configuration with the default Consul cluster at `address`,
+/// timed for tests (short waits between queries and retries).
+fn consul_config(cluster: &TestCluster, address: &str) -> Config {
+    let mut config = cluster.nudge_config();
+    let consul = &mut config.sources.consul;
+    consul.enabled = Some(true);
+    consul.address = address.to_owned();
+    consul.wait = Duration::from_secs(30);
+    consul.min_query_interval = Duration::from_millis(50);
+    consul.max_retry_interval = Duration::from_secs(2);
+    consul.timeout = Duration::from_secs(5);
+    config
+}
+
+/// Creates a Deployment with the given workload and pod-template annotations.
+async fn deployment(
+    cluster: &TestCluster,
+    name: &str,
+    annotations: &[(&str, &str)],
+    template_annotations: &[(&str, &str)],
+) {
+    cluster
+        .create_workload(
+            "Deployment",
+            name,
+            annotations,
+            template_annotations,
+            plain_pod(),
+        )
+        .await;
+}
+
+/// `consul kv put` as a person would type it.
+async fn consul_kv_put(address: &str, key: &str, value: &str) {
+    let output = tokio::process::Command::new("consul")
+        .args(["kv", "put", &format!("-http-addr={address}"), key, value])
+        .output()
+        .await
+        .expect("run consul kv put");
+    assert!(
+        output.status.success(),
+        "consul kv put {key}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_change_stamps_its_checksum_once_and_an_identical_write_stamps_nothing() -> Result<()>
+{
+    let agent = ConsulAgent::start()?;
+    agent.put("app/config", b"v1").await?;
+    let cluster = TestCluster::start("consul-change").await;
+    deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/consul-config", "app/config")],
+        &[],
+    )
+    .await;
+    let nudge = cluster.start_nudge(consul_config(&cluster, &agent.addr()));
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CHECKSUM_CONFIG, None).await;
+    assert_eq!(first, sha256_of(b"v1"));
+
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    consul_kv_put(&agent.addr(), "app/config", "v2").await;
+    let second = wait_for_stamp(&cluster, "Deployment", "web", CHECKSUM_CONFIG, Some(&first)).await;
+    assert_eq!(second, sha256_of(b"v2"));
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1, "one change, one PATCH");
+
+    // A new ModifyIndex with the same content is not a change.
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    consul_kv_put(&agent.addr(), "app/config", "v2").await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 0, "same value, no PATCH");
+    assert_eq!(
+        cluster.template_annotations("Deployment", "web").await[CHECKSUM_CONFIG],
+        second
+    );
+    nudge.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workloads_sharing_a_key_share_one_blocking_query_and_are_each_stamped_once() -> Result<()>
+{
+    const KEY_PATH: &str = "/v1/kv/app/shared";
+    let agent = ConsulAgent::start()?;
+    agent.put("app/shared", b"a").await?;
+    let tap = ConsulTap::start(agent.http_port()).await?;
+    let cluster = TestCluster::start("consul-shared").await;
+    for name in ["frontend", "backend"] {
+        deployment(
+            &cluster,
+            name,
+            &[("nudge.dev/consul-config", "app/shared")],
+            &[],
+        )
+        .await;
+    }
+    let nudge = cluster.start_nudge(consul_config(&cluster, &tap.address()));
+    let mut before = Vec::new();
+    for name in ["frontend", "backend"] {
+        let stamp = wait_for_stamp(&cluster, "Deployment", name, CHECKSUM_CONFIG, None).await;
+        assert_eq!(stamp, sha256_of(b"a"));
+        before.push((name, stamp, cluster.patch_counter("Deployment", name).await));
+    }
+    wait_for("one blocking query on the key", WAIT, || async {
+        (tap.in_flight(KEY_PATH) == 1).then_some(())
+    })
+    .await;
+    settle().await;
+    assert_eq!(tap.in_flight(KEY_PATH), 1);
+    let started = tap.started(KEY_PATH);
+
+    agent.put("app/shared", b"b").await?;
+    for (name, stamp, _) in &before {
+        let now = wait_for_stamp(&cluster, "Deployment", name, CHECKSUM_CONFIG, Some(stamp)).await;
+        assert_eq!(now, sha256_of(b"b"));
+    }
+    settle().await;
+    for (name, _, patches) in &before {
+        assert_eq!(patches.count(&cluster).await, 1, "{name} patched once");
+    }
+    wait_for("the query to block again", WAIT, || async {
+        (tap.in_flight(KEY_PATH) == 1).then_some(())
+    })
+    .await;
+    // One change woke one query, which blocked again once.
+    assert_eq!(tap.started(KEY_PATH), started + 1);
+    assert_eq!(
+        tap.peak_in_flight(KEY_PATH),
+        1,
+        "never two blocking queries on one key"
+    );
+    assert_eq!(
+        tap.blocking_paths(),
+        BTreeSet::from([KEY_PATH.to_owned()]),
+        "nothing else is watched"
+    );
+    nudge.stop().await;
+    Ok(())
+}
+
+/// 500 Deployments reference 10 keys each (5,000 distinct keys); `w123` and `w444`
+/// also reference `w007`'s key `k3`. With the default limit of 64 queries the
+/// keys are watched through recursive prefix queries, nudge's connections to
+/// Consul stay within the limit (plus its two one-off reads), and a change to one
+/// key stamps exactly the workloads that reference it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_thousand_keys_stay_within_the_query_limit_and_stamp_exactly_their_dependents()
+-> Result<()> {
+    const WORKLOADS: usize = 500;
+    const KEYS_PER_WORKLOAD: usize = 10;
+    const MAX: usize = 64;
+    const SHARED: &str = "scale/w007/k3";
+    const SHARERS: [usize; 2] = [123, 444];
+    let Some(cluster) = TestCluster::with_faults("consul-scale").await else {
+        return Ok(());
+    };
+    let double = cluster.double().expect("on the double");
+    let test_began = Instant::now();
+    let name = |w: usize| format!("w{w:03}");
+    let key = |w: usize, k: usize| format!("scale/w{w:03}/k{k}");
+
+    let agent = ConsulAgent::start()?;
+    // The test writes from 127.0.0.2, so that nudge's connections (from 127.0.0.1)
+    // can be told apart from the test's.
+    let writer = Writer::new(&agent.addr())?;
+    let entries: Vec<(String, Vec<u8>)> = (0..WORKLOADS)
+        .flat_map(|w| (0..KEYS_PER_WORKLOAD).map(move |k| (w, k)))
+        .map(|(w, k)| (key(w, k), format!("v-{w}-{k}").into_bytes()))
+        .collect();
+    writer.put_many(&entries).await?;
+    for w in 0..WORKLOADS {
+        let mut annotations: BTreeMap<String, String> = (0..KEYS_PER_WORKLOAD)
+            .map(|k| (format!("nudge.dev/consul-k{k}"), key(w, k)))
+            .collect();
+        if SHARERS.contains(&w) {
+            annotations.insert("nudge.dev/consul-extra".to_owned(), SHARED.to_owned());
+        }
+        double.create(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": name(w), "namespace": cluster.namespace(), "annotations": annotations },
+            "spec": {
+                "selector": { "matchLabels": { "app": name(w) } },
+                "template": {
+                    "metadata": { "labels": { "app": name(w) } },
+                    "spec": { "containers": [{ "name": "app", "image": "busybox" }] },
+                },
+            },
+        }))?;
+    }
+    let seeded = test_began.elapsed();
+
+    let sampler = NudgeConnections::start(agent.http_port());
+    let mut config = consul_config(&cluster, &agent.addr());
+    config.sources.consul.max_concurrent_queries = MAX;
+    let started = Instant::now();
+    let nudge = cluster.start_nudge(config);
+
+    // Every workload gets the checksums of its own keys.
+    let expected = |w: usize| -> BTreeMap<String, String> {
+        let mut checksums: BTreeMap<String, String> = (0..KEYS_PER_WORKLOAD)
+            .map(|k| {
+                (
+                    format!("nudge.dev/checksum-k{k}"),
+                    sha256_of(format!("v-{w}-{k}").as_bytes()),
+                )
+            })
+            .collect();
+        if SHARERS.contains(&w) {
+            checksums.insert("nudge.dev/checksum-extra".to_owned(), sha256_of(b"v-7-3"));
+        }
+        checksums
+    };
+    wait_for(
+        "every workload stamped with its keys",
+        Duration::from_secs(60),
+        || async {
+            let stamps = template_checksums(&cluster).await;
+            (stamps.len() == WORKLOADS && (0..WORKLOADS).all(|w| stamps[&name(w)] == expected(w)))
+                .then_some(())
+        },
+    )
+    .await;
+    let initial = started.elapsed();
+    let queries = {
+        let mut keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+        keys.sort();
+        Plan::new(&keys, MAX).0.len()
+    };
+    assert!(queries <= MAX);
+
+    // One key referenced by three workloads: exactly those three are stamped.
+    let mark = double.requests().len();
+    writer.put(SHARED, b"changed").await?;
+    wait_for("the sharers to be stamped", WAIT, || async {
+        let stamps = template_checksums(&cluster).await;
+        let changed = sha256_of(b"changed");
+        (stamps[&name(7)]["nudge.dev/checksum-k3"] == changed
+            && SHARERS
+                .iter()
+                .all(|w| stamps[&name(*w)]["nudge.dev/checksum-extra"] == changed))
+        .then_some(())
+    })
+    .await;
+    settle().await;
+    let patched = nudge_patches_since(&cluster, mark);
+    let want: BTreeMap<String, usize> = [7, SHARERS[0], SHARERS[1]]
+        .iter()
+        .map(|w| {
+            (
+                workload_path(cluster.namespace(), "Deployment", &name(*w)),
+                1,
+            )
+        })
+        .collect();
+    assert_eq!(patched, want, "exactly the three workloads using {SHARED}");
+
+    // One key referenced by one workload.
+    let mark = double.requests().len();
+    writer.put(&key(250, 9), b"changed too").await?;
+    wait_for_stamp(
+        &cluster,
+        "Deployment",
+        &name(250),
+        "nudge.dev/checksum-k9",
+        Some(&sha256_of(b"v-250-9")),
+    )
+    .await;
+    settle().await;
+    assert_eq!(
+        nudge_patches_since(&cluster, mark),
+        BTreeMap::from([(
+            workload_path(cluster.namespace(), "Deployment", &name(250)),
+            1
+        )]),
+    );
+    let stamps = template_checksums(&cluster).await;
+    assert_eq!(
+        stamps[&name(250)]["nudge.dev/checksum-k9"],
+        sha256_of(b"changed too")
+    );
+    assert_eq!(
+        stamps[&name(250)]["nudge.dev/checksum-k8"],
+        sha256_of(b"v-250-8")
+    );
+
+    let (client, held) = (sampler.client_peak(), sampler.agent_peak());
+    eprintln!(
+        "5000 keys on 500 workloads: seeded in {seeded:?}, all stamped {initial:?} after start; \
+         {queries} planned queries; peak connections: {client} opened by nudge, {held} held by the agent; \
+         test took {:?}",
+        test_began.elapsed()
+    );
+    assert!(
+        client <= (MAX + ONE_OFF_READS) as u64,
+        "nudge had {client} connections to Consul open at once (limit {MAX} + {ONE_OFF_READS} one-off reads)"
+    );
+    assert!(
+        client >= queries as u64,
+        "the sampler saw only {client} connections for {queries} queries"
+    );
+    // Abandoned blocking queries linger on the agent until their wait ends; nudge
+    // bounds them by another `MAX`. Consul's own limit per client IP is 200.
+    assert!(
+        held <= (2 * MAX + ONE_OFF_READS) as u64,
+        "the agent held {held} connections from nudge"
+    );
+    nudge.stop().await;
+    Ok(())
+}
+
+/// Consul is killed for 20 s. Meanwhile the key changes (the server is brought up
+/// on its data directory behind another port, written to, and killed again). Then
+/// it comes back on its usual address with its data: no stamp during the outage,
+/// one after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consul_outage_stamps_nothing_then_the_change_once() -> Result<()> {
+    let data_dir =
+        std::env::temp_dir().join(format!("nudge-consul-stamps-outage-{}", std::process::id()));
+    let mut agent = ConsulAgent::start_persistent(&data_dir)?;
+    agent.put("db/url", b"old").await?;
+    let cluster = TestCluster::start("consul-outage").await;
+    deployment(
+        &cluster,
+        "db-client",
+        &[("nudge.dev/consul-db", "db/url")],
+        &[],
+    )
+    .await;
+    let nudge = cluster.start_nudge(consul_config(&cluster, &agent.addr()));
+    let first = wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "db-client",
+        "nudge.dev/checksum-db",
+        None,
+    )
+    .await;
+    assert_eq!(first, sha256_of(b"old"));
+    let patches = cluster.patch_counter("Deployment", "db-client").await;
+
+    let outage = Instant::now();
+    agent.stop();
+    let side = agent.start_on_side_port()?;
+    put_at(&reqwest::Client::new(), &side, "db/url", b"new").await?;
+    agent.stop();
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(outage.elapsed())).await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "no stamp while Consul is down"
+    );
+    assert_eq!(
+        cluster
+            .template_annotations("Deployment", "db-client")
+            .await["nudge.dev/checksum-db"],
+        first
+    );
+    assert_eq!(
+        cluster.events_for("db-client", "MissingConfig").await,
+        [],
+        "unreachable is not missing"
+    );
+
+    agent.restart()?;
+    let after = wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "db-client",
+        "nudge.dev/checksum-db",
+        Some(&first),
+    )
+    .await;
+    assert_eq!(after, sha256_of(b"new"));
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        1,
+        "one stamp after the outage"
+    );
+    nudge.stop().await;
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&data_dir);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_key_raises_missing_config_keeps_the_stamp_and_recreating_it_stamps_once()
+-> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("app/flags", b"on").await?;
+    let cluster = TestCluster::start("consul-missing").await;
+    deployment(
+        &cluster,
+        "flagged",
+        &[("nudge.dev/consul-flags", "app/flags")],
+        &[],
+    )
+    .await;
+    let nudge = cluster.start_nudge(consul_config(&cluster, &agent.addr()));
+    let checksum = "nudge.dev/checksum-flags";
+    let first = wait_for_stamp(&cluster, "Deployment", "flagged", checksum, None).await;
+    assert_eq!(first, sha256_of(b"on"));
+    let patches = cluster.patch_counter("Deployment", "flagged").await;
+
+    agent.delete("app/flags").await?;
+    let events = wait_for("a MissingConfig event", WAIT, || async {
+        let events = cluster.events_for("flagged", "MissingConfig").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    let note = events[0].note.as_deref().unwrap_or_default();
+    assert!(note.contains("app/flags"), "the note names the key: {note}");
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 0, "the stamp is kept");
+    assert_eq!(
+        cluster.template_annotations("Deployment", "flagged").await[checksum],
+        first
+    );
+    assert_eq!(
+        occurrences(&cluster, "flagged", "MissingConfig").await,
+        1,
+        "reported once"
+    );
+
+    agent.put("app/flags", b"off").await?;
+    let second = wait_for_stamp(&cluster, "Deployment", "flagged", checksum, Some(&first)).await;
+    assert_eq!(second, sha256_of(b"off"));
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1, "re-created: one stamp");
+    nudge.stop().await;
+    Ok(())
+}
+
+/// A key that comes back with its old value stamps nothing; deleted again, it is
+/// reported again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_again_after_coming_back_unchanged_is_reported_again() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("app/mode", b"blue").await?;
+    let cluster = TestCluster::start("consul-missing-again").await;
+    deployment(
+        &cluster,
+        "moody",
+        &[("nudge.dev/consul-mode", "app/mode")],
+        &[],
+    )
+    .await;
+    let nudge = cluster.start_nudge(consul_config(&cluster, &agent.addr()));
+    let checksum = "nudge.dev/checksum-mode";
+    let first = wait_for_stamp(&cluster, "Deployment", "moody", checksum, None).await;
+    let patches = cluster.patch_counter("Deployment", "moody").await;
+
+    agent.delete("app/mode").await?;
+    wait_for("the first MissingConfig", WAIT, || async {
+        (occurrences(&cluster, "moody", "MissingConfig").await == 1).then_some(())
+    })
+    .await;
+    agent.put("app/mode", b"blue").await?;
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "same content again: no stamp"
+    );
+
+    agent.delete("app/mode").await?;
+    wait_for("the second MissingConfig", WAIT, || async {
+        (occurrences(&cluster, "moody", "MissingConfig").await == 2).then_some(())
+    })
+    .await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 0);
+    assert_eq!(
+        cluster.template_annotations("Deployment", "moody").await[checksum],
+        first
+    );
+    nudge.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consul_mutator_workloads_get_md5_checksums_on_both_and_in_sync_ones_are_left_alone()
+-> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("app/db", b"postgres://db:5432").await?;
+    let current = md5_of(b"postgres://db:5432");
+    let cluster = TestCluster::start("consul-mutator").await;
+    deployment(
+        &cluster,
+        "migrating",
+        &[("k8s-consul-mutator.io/key-db", "app/db")],
+        &[],
+    )
+    .await;
+    deployment(
+        &cluster,
+        "in-sync",
+        &[
+            ("k8s-consul-mutator.io/key-db", "app/db"),
+            (MUTATOR_CHECKSUM_DB, &current),
+        ],
+        &[(MUTATOR_CHECKSUM_DB, &current)],
+    )
+    .await;
+    let untouched = cluster.patch_counter("Deployment", "in-sync").await;
+    let nudge = cluster.start_nudge(consul_config(&cluster, &agent.addr()));
+
+    let stamped = wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "migrating",
+        MUTATOR_CHECKSUM_DB,
+        None,
+    )
+    .await;
+    assert_eq!(stamped, current);
+    assert_mutator_stamp(&cluster, "migrating", &current).await;
+    settle().await;
+    settle().await;
+    assert_eq!(
+        untouched.count(&cluster).await,
+        0,
+        "the right checksum on both: no PATCH"
+    );
+
+    let patches: Vec<_> = [
+        cluster.patch_counter("Deployment", "migrating").await,
+        cluster.patch_counter("Deployment", "in-sync").await,
+    ]
+    .into();
+    agent.put("app/db", b"postgres://db2:5432").await?;
+    let changed = md5_of(b"postgres://db2:5432");
+    for name in ["migrating", "in-sync"] {
+        wait_for_stamp(
+            &cluster,
+            "Deployment",
+            name,
+            MUTATOR_CHECKSUM_DB,
+            Some(&current),
+        )
+        .await;
+        assert_mutator_stamp(&cluster, name, &changed).await;
+    }
+    settle().await;
+    for patches in &patches {
+        assert_eq!(patches.count(&cluster).await, 1);
+    }
+    nudge.stop().await;
+    Ok(())
+}
+
+/// The k8s-consul-mutator stamp: `checksum` on the workload and its pod template,
+/// `last-updated` (RFC 3339) on the workload only, nothing of nudge's own format.
+async fn assert_mutator_stamp(cluster: &TestCluster, name: &str, checksum: &str) {
+    let workload = cluster.workload("Deployment", name).await;
+    let own = &workload["metadata"]["annotations"];
+    let template = &workload["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(own[MUTATOR_CHECKSUM_DB], checksum, "{name}: {own}");
+    assert_eq!(
+        template[MUTATOR_CHECKSUM_DB], checksum,
+        "{name}: {template}"
+    );
+    let last_updated = own[MUTATOR_LAST_UPDATED].as_str().unwrap_or_default();
+    assert!(
+        humantime::parse_rfc3339_weak(last_updated).is_ok(),
+        "{name}: last-updated {last_updated:?}"
+    );
+    let template_keys: Vec<&String> = template
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        template_keys
+            .iter()
+            .all(|k| *k == MUTATOR_CHECKSUM_DB || !k.starts_with("k8s-consul-mutator.io/")),
+        "{name}: only the checksum on the pod template: {template_keys:?}"
+    );
+    assert!(
+        !template_keys.iter().any(|k| k.starts_with("nudge.dev/")),
+        "{name}: no native checksums: {template_keys:?}"
+    );
+}
+
+// === helpers ===
+
+/// How often an Event with `reason` was reported about `name`, counting the
+/// repeats aggregated into an Event series.
+async fn occurrences(cluster: &TestCluster, name: &str, reason: &str) -> i32 {
+    cluster
+        .events_for(name, reason)
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// The `nudge.dev/checksum-*` pod-template annotations of every Deployment in the
+/// test namespace, by name.
+async fn template_checksums(cluster: &TestCluster) -> BTreeMap<String, BTreeMap<String, String>> {
+    let list = cluster
+        .api::<k8s_openapi::api::apps::v1::Deployment>()
+        .list(&Default::default())
+        .await
+        .expect("list deployments");
+    list.items
+        .into_iter()
+        .map(|d| {
+            let name = name_of(&d);
+            let checksums = d
+                .spec
+                .and_then(|s| s.template.metadata)
+                .and_then(|m| m.annotations)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("nudge.dev/checksum-"))
+                .collect();
+            (name, checksums)
+        })
+        .collect()
+}
+
+/// nudge's PATCH requests per path among the double's requests from `mark` on.
+fn nudge_patches_since(cluster: &TestCluster, mark: usize) -> BTreeMap<String, usize> {
+    let mut patched = BTreeMap::new();
+    for request in cluster
+        .double()
+        .expect("on the double")
+        .requests()
+        .iter()
+        .skip(mark)
+    {
+        if request.method == "PATCH"
+            && request.query_param("fieldManager").as_deref() == Some("nudge")
+        {
+            *patched.entry(request.path.clone()).or_default() += 1;
+        }
+    }
+    patched
+}
+
+/// Writes to Consul from 127.0.0.2, one connection per request.
+struct Writer {
+    http: reqwest::Client,
+    address: String,
+}
+
+impl Writer {
+    fn new(address: &str) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)))
+            .pool_max_idle_per_host(0)
+            .build()?;
+        Ok(Self {
+            http,
+            address: address.to_owned(),
+        })
+    }
+
+    async fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        put_at(&self.http, &self.address, key, value).await
+    }
+
+    /// Writes many keys with the transaction API, 64 per request.
+    async fn put_many(&self, entries: &[(String, Vec<u8>)]) -> Result<()> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        for chunk in entries.chunks(64) {
+            let ops: Vec<Value> = chunk
+                .iter()
+                .map(|(key, value)| {
+                    json!({"KV": {"Verb": "set", "Key": key, "Value": b64.encode(value)}})
+                })
+                .collect();
+            let response = self
+                .http
+                .put(format!("{}/v1/txn", self.address))
+                .body(serde_json::to_vec(&ops)?)
+                .send()
+                .await?;
+            if !response.status().is_success() {
+                bail!("txn: {}", response.status());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Samples, every 10 ms, the TCP connections between 127.0.0.1 (nudge; the test
+/// writes from 127.0.0.2) and the agent's HTTP port, keeping the peaks: the
+/// client's established sockets, and the agent's sockets that it still counts
+/// against `limits.http_max_conns_per_client` (established or half-closed).
+struct NudgeConnections {
+    client_peak: Arc<AtomicU64>,
+    agent_peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NudgeConnections {
+    fn start(port: u16) -> Self {
+        let client_peak = Arc::new(AtomicU64::new(0));
+        let agent_peak = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (client_peak, agent_peak, stop) =
+                (client_peak.clone(), agent_peak.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let (client, agent) = loopback_connections(port);
+                    client_peak.fetch_max(client, Ordering::Relaxed);
+                    agent_peak.fetch_max(agent, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        Self {
+            client_peak,
+            agent_peak,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn client_peak(&self) -> u64 {
+        self.client_peak.load(Ordering::Relaxed)
+    }
+
+    fn agent_peak(&self) -> u64 {
+        self.agent_peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for NudgeConnections {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `(client, agent)` socket counts between 127.0.0.1 and `port` on 127.0.0.1,
+/// from `/proc/net/tcp` (see [`NudgeConnections`]).
+fn loopback_connections(port: u16) -> (u64, u64) {
+    const ESTABLISHED: &str = "01";
+    const CLOSE_WAIT: &str = "08";
+    // 127.0.0.1 as /proc/net/tcp prints it (host byte order, little-endian).
+    const LOCALHOST: &str = "0100007F";
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return (0, 0);
+    };
+    let (mut client, mut agent) = (0, 0);
+    for line in table.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(remote), Some(state)) =
+            (fields.get(1), fields.get(2), fields.get(3))
+        else {
+            continue;
+        };
+        let split = |addr: &str| {
+            let (ip, port) = addr.split_once(':')?;
+            Some((ip.to_owned(), u16::from_str_radix(port, 16).ok()?))
+        };
+        let (Some((local_ip, local_port)), Some((remote_ip, remote_port))) =
+            (split(local), split(remote))
+        else {
+            continue;
+        };
+        if local_ip != LOCALHOST || remote_ip != LOCALHOST {
+            continue;
+        }
+        if *state == ESTABLISHED && remote_port == port {
+            client += 1;
+        }
+        if (*state == ESTABLISHED || *state == CLOSE_WAIT) && local_port == port {
+            agent += 1;
+        }
+    }
+    (client, agent)
+}
+
+/// A TCP proxy in front of an agent that reads the HTTP/1.1 requests going through
+/// it: Consul's view of the blocking queries (`GET /v1/kv/…?index=…`) per path.
+/// Clients do not pipeline, so a request is answered when the first bytes come
+/// back on its connection.
+struct ConsulTap {
+    port: u16,
+    counts: Arc<Mutex<TapCounts>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, Default)]
+struct TapCounts {
+    started: HashMap<String, u64>,
+    in_flight: HashMap<String, u64>,
+    peak_in_flight: HashMap<String, u64>,
+}
+
+impl TapCounts {
+    fn begin(&mut self, path: &str) {
+        *self.started.entry(path.to_owned()).or_default() += 1;
+        let in_flight = self.in_flight.entry(path.to_owned()).or_default();
+        *in_flight += 1;
+        let now = *in_flight;
+        let peak = self.peak_in_flight.entry(path.to_owned()).or_default();
+        *peak = (*peak).max(now);
+    }
+
+    fn end(&mut self, path: &str) {
+        if let Some(n) = self.in_flight.get_mut(path) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+impl ConsulTap {
+    async fn start(agent_port: u16) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let counts = Arc::new(Mutex::new(TapCounts::default()));
+        let task = tokio::spawn(Self::serve(listener, agent_port, counts.clone()));
+        Ok(Self { port, counts, task })
+    }
+
+    fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn started(&self, path: &str) -> u64 {
+        self.counts
+            .lock()
+            .unwrap()
+            .started
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn in_flight(&self, path: &str) -> u64 {
+        self.counts
+            .lock()
+            .unwrap()
+            .in_flight
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn peak_in_flight(&self, path: &str) -> u64 {
+        let counts = self.counts.lock().unwrap();
+        counts.peak_in_flight.get(path).copied().unwrap_or(0)
+    }
+
+    /// Every path a blocking query was sent for.
+    fn blocking_paths(&self) -> BTreeSet<String> {
+        self.counts
+            .lock()
+            .unwrap()
+            .started
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    async fn serve(listener: TcpListener, agent_port: u16, counts: Arc<Mutex<TapCounts>>) {
+        while let Ok((client, _)) = listener.accept().await {
+            let counts = counts.clone();
+            tokio::spawn(async move {
+                if let Ok(agent) = TcpStream::connect(("127.0.0.1", agent_port)).await {
+                    Self::relay(client, agent, counts).await;
+                }
+            });
+        }
+    }
+
+    async fn relay(client: TcpStream, agent: TcpStream, counts: Arc<Mutex<TapCounts>>) {
+        let (mut from_client, mut to_client) = client.into_split();
+        let (mut from_agent, mut to_agent) = agent.into_split();
+        // The blocking query this connection waits on, if any.
+        let awaiting: Arc<Mutex<Option<String>>> = Arc::default();
+        let answered = |awaiting: &Mutex<Option<String>>| {
+            if let Some(path) = awaiting.lock().unwrap().take() {
+                counts.lock().unwrap().end(&path);
+            }
+        };
+        let upstream = async {
+            let mut buf = vec![0; 16 * 1024];
+            let mut line = Vec::new();
+            loop {
+                let n = match from_client.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                for &byte in &buf[..n] {
+                    if byte != b'\n' {
+                        if line.len() < 8192 {
+                            line.push(byte);
+                        }
+                        continue;
+                    }
+                    if let Some(path) = blocking_query_path(&line) {
+                        counts.lock().unwrap().begin(&path);
+                        *awaiting.lock().unwrap() = Some(path);
+                    }
+                    line.clear();
+                }
+                if to_agent.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            // The client gave up: its query no longer counts.
+            answered(&awaiting);
+            let _ = to_agent.shutdown().await;
+        };
+        let downstream = async {
+            let mut buf = vec![0; 16 * 1024];
+            loop {
+                let n = match from_agent.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                answered(&awaiting);
+                if to_client.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            let _ = to_client.shutdown().await;
+        };
+        tokio::join!(upstream, downstream);
+    }
+}
+
+impl Drop for ConsulTap {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The path of `GET <path>?…index=…` (a blocking query), for a request line.
+fn blocking_query_path(line: &[u8]) -> Option<String> {
+    let line = std::str::from_utf8(line).ok()?.trim_end();
+    let target = line.strip_prefix("GET ")?.split(' ').next()?;
+    let (path, query) = target.split_once('?')?;
+    query
+        .split('&')
+        .any(|param| param.starts_with("index="))
+        .then(|| path.to_owned())
+}
