@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,6 +67,10 @@ pub struct Config {
     pub sources: SourcesConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The admin HTTP server (`/live`, `/ready`, `/metrics`).
+    pub admin: AdminConfig,
+    /// Leader election: only the Lease holder stamps.
+    pub leader_election: LeaderElectionConfig,
 }
 
 /// `[annotations]`
@@ -184,6 +189,55 @@ impl Default for LogConfig {
             format: LogFormat::Plain,
             // consulrs logs every request at INFO.
             filter: "info,consulrs=warn".to_owned(),
+        }
+    }
+}
+
+/// `[admin]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin HTTP server (`/live`, `/ready`, `/metrics`).
+    pub bind: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([0, 0, 0, 0], 9090)),
+        }
+    }
+}
+
+/// `[leader_election]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaderElectionConfig {
+    /// Elect a leader through a Lease; when false every replica stamps.
+    pub enabled: bool,
+    /// Name of the `coordination.k8s.io/v1` Lease in `kubernetes.namespace`.
+    pub lease_name: String,
+    /// How long a lease is valid after its last renewal; a follower takes over an
+    /// expired lease. Whole seconds (rounded up).
+    #[serde(with = "humantime_serde")]
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long steps down (shorter than
+    /// `lease_duration`, so it stops before anyone may take over).
+    #[serde(with = "humantime_serde")]
+    pub renew_deadline: Duration,
+    /// Interval between attempts to acquire or renew the lease.
+    #[serde(with = "humantime_serde")]
+    pub retry_period: Duration,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            lease_name: "nudge".to_owned(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
         }
     }
 }
@@ -502,6 +556,39 @@ impl Config {
                     format!("{name}.{key}: {problem}"),
                 ));
             }
+        }
+        let election = &self.leader_election;
+        if !is_dns_subdomain(&election.lease_name) {
+            return Err(invalid(
+                "leader_election.lease_name",
+                format!("{:?} is not a Lease name", election.lease_name),
+            ));
+        }
+        if election.retry_period.is_zero() {
+            return Err(invalid(
+                "leader_election.retry_period",
+                "must be above 0".to_owned(),
+            ));
+        }
+        if election.renew_deadline <= election.retry_period {
+            return Err(invalid(
+                "leader_election.renew_deadline",
+                format!(
+                    "({}) must be longer than leader_election.retry_period ({})",
+                    humantime::format_duration(election.renew_deadline),
+                    humantime::format_duration(election.retry_period)
+                ),
+            ));
+        }
+        if election.lease_duration <= election.renew_deadline {
+            return Err(invalid(
+                "leader_election.lease_duration",
+                format!(
+                    "({}) must be longer than leader_election.renew_deadline ({})",
+                    humantime::format_duration(election.lease_duration),
+                    humantime::format_duration(election.renew_deadline)
+                ),
+            ));
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| invalid("log.filter", format!("is not a valid filter: {e}")))?;
@@ -851,6 +938,33 @@ wait = "2m"
                 .to_string();
             assert!(err.contains("sources.consul.wait"), "{err}");
             assert!(err.contains("NUDGE_SOURCES__CONSUL__WAIT"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn renew_deadline_not_shorter_than_lease_duration_is_rejected() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_LEADER_ELECTION__RENEW_DEADLINE", "20s");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("leader_election.lease_duration"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn admin_bind_from_env_is_a_socket_address() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_ADMIN__BIND", "127.0.0.1:0");
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            assert_eq!(config.admin.bind, SocketAddr::from(([127, 0, 0, 1], 0)));
+            jail.set_env("NUDGE_ADMIN__BIND", "localhost");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("admin.bind"), "{err}");
             Ok(())
         });
     }

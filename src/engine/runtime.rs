@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -22,6 +23,7 @@ use crate::events::{EventSink, Notice, Reason};
 use crate::model::{
     Reference, SourceCatalog, SourceName, Tracked, Workload, WorkloadId, WorkloadKind,
 };
+use crate::runtime::metrics::{Metrics, StampResult};
 use crate::sources::{Interest, Source, SourceContext, SourceUpdate};
 use crate::targets::{ApplyOutcome, Target, TargetError, WatchScope, WorkloadEvent};
 
@@ -32,6 +34,8 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
 /// Delay before a source whose `run` failed is started again.
 const SOURCE_RESTART_DELAY: Duration = Duration::from_secs(5);
+/// How often gauges that change outside the engine task (queue depth) are read.
+const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +59,8 @@ pub struct Engine {
     targets: HashMap<WorkloadKind, Arc<dyn Target>>,
     events: Arc<dyn EventSink>,
     store: Arc<RwLock<FingerprintStore>>,
+    metrics: Metrics,
+    leadership: Option<watch::Receiver<bool>>,
 }
 
 impl Engine {
@@ -67,7 +73,22 @@ impl Engine {
             targets: HashMap::new(),
             events,
             store: Arc::default(),
+            metrics: Metrics::new(),
+            leadership: None,
         }
+    }
+
+    /// Records into `metrics` instead of a private registry.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Stamps (and publishes Events) only while `leader` is true; without this,
+    /// the engine always stamps. On becoming leader it re-evaluates every workload.
+    pub fn with_leadership(mut self, leader: watch::Receiver<bool>) -> Self {
+        self.leadership = Some(leader);
+        self
     }
 
     /// Registers a source under its name.
@@ -135,6 +156,11 @@ impl Engine {
             in_flight: HashSet::new(),
             due_again: HashSet::new(),
             attempts: HashMap::new(),
+            observed_at: HashMap::new(),
+            metrics: self.metrics,
+            // Without election this replica always leads; the sender lives as long
+            // as the receiver needs a value.
+            leadership: self.leadership.unwrap_or_else(|| watch::channel(true).1),
             reported_missing: HashMap::new(),
             reported_invalid: HashMap::new(),
             events: self.events,
@@ -151,9 +177,13 @@ impl Engine {
             core.interest
                 .insert(name.clone(), launcher.launch(&name, Duration::ZERO));
         }
+        let mut gauges = tokio::time::interval(GAUGE_INTERVAL);
+        gauges.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = gauges.tick() => {}
+                Ok(()) = core.leadership.changed() => core.on_leadership().await,
                 Some(event) = workloads.recv() => core.on_workload_event(event).await,
                 Some(update) = updates.recv() => core.on_update(update),
                 Some(id) = due.recv() => core.on_due(id).await,
@@ -163,6 +193,7 @@ impl Engine {
                     core.restart_interest(&name, interest);
                 }
             }
+            core.record_gauges();
         }
         tasks_shutdown.cancel();
         while tasks.join_next().await.is_some() {}
@@ -223,6 +254,8 @@ impl SourceLauncher {
 /// What a finished stamp attempt reports back.
 struct Applied {
     patch: StampPatch,
+    /// The sources whose change the stamp writes (metric label).
+    sources: BTreeSet<SourceName>,
     result: Result<ApplyOutcome, TargetError>,
 }
 
@@ -251,6 +284,11 @@ struct Core {
     /// Workloads that became due while a stamp of theirs was in flight.
     due_again: HashSet<WorkloadId>,
     attempts: HashMap<WorkloadId, u32>,
+    /// When the first observation change not yet stamped arrived, per workload.
+    observed_at: HashMap<WorkloadId, Instant>,
+    metrics: Metrics,
+    /// Whether this replica may write (stamps and Events).
+    leadership: watch::Receiver<bool>,
     reported_missing: HashMap<WorkloadId, BTreeSet<Reference>>,
     reported_invalid: HashMap<WorkloadId, Vec<String>>,
     events: Arc<dyn EventSink>,
@@ -318,6 +356,7 @@ impl Core {
         self.drop_tracked(delta.droppable);
         self.workloads.remove(id);
         self.pending.remove(id);
+        self.observed_at.remove(id);
         self.attempts.remove(id);
         self.reported_missing.remove(id);
         self.reported_invalid.remove(id);
@@ -394,11 +433,13 @@ impl Core {
             return;
         }
         tracing::debug!(%tracked, dependents = dependents.len(), "observation changed");
+        let now = Instant::now();
         for id in dependents {
             self.pending
                 .entry(id.clone())
                 .or_default()
                 .insert(tracked.reference.clone());
+            self.observed_at.entry(id.clone()).or_insert(now);
             self.evaluate(&id);
         }
     }
@@ -431,6 +472,7 @@ impl Core {
             // is in flight, the watch may echo it before the apply returns: the
             // pending references still belong to that stamp's Event.
             self.pending.remove(id);
+            self.observed_at.remove(id);
         }
     }
 
@@ -470,8 +512,17 @@ impl Core {
         self.report_missing(&id, missing).await;
         let Some((patch, workload)) = patch else {
             self.pending.remove(&id);
+            self.observed_at.remove(&id);
             return;
         };
+        let sources = self.change_sources(&patch);
+        if !self.is_leader() {
+            // The leader writes; this replica keeps the workload pending and
+            // re-evaluates everything if it becomes leader.
+            tracing::debug!(workload = %id, "not the leader; not stamping");
+            self.count(id.kind, &sources, StampResult::SkippedFollower);
+            return;
+        }
         let Some(target) = self.targets.get(&id.kind).cloned() else {
             return;
         };
@@ -481,10 +532,71 @@ impl Core {
         tokio::spawn(
             async move {
                 let result = target.apply(&workload, &patch).await;
-                let _ = done.send(Applied { patch, result });
+                let _ = done.send(Applied {
+                    patch,
+                    sources,
+                    result,
+                });
             }
             .instrument(span),
         );
+    }
+
+    /// The sources a stamp is attributed to: those whose observations changed
+    /// since the last stamp, else (a new or edited workload) those feeding the
+    /// outputs that change.
+    fn change_sources(&self, patch: &StampPatch) -> BTreeSet<SourceName> {
+        if let Some(pending) = self.pending.get(&patch.id).filter(|p| !p.is_empty()) {
+            return pending.iter().map(|r| r.source.clone()).collect();
+        }
+        self.graph
+            .specs(&patch.id)
+            .unwrap_or_default()
+            .iter()
+            .filter(|spec| patch.changed.contains(&spec.output))
+            .flat_map(|spec| &spec.inputs)
+            .map(|input| input.tracked.reference.source.clone())
+            .collect()
+    }
+
+    fn count(&self, kind: WorkloadKind, sources: &BTreeSet<SourceName>, result: StampResult) {
+        for source in sources {
+            self.metrics.stamp(kind, source, result);
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        *self.leadership.borrow()
+    }
+
+    /// Leadership changed. A new leader re-evaluates every workload, state-based,
+    /// and re-reports configuration problems a follower kept to itself.
+    async fn on_leadership(&mut self) {
+        let leader = *self.leadership.borrow_and_update();
+        if !leader {
+            tracing::info!("following: stamps are left to the leader");
+            return;
+        }
+        tracing::info!(
+            workloads = self.workloads.len(),
+            "leading: re-evaluating every workload"
+        );
+        self.reported_missing.clear();
+        self.reported_invalid.clear();
+        let workloads: Vec<Workload> = self
+            .workloads
+            .values()
+            .map(|k| k.workload.clone())
+            .collect();
+        for workload in workloads {
+            self.on_workload(workload).await;
+        }
+    }
+
+    fn record_gauges(&self) {
+        self.metrics
+            .set_tracked(self.graph.workload_count(), self.graph.tracked_count());
+        self.metrics.set_queue_depth(self.scheduler.queue_depth());
     }
 
     async fn report_missing(&mut self, id: &WorkloadId, missing: BTreeSet<Reference>) {
@@ -503,11 +615,19 @@ impl Core {
     }
 
     async fn on_applied(&mut self, applied: Applied) {
-        let Applied { patch, result } = applied;
+        let Applied {
+            patch,
+            sources,
+            result,
+        } = applied;
         let id = patch.id.clone();
         self.in_flight.remove(&id);
         match result {
             Ok(ApplyOutcome::Applied(workload)) => {
+                self.count(id.kind, &sources, StampResult::Applied);
+                if let Some(observed) = self.observed_at.remove(&id) {
+                    self.metrics.stamp_latency(observed.elapsed());
+                }
                 self.attempts.remove(&id);
                 self.scheduler.stamped(id.clone());
                 let changed = self.pending.remove(&id).unwrap_or_default();
@@ -521,11 +641,13 @@ impl Core {
                     .await;
             }
             Ok(ApplyOutcome::Gone) => {
+                self.count(id.kind, &sources, StampResult::Gone);
                 tracing::debug!(workload = %id, "workload deleted before the stamp");
                 self.on_delete(&id);
                 return;
             }
             Err(error) if error.is_retryable() => {
+                self.count(id.kind, &sources, StampResult::Retried);
                 let attempt = self.attempts.entry(id.clone()).or_insert(0);
                 *attempt += 1;
                 let delay = retry_delay(*attempt);
@@ -533,6 +655,7 @@ impl Core {
                 self.retry_after(id.clone(), delay);
             }
             Err(error) => {
+                self.count(id.kind, &sources, StampResult::Failed);
                 self.attempts.remove(&id);
                 tracing::error!(workload = %id, %error, "stamp rejected");
                 self.publish(&id, Reason::StampFailed, error.to_string())
@@ -564,6 +687,10 @@ impl Core {
         note: String,
         related: Option<Reference>,
     ) {
+        // Only the leader writes; a new leader re-reports what is still true.
+        if !self.is_leader() {
+            return;
+        }
         self.events
             .publish(Notice {
                 workload: id.clone(),

@@ -1,10 +1,11 @@
 //! Assembling and running the controller: client, key, sources, targets, engine,
-//! shutdown.
+//! admin server, leader election, shutdown.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::annotations::AnnotationScheme;
 use crate::config::Config;
@@ -15,7 +16,14 @@ use crate::sources::secret::{KeyError, installation_key};
 use crate::sources::{ObjectSource, ObjectSourceSettings};
 use crate::targets::{self, TargetSettings};
 
+pub mod admin;
+pub mod lease;
+pub mod metrics;
 pub mod shutdown;
+
+use self::admin::{AdminError, AdminServer, Readiness};
+use self::lease::{LeaderElector, LeaseSettings};
+use self::metrics::Metrics;
 
 /// Why the controller could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +40,9 @@ pub enum RunError {
     /// The engine could not be assembled.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The admin server could not listen or failed.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
 }
 
 /// Runs the controller until `shutdown` is cancelled, with the in-cluster
@@ -52,12 +63,27 @@ pub async fn run_with_client(
     Controller::new(config, client).run(shutdown).await
 }
 
+/// Like [`run_with_client`], recording into `metrics` (which the admin server
+/// serves), so that an embedder or a test can read them.
+pub async fn run_with_metrics(
+    config: Config,
+    client: kube::Client,
+    shutdown: CancellationToken,
+    metrics: Metrics,
+) -> Result<(), RunError> {
+    Controller::new(config, client)
+        .with_metrics(metrics)
+        .run(shutdown)
+        .await
+}
+
 /// The controller with the built-in sources and targets, plus any custom
 /// [`Source`](crate::sources::Source) a library user adds.
 pub struct Controller {
     config: Config,
     client: kube::Client,
     custom_sources: Vec<Arc<dyn crate::sources::Source>>,
+    metrics: Metrics,
 }
 
 impl Controller {
@@ -67,6 +93,7 @@ impl Controller {
             config,
             client,
             custom_sources: Vec::new(),
+            metrics: Metrics::new(),
         }
     }
 
@@ -76,23 +103,68 @@ impl Controller {
         self
     }
 
-    /// Runs until `shutdown` is cancelled.
+    /// Records into `metrics` instead of a private registry.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled. The admin server answers (`/ready`:
+    /// 503) until everything else has drained.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
         let Controller {
             config,
             client,
             custom_sources,
+            metrics,
         } = self;
-        run_assembled(config, client, custom_sources, shutdown).await
+        let readiness = Readiness::new(shutdown.clone());
+        let admin =
+            AdminServer::bind(config.admin.bind, readiness.clone(), metrics.clone()).await?;
+        tracing::info!(addr = %admin.local_addr()?, "admin server listening");
+        let admin_stop = CancellationToken::new();
+        let admin_task = tokio::spawn(
+            admin
+                .serve(admin_stop.clone())
+                .instrument(tracing::info_span!("admin")),
+        );
+        let parts = Parts {
+            client,
+            custom_sources,
+            metrics,
+            readiness,
+        };
+        let result = run_controller(config, parts, shutdown).await;
+        admin_stop.cancel();
+        let served = admin_task.await;
+        result?;
+        if let Ok(Err(error)) = served {
+            return Err(error.into());
+        }
+        tracing::info!("stopped");
+        Ok(())
     }
 }
 
-async fn run_assembled(
-    config: Config,
+/// What the controller is assembled from besides its configuration.
+struct Parts {
     client: kube::Client,
     custom_sources: Vec<Arc<dyn crate::sources::Source>>,
+    metrics: Metrics,
+    readiness: Readiness,
+}
+
+async fn run_controller(
+    config: Config,
+    parts: Parts,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
+    let Parts {
+        client,
+        custom_sources,
+        metrics,
+        readiness,
+    } = parts;
     let Config {
         annotations,
         engine,
@@ -100,6 +172,8 @@ async fn run_assembled(
         fingerprint,
         sources,
         log: _,
+        admin: _,
+        leader_election,
     } = config;
     let key = installation_key(
         &client,
@@ -113,15 +187,20 @@ async fn run_assembled(
         scheme: scheme.clone(),
         namespaces: kubernetes.namespaces.clone(),
         label_selector: kubernetes.source_label_selector.clone(),
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
     };
     let target_settings = TargetSettings {
         field_manager: kubernetes.field_manager.clone(),
         prefix: scheme.prefix.clone(),
         namespaces: kubernetes.namespaces.clone(),
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
     };
     let instance = std::env::var("POD_NAME").ok();
     let events = Arc::new(KubeEvents::new(client.clone(), instance));
     let mut engine = Engine::new(engine, scheme, events)
+        .with_metrics(metrics.clone())
         .with_source(Arc::new(ObjectSource::<ConfigMap>::new(
             SourceName::configmap(),
             client.clone(),
@@ -140,7 +219,7 @@ async fn run_assembled(
     for source in custom_sources {
         engine = engine.with_source(source)?;
     }
-    let targets = targets::builtin(client, target_settings);
+    let targets = targets::builtin(client.clone(), target_settings);
     let kinds: Vec<&str> = targets.iter().map(|t| t.kind().as_str()).collect();
     tracing::info!(
         namespaces = %scope_description(&kubernetes.namespaces),
@@ -151,9 +230,24 @@ async fn run_assembled(
     for target in targets {
         engine = engine.with_target(target)?;
     }
-    engine.run(shutdown).await?;
-    tracing::info!("stopped");
-    Ok(())
+    readiness.seal();
+    let election = if leader_election.enabled {
+        let settings = LeaseSettings::from_config(&leader_election);
+        let span =
+            tracing::info_span!("lease", lease = %settings.name, identity = %settings.identity);
+        let elector = LeaderElector::new(client, &kubernetes.namespace, settings, metrics.clone());
+        engine = engine.with_leadership(elector.subscribe());
+        Some(tokio::spawn(elector.run(shutdown.clone()).instrument(span)))
+    } else {
+        metrics.set_leader(true);
+        None
+    };
+    let result = engine.run(shutdown).await;
+    if let Some(election) = election {
+        // Returns once it has released the lease (when it led).
+        let _ = election.await;
+    }
+    Ok(result?)
 }
 
 fn scope_description(namespaces: &[String]) -> String {

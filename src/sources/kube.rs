@@ -26,6 +26,8 @@ use crate::fingerprint::{
     self, Algorithm, Fingerprint, FingerprintKey, ObjectData, ObjectKind, Observation,
 };
 use crate::model::{Scope, SourceName, Tracked};
+use crate::runtime::admin::{Readiness, WatchReady};
+use crate::runtime::metrics::{Metrics, Watch};
 
 /// How many content GETs run at once.
 const FETCH_CONCURRENCY: usize = 16;
@@ -58,6 +60,10 @@ pub struct ObjectSourceSettings {
     pub namespaces: Vec<String>,
     /// Server-side label selector for the watch (empty: none).
     pub label_selector: String,
+    /// Where watch restarts are counted.
+    pub metrics: Metrics,
+    /// Each metadata stream registers here and marks its first complete list.
+    pub readiness: Readiness,
 }
 
 /// A [`Source`] for ConfigMaps or Secrets.
@@ -66,6 +72,8 @@ pub struct ObjectSource<K> {
     client: Client,
     key: FingerprintKey,
     settings: ObjectSourceSettings,
+    /// Per metadata stream (`None`: all namespaces), its part of readiness.
+    ready: HashMap<Option<String>, WatchReady>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -109,18 +117,28 @@ enum MetaEvent {
 // === impl ObjectSource ===
 
 impl<K: ContentObject> ObjectSource<K> {
-    /// A source named `name` (`configmap`, `secret`) fingerprinting with `key`.
+    /// A source named `name` (`configmap`, `secret`) fingerprinting with `key`;
+    /// registers each of its metadata streams with `settings.readiness`.
     pub fn new(
         name: SourceName,
         client: Client,
         key: FingerprintKey,
         settings: ObjectSourceSettings,
     ) -> Self {
+        let ready = stream_namespaces(&settings.namespaces)
+            .into_iter()
+            .map(|ns| {
+                let watch = format!("{name}/{}", ns.as_deref().unwrap_or("*"));
+                let ready = settings.readiness.register(watch);
+                (ns, ready)
+            })
+            .collect();
         Self {
             name,
             client,
             key,
             settings,
+            ready,
             kind: PhantomData,
         }
     }
@@ -159,12 +177,7 @@ impl<K: ContentObject> ObjectSource<K> {
     }
 
     fn meta_streams(&self) -> Vec<futures::stream::BoxStream<'static, MetaEvent>> {
-        let namespaces: Vec<Option<String>> = if self.settings.namespaces.is_empty() {
-            vec![None]
-        } else {
-            self.settings.namespaces.iter().cloned().map(Some).collect()
-        };
-        namespaces
+        stream_namespaces(&self.settings.namespaces)
             .into_iter()
             .map(|ns| {
                 // An Api over PartialObjectMeta asks for metadata-only responses.
@@ -178,13 +191,21 @@ impl<K: ContentObject> ObjectSource<K> {
                 }
                 let scheme = self.settings.scheme.clone();
                 let source = self.name.clone();
+                let metrics = self.settings.metrics.clone();
+                let ready = self.ready.get(&ns).cloned();
                 watcher(api, config)
                     .default_backoff()
                     .filter_map(move |event| {
                         let event = match event {
-                            Ok(event) => to_meta_event(event, &scheme, &ns),
+                            Ok(event) => {
+                                if let (watcher::Event::InitDone, Some(ready)) = (&event, &ready) {
+                                    ready.listed();
+                                }
+                                to_meta_event(event, &scheme, &ns)
+                            }
                             Err(error) => {
                                 tracing::warn!(%source, %error, "metadata watch failed; retrying");
+                                metrics.watch_restarted(Watch::Source(source.clone()));
                                 None
                             }
                         };
@@ -193,6 +214,15 @@ impl<K: ContentObject> ObjectSource<K> {
                     .boxed()
             })
             .collect()
+    }
+}
+
+/// The metadata streams for `namespaces` (empty: one stream for all namespaces).
+fn stream_namespaces(namespaces: &[String]) -> Vec<Option<String>> {
+    if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
     }
 }
 

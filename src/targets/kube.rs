@@ -20,6 +20,8 @@ use tracing::Instrument;
 use super::{ApplyOutcome, Target, TargetError, WatchScope, WorkloadEvent, render_apply_body};
 use crate::engine::StampPatch;
 use crate::model::{Workload, WorkloadId, WorkloadKind};
+use crate::runtime::admin::{Readiness, WatchReady};
+use crate::runtime::metrics::{Metrics, Watch};
 
 /// A workload type with a pod template.
 pub trait PodTemplated:
@@ -48,23 +50,39 @@ pub struct TargetSettings {
     pub prefix: String,
     /// Namespaces to watch; empty means all.
     pub namespaces: Vec<String>,
+    /// Where watch restarts are counted.
+    pub metrics: Metrics,
+    /// Each watch scope registers here and marks its first complete list.
+    pub readiness: Readiness,
 }
 
 /// A [`Target`] for any [`PodTemplated`] kind.
 pub struct KubeTarget<K> {
     client: Client,
     settings: TargetSettings,
+    /// Per watch scope (`None`: all namespaces), its part of readiness.
+    ready: Vec<(Option<String>, WatchReady)>,
     kind: PhantomData<fn() -> K>,
 }
 
 // === impl KubeTarget ===
 
 impl<K: PodTemplated> KubeTarget<K> {
-    /// A target for kind `K` using `client`.
+    /// A target for kind `K` using `client`; registers each of its watch scopes
+    /// with `settings.readiness`.
     pub fn new(client: Client, settings: TargetSettings) -> Self {
+        let ready = scopes(&settings.namespaces)
+            .into_iter()
+            .map(|ns| {
+                let name = format!("{}/{}", K::KIND, ns.as_deref().unwrap_or("*"));
+                let ready = settings.readiness.register(name);
+                (ns, ready)
+            })
+            .collect();
         Self {
             client,
             settings,
+            ready,
             kind: PhantomData,
         }
     }
@@ -73,14 +91,6 @@ impl<K: PodTemplated> KubeTarget<K> {
         match namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
-        }
-    }
-
-    fn scopes(&self) -> Vec<Option<String>> {
-        if self.settings.namespaces.is_empty() {
-            vec![None]
-        } else {
-            self.settings.namespaces.iter().cloned().map(Some).collect()
         }
     }
 
@@ -94,6 +104,11 @@ impl<K: PodTemplated> KubeTarget<K> {
             kind: K::KIND,
             namespace: namespace.clone(),
         };
+        let ready = self
+            .ready
+            .iter()
+            .find(|(ns, _)| *ns == namespace)
+            .map(|(_, ready)| ready.clone());
         let stream =
             watcher(self.api(namespace.as_deref()), watcher::Config::default()).default_backoff();
         let mut stream = std::pin::pin!(stream);
@@ -107,16 +122,32 @@ impl<K: PodTemplated> KubeTarget<K> {
                 Ok(event) => event,
                 Err(error) => {
                     tracing::warn!(%error, "workload watch failed; retrying");
+                    self.settings
+                        .metrics
+                        .watch_restarted(Watch::Workload(K::KIND));
                     continue;
                 }
             };
+            let listed = matches!(event, watcher::Event::InitDone);
             let Some(event) = to_workload_event(event, &scope) else {
                 continue;
             };
             if events.send(event).await.is_err() {
                 return;
             }
+            if let (true, Some(ready)) = (listed, &ready) {
+                ready.listed();
+            }
         }
+    }
+}
+
+/// The watch scopes for `namespaces` (empty: one scope for all namespaces).
+fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
+    if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
     }
 }
 
@@ -191,15 +222,17 @@ impl<K: PodTemplated> Target for KubeTarget<K> {
         events: mpsc::Sender<WorkloadEvent>,
         shutdown: CancellationToken,
     ) {
-        let watches = self.scopes().into_iter().map(|namespace| {
-            let span = tracing::info_span!(
-                "watch",
-                kind = %K::KIND,
-                namespace = namespace.as_deref().unwrap_or("*")
-            );
-            self.watch_scope(namespace, events.clone(), shutdown.clone())
-                .instrument(span)
-        });
+        let watches = scopes(&self.settings.namespaces)
+            .into_iter()
+            .map(|namespace| {
+                let span = tracing::info_span!(
+                    "watch",
+                    kind = %K::KIND,
+                    namespace = namespace.as_deref().unwrap_or("*")
+                );
+                self.watch_scope(namespace, events.clone(), shutdown.clone())
+                    .instrument(span)
+            });
         futures::future::join_all(watches).await;
     }
 

@@ -139,6 +139,8 @@ impl TestCluster {
         config.engine.min_interval = Duration::ZERO;
         config.engine.stamps_per_second = 1000.0;
         config.engine.burst = 1000;
+        // Tests run in parallel: any free port.
+        config.admin.bind = ([127, 0, 0, 1], 0).into();
         config
     }
 
@@ -577,6 +579,7 @@ fn config_env(config: &Config) -> Vec<(String, String)> {
             format!("[{}]", kube.namespaces.join(",")),
         ),
         ("NUDGE_KUBERNETES__NAMESPACE".into(), kube.namespace.clone()),
+        ("NUDGE_ADMIN__BIND".into(), config.admin.bind.to_string()),
         ("NUDGE_LOG__FILTER".into(), config.log.filter.clone()),
     ]
 }

@@ -1,0 +1,94 @@
+//! The admin server of a running nudge: `/ready` turns 200 once every watch has
+//! listed, `/metrics` reflects what the engine tracks.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nudge::runtime::metrics::Metrics;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+/// A minimal HTTP/1.1 GET: status and body; `None` when nothing listens yet.
+async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
+    let cluster = TestCluster::start("admin-ready").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    let mut config = cluster.nudge_config();
+    let addr = free_port();
+    config.admin.bind = addr;
+    let metrics = Metrics::new();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(nudge::runtime::run_with_metrics(
+        config,
+        cluster.client(),
+        shutdown.clone(),
+        metrics,
+    ));
+
+    wait_for("/live", WAIT, || async {
+        get(addr, "/live").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    wait_for("/ready", WAIT, || async {
+        get(addr, "/ready").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    wait_for_stamp(&cluster, "Deployment", "web", "nudge.dev/config-hash", None).await;
+    let body = wait_for("metrics of the tracked workload", WAIT, || async {
+        get(addr, "/metrics")
+            .await
+            .map(|(_, body)| body)
+            .filter(|b| b.contains("nudge_tracked_workloads 1"))
+    })
+    .await;
+    assert!(body.contains("nudge_tracked_references 1"), "{body}");
+    assert!(body.contains("nudge_leader 1"), "{body}");
+    assert!(
+        body.contains(
+            r#"nudge_stamps_total{kind="deployment",source="configmap",result="applied"} 1"#
+        ),
+        "{body}"
+    );
+    assert!(body.contains("nudge_stamp_latency_seconds_count"), "{body}");
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("nudge stops")
+        .unwrap()
+        .unwrap();
+    assert!(
+        get(addr, "/live").await.is_none(),
+        "the admin server stops last"
+    );
+}

@@ -1,0 +1,297 @@
+//! Leader election on a real Lease (the double, or `NUDGE_TEST_KUBECONFIG`): one
+//! of several candidates leads, a released lease passes on within a retry period,
+//! a crashed holder is replaced after the lease duration, and only the leader
+//! stamps.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use nudge::runtime::lease::{LeaderElector, LeaseSettings};
+use nudge::runtime::metrics::Metrics;
+use support::*;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const LEASE_DURATION: Duration = Duration::from_secs(2);
+const RENEW_DEADLINE: Duration = Duration::from_secs(1);
+const RETRY_PERIOD: Duration = Duration::from_millis(400);
+/// Allowance for HTTP round trips on a loaded machine.
+const SLACK: Duration = Duration::from_millis(400);
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+struct Candidate {
+    identity: String,
+    leader: watch::Receiver<bool>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Candidate {
+    fn start(cluster: &TestCluster, identity: &str) -> Candidate {
+        let settings = LeaseSettings {
+            name: "nudge".into(),
+            identity: identity.into(),
+            lease_duration: LEASE_DURATION,
+            renew_deadline: RENEW_DEADLINE,
+            retry_period: RETRY_PERIOD,
+        };
+        let elector = LeaderElector::new(
+            cluster.client(),
+            cluster.namespace(),
+            settings,
+            Metrics::new(),
+        );
+        let leader = elector.subscribe();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(elector.run(stop.clone()));
+        Candidate {
+            identity: identity.into(),
+            leader,
+            stop,
+            task,
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    async fn wait_until_leader(&mut self) -> Instant {
+        tokio::time::timeout(WAIT, self.leader.wait_for(|l| *l))
+            .await
+            .unwrap_or_else(|_| panic!("{} never became leader", self.identity))
+            .unwrap();
+        Instant::now()
+    }
+}
+
+async fn holder(cluster: &TestCluster) -> Option<String> {
+    cluster
+        .api::<Lease>()
+        .get_opt("nudge")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_candidates_leads_and_keeps_leading() {
+    let cluster = TestCluster::start("lease-two-candidates").await;
+    let a = Candidate::start(&cluster, "replica-a");
+    let b = Candidate::start(&cluster, "replica-b");
+    let leader = wait_for("a leader", WAIT, || async {
+        match (a.is_leader(), b.is_leader()) {
+            (true, false) => Some("replica-a"),
+            (false, true) => Some("replica-b"),
+            (true, true) => panic!("two leaders"),
+            (false, false) => None,
+        }
+    })
+    .await;
+    // Over several lease durations nobody else takes it and nobody lets go.
+    let until = Instant::now() + LEASE_DURATION * 3;
+    while Instant::now() < until {
+        assert_eq!(
+            (a.is_leader(), b.is_leader()),
+            (leader == "replica-a", leader == "replica-b")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(holder(&cluster).await.as_deref(), Some(leader));
+    a.stop.cancel();
+    b.stop.cancel();
+    let _ = (a.task.await, b.task.await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_lease_is_acquired_by_the_other_within_a_retry_period() {
+    let cluster = TestCluster::start("lease-release").await;
+    let mut a = Candidate::start(&cluster, "replica-a");
+    a.wait_until_leader().await;
+    let mut b = Candidate::start(&cluster, "replica-b");
+    tokio::time::sleep(RETRY_PERIOD * 2).await;
+    assert!(
+        !b.is_leader(),
+        "the follower must wait while the lease is held"
+    );
+
+    a.stop.cancel();
+    a.task.await.unwrap();
+    let released = Instant::now();
+    assert!(!*a.leader.borrow(), "a stops leading before it releases");
+    let after_release = holder(&cluster).await;
+    assert!(
+        matches!(after_release.as_deref(), None | Some("replica-b")),
+        "the lease is released (or already taken by b): {after_release:?}"
+    );
+
+    let acquired = b.wait_until_leader().await;
+    let waited = acquired - released;
+    assert!(
+        waited <= RETRY_PERIOD + SLACK,
+        "took {waited:?}, more than a retry period"
+    );
+    assert_eq!(holder(&cluster).await.as_deref(), Some("replica-b"));
+    b.stop.cancel();
+    b.task.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_that_stops_renewing_is_replaced_after_the_lease_duration() {
+    let cluster = TestCluster::start("lease-crash").await;
+    let mut a = Candidate::start(&cluster, "replica-a");
+    a.wait_until_leader().await;
+    let mut b = Candidate::start(&cluster, "replica-b");
+    tokio::time::sleep(RETRY_PERIOD).await;
+
+    // SIGKILL: the task disappears without releasing.
+    a.task.abort();
+    let killed = Instant::now();
+    let acquired = b.wait_until_leader().await;
+    let waited = acquired - killed;
+    assert!(
+        waited >= LEASE_DURATION - RETRY_PERIOD,
+        "took over a live lease after {waited:?}"
+    );
+    assert!(
+        waited <= LEASE_DURATION + RETRY_PERIOD + SLACK,
+        "took {waited:?} to replace a dead holder"
+    );
+    assert_eq!(holder(&cluster).await.as_deref(), Some("replica-b"));
+    b.stop.cancel();
+    b.task.await.unwrap();
+}
+
+/// Sum of the samples of one series (any labels) in OpenMetrics text.
+fn sample_sum(metrics: &Metrics, series: &str) -> f64 {
+    let text = metrics.encode().unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{series}{{")) || l.starts_with(&format!("{series} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn fast_election(cluster: &TestCluster) -> nudge::config::Config {
+    let mut config = cluster.nudge_config();
+    config.leader_election.lease_duration = LEASE_DURATION;
+    config.leader_election.renew_deadline = RENEW_DEADLINE;
+    config.leader_election.retry_period = RETRY_PERIOD;
+    config
+}
+
+fn start_nudge(cluster: &TestCluster, metrics: &Metrics) -> (CancellationToken, JoinHandle<()>) {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(nudge::runtime::run_with_metrics(
+        fast_election(cluster),
+        cluster.client(),
+        shutdown.clone(),
+        metrics.clone(),
+    ));
+    let task = tokio::spawn(async move {
+        task.await
+            .expect("nudge does not panic")
+            .expect("nudge runs");
+    });
+    (shutdown, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_does_not_stamp_and_stamps_once_it_leads() {
+    let cluster = TestCluster::start("lease-follower-stamps").await;
+    // Another replica holds the lease.
+    let mut other = Candidate::start(&cluster, "other-replica");
+    other.wait_until_leader().await;
+
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    let metrics = Metrics::new();
+    let (shutdown, task) = start_nudge(&cluster, &metrics);
+    let patches = cluster.patch_counter("Deployment", "web").await;
+
+    wait_for("a stamp skipped as follower", WAIT, || async {
+        (sample_sum(&metrics, "nudge_stamps_total") > 0.0).then_some(())
+    })
+    .await;
+    let text = metrics.encode().unwrap();
+    assert!(
+        text.contains(
+            r#"nudge_stamps_total{kind="deployment",source="configmap",result="skipped_follower"}"#
+        ),
+        "{text}"
+    );
+    assert_eq!(sample_sum(&metrics, "nudge_leader"), 0.0);
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 0, "a follower never patches");
+    assert!(
+        !cluster
+            .template_annotations("Deployment", "web")
+            .await
+            .contains_key(CONFIG_HASH)
+    );
+
+    // The leader goes away cleanly: this replica takes over and, with no new
+    // change, stamps the workload it had kept pending.
+    other.stop.cancel();
+    other.task.await.unwrap();
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    assert_eq!(sample_sum(&metrics, "nudge_leader"), 1.0);
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1);
+    let applied = r#"nudge_stamps_total{kind="deployment",source="configmap",result="applied"} 1"#;
+    assert!(metrics.encode().unwrap().contains(applied));
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("nudge stops")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_stamp_each_change_once() {
+    let cluster = TestCluster::start("lease-two-replicas").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    let (a, b) = (Metrics::new(), Metrics::new());
+    let (stop_a, task_a) = start_nudge(&cluster, &a);
+    let (stop_b, task_b) = start_nudge(&cluster, &b);
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    wait_for("one leader", WAIT, || async {
+        (sample_sum(&a, "nudge_leader") + sample_sum(&b, "nudge_leader") == 1.0).then_some(())
+    })
+    .await;
+
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
+    settle().await;
+    assert_eq!(patches.count(&cluster).await, 1, "one change, one PATCH");
+
+    stop_a.cancel();
+    stop_b.cancel();
+    for task in [task_a, task_b] {
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("nudge stops")
+            .unwrap();
+    }
+}
