@@ -67,6 +67,8 @@ pub struct Config {
     pub sources: SourcesConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The mutating admission webhook.
+    pub webhook: WebhookConfig,
     /// The admin HTTP server (`/live`, `/ready`, `/metrics`).
     pub admin: AdminConfig,
     /// Leader election: only the Lease holder stamps.
@@ -238,6 +240,64 @@ impl Default for LeaderElectionConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// `[webhook]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Whether `nudge run` serves the admission webhook. Off by default: it needs a
+    /// certificate and the MutatingWebhookConfiguration from `deploy/webhook/`.
+    pub enabled: bool,
+    /// HTTPS listen address.
+    pub bind: SocketAddr,
+    /// PEM certificate chain, re-read when it changes (e.g. cert-manager's
+    /// `tls.crt` mounted from a Secret). Unused with `self_managed_certificate`.
+    pub cert_file: PathBuf,
+    /// PEM private key, re-read with the certificate.
+    pub key_file: PathBuf,
+    /// Generate a CA and serving certificate, keep them in `secret_name` and patch
+    /// the `caBundle` of `configuration_name` (no cert-manager needed).
+    pub self_managed_certificate: bool,
+    /// The MutatingWebhookConfiguration whose `caBundle` nudge patches.
+    pub configuration_name: String,
+    /// Secret in `kubernetes.namespace` holding the self-managed certificate.
+    pub secret_name: String,
+    /// The Service in front of the webhook; the self-managed certificate is valid
+    /// for `<service_name>.<namespace>.svc` and its other in-cluster names.
+    pub service_name: String,
+    /// More names (DNS names or IP addresses) for the self-managed certificate.
+    pub extra_names: Vec<String>,
+    /// Lifetime of a self-managed serving certificate.
+    #[serde(with = "humantime_serde")]
+    pub certificate_validity: Duration,
+    /// Renew the self-managed certificate this long before it expires.
+    #[serde(with = "humantime_serde")]
+    pub renew_before: Duration,
+    /// Total time a review may spend reading inputs nudge has not observed yet;
+    /// outputs whose inputs are not read in time are left as they are. Keep it
+    /// below the configuration's `timeoutSeconds`.
+    #[serde(with = "humantime_serde")]
+    pub observe_timeout: Duration,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            bind: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            cert_file: PathBuf::from("/etc/nudge/webhook/tls.crt"),
+            key_file: PathBuf::from("/etc/nudge/webhook/tls.key"),
+            self_managed_certificate: false,
+            configuration_name: "nudge".to_owned(),
+            secret_name: "nudge-webhook-tls".to_owned(),
+            service_name: "nudge-webhook".to_owned(),
+            extra_names: Vec::new(),
+            certificate_validity: Duration::from_secs(365 * 24 * 3600),
+            renew_before: Duration::from_secs(30 * 24 * 3600),
+            observe_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -588,6 +648,33 @@ impl Config {
                     humantime::format_duration(election.lease_duration),
                     humantime::format_duration(election.renew_deadline)
                 ),
+            ));
+        }
+        let webhook = &self.webhook;
+        for (key, name) in [
+            ("webhook.configuration_name", &webhook.configuration_name),
+            ("webhook.secret_name", &webhook.secret_name),
+        ] {
+            if !is_dns_subdomain(name) {
+                return Err(invalid(key, format!("{name:?} is not an object name")));
+            }
+        }
+        if !is_dns_label(&webhook.service_name) {
+            return Err(invalid(
+                "webhook.service_name",
+                format!("{:?} is not a Service name", webhook.service_name),
+            ));
+        }
+        if webhook.observe_timeout.is_zero() {
+            return Err(invalid(
+                "webhook.observe_timeout",
+                "must be above 0".to_owned(),
+            ));
+        }
+        if webhook.renew_before >= webhook.certificate_validity {
+            return Err(invalid(
+                "webhook.renew_before",
+                "must be shorter than webhook.certificate_validity".to_owned(),
             ));
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
@@ -965,6 +1052,36 @@ wait = "2m"
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("admin.bind"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn webhook_is_off_by_default_and_configurable_from_env() {
+        Jail::expect_with(|jail| {
+            assert!(!Config::default().webhook.enabled);
+            jail.set_env("NUDGE_WEBHOOK__ENABLED", "true");
+            jail.set_env("NUDGE_WEBHOOK__BIND", "127.0.0.1:9443");
+            jail.set_env("NUDGE_WEBHOOK__EXTRA_NAMES", "[127.0.0.1]");
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            assert!(config.webhook.enabled);
+            assert_eq!(
+                config.webhook.bind,
+                SocketAddr::from(([127, 0, 0, 1], 9443))
+            );
+            assert_eq!(config.webhook.extra_names, vec!["127.0.0.1".to_owned()]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn webhook_renewal_window_must_fit_in_the_validity() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_WEBHOOK__RENEW_BEFORE", "400days");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("webhook.renew_before"), "{err}");
             Ok(())
         });
     }

@@ -19,6 +19,7 @@ pub mod runtime;
 pub mod sources;
 pub mod targets;
 pub mod telemetry;
+pub mod webhook;
 
 /// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).
 pub const KUBERNETES_MIN_VERSION: &str = "1.33";

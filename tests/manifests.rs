@@ -623,7 +623,9 @@ const ALLOWED: &[Allowed] = &[
     Allowed {
         group: "admissionregistration.k8s.io",
         resources: &["mutatingwebhookconfigurations"],
-        verbs: &["get", "patch"],
+        // The self-managed certificate's caBundle is written by a conditional
+        // update (replace with resourceVersion), so it never clobbers a concurrent edit.
+        verbs: &["get", "update", "patch"],
         names: Some(&["nudge"]),
         own_namespace: false,
         cluster: true,

@@ -119,6 +119,12 @@ impl Engine {
         )
     }
 
+    /// The registered sources by name (the webhook reads, with [`Source::observe`],
+    /// inputs the engine has not observed yet).
+    pub fn sources(&self) -> BTreeMap<SourceName, Arc<dyn Source>> {
+        self.sources.clone()
+    }
+
     /// The fingerprints the engine currently knows (shared with the webhook).
     pub fn fingerprints(&self) -> Arc<RwLock<FingerprintStore>> {
         self.store.clone()

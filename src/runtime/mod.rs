@@ -1,9 +1,11 @@
 //! Assembling and running the controller: client, key, sources, targets, engine,
 //! admin server, leader election, shutdown.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -15,6 +17,7 @@ use crate::model::SourceName;
 use crate::sources::secret::{KeyError, installation_key};
 use crate::sources::{ObjectSource, ObjectSourceSettings};
 use crate::targets::{self, TargetSettings};
+use crate::webhook::{self, Admission, AdmissionSettings, WebhookCounters, WebhookError};
 
 pub mod admin;
 pub mod lease;
@@ -40,6 +43,9 @@ pub enum RunError {
     /// The engine could not be assembled.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The admission webhook could not start.
+    #[error(transparent)]
+    Webhook(#[from] WebhookError),
     /// The admin server could not listen or failed.
     #[error(transparent)]
     Admin(#[from] AdminError),
@@ -77,6 +83,19 @@ pub async fn run_with_metrics(
         .await
 }
 
+/// Like [`run_with_client`], and sends the admission webhook's bound address on
+/// `webhook_addr` once it listens (useful with `webhook.bind` on port 0).
+pub async fn run_with_client_reporting(
+    config: Config,
+    client: kube::Client,
+    shutdown: CancellationToken,
+    webhook_addr: Option<oneshot::Sender<SocketAddr>>,
+) -> Result<(), RunError> {
+    let mut controller = Controller::new(config, client);
+    controller.webhook_addr = webhook_addr;
+    controller.run(shutdown).await
+}
+
 /// The controller with the built-in sources and targets, plus any custom
 /// [`Source`](crate::sources::Source) a library user adds.
 pub struct Controller {
@@ -84,6 +103,7 @@ pub struct Controller {
     client: kube::Client,
     custom_sources: Vec<Arc<dyn crate::sources::Source>>,
     metrics: Metrics,
+    webhook_addr: Option<oneshot::Sender<SocketAddr>>,
 }
 
 impl Controller {
@@ -94,6 +114,7 @@ impl Controller {
             client,
             custom_sources: Vec::new(),
             metrics: Metrics::new(),
+            webhook_addr: None,
         }
     }
 
@@ -117,6 +138,7 @@ impl Controller {
             client,
             custom_sources,
             metrics,
+            webhook_addr,
         } = self;
         let readiness = Readiness::new(shutdown.clone());
         let admin =
@@ -133,6 +155,7 @@ impl Controller {
             custom_sources,
             metrics,
             readiness,
+            webhook_addr,
         };
         let result = run_controller(config, parts, shutdown).await;
         admin_stop.cancel();
@@ -152,6 +175,7 @@ struct Parts {
     custom_sources: Vec<Arc<dyn crate::sources::Source>>,
     metrics: Metrics,
     readiness: Readiness,
+    webhook_addr: Option<oneshot::Sender<SocketAddr>>,
 }
 
 async fn run_controller(
@@ -164,6 +188,7 @@ async fn run_controller(
         custom_sources,
         metrics,
         readiness,
+        webhook_addr,
     } = parts;
     let Config {
         annotations,
@@ -174,7 +199,9 @@ async fn run_controller(
         log: _,
         admin: _,
         leader_election,
+        webhook: webhook_config,
     } = config;
+    let stamp_on_delete = engine.stamp_on_delete;
     let key = installation_key(
         &client,
         fingerprint.key_file.as_deref(),
@@ -183,6 +210,7 @@ async fn run_controller(
     )
     .await?;
     let scheme = AnnotationScheme::new(annotations.prefix);
+    let scheme_prefix = scheme.prefix.clone();
     let source_settings = ObjectSourceSettings {
         scheme: scheme.clone(),
         namespaces: kubernetes.namespaces.clone(),
@@ -235,17 +263,54 @@ async fn run_controller(
         let settings = LeaseSettings::from_config(&leader_election);
         let span =
             tracing::info_span!("lease", lease = %settings.name, identity = %settings.identity);
-        let elector = LeaderElector::new(client, &kubernetes.namespace, settings, metrics.clone());
+        let elector = LeaderElector::new(
+            client.clone(),
+            &kubernetes.namespace,
+            settings,
+            metrics.clone(),
+        );
         engine = engine.with_leadership(elector.subscribe());
         Some(tokio::spawn(elector.run(shutdown.clone()).instrument(span)))
     } else {
         metrics.set_leader(true);
         None
     };
+    // Every replica serves the webhook, leader or not.
+    let webhook = if webhook_config.enabled {
+        let settings = AdmissionSettings {
+            scheme: AnnotationScheme::new(scheme_prefix.clone()),
+            stamp_on_delete,
+            namespaces: kubernetes.namespaces.clone(),
+            observe_timeout: webhook_config.observe_timeout,
+        };
+        let admission = Arc::new(Admission::new(
+            &engine,
+            settings,
+            Arc::new(WebhookCounters::default()),
+        ));
+        let running = webhook::start(
+            &webhook_config,
+            admission,
+            client,
+            &kubernetes.namespace,
+            &scheme_prefix,
+            shutdown.clone(),
+        )
+        .await?;
+        if let Some(tx) = webhook_addr {
+            let _ = tx.send(running.addr);
+        }
+        Some(running)
+    } else {
+        None
+    };
     let result = engine.run(shutdown).await;
     if let Some(election) = election {
         // Returns once it has released the lease (when it led).
         let _ = election.await;
+    }
+    if let Some(webhook) = webhook {
+        webhook.join().await;
     }
     Ok(result?)
 }

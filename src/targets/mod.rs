@@ -20,6 +20,7 @@ mod kube;
 mod statefulset;
 
 pub use apply::{ApplyBody, render_apply_body};
+pub(crate) use kube::to_workload;
 pub use kube::{KubeTarget, PodTemplated, TargetSettings};
 
 /// One watch stream of a target: a kind, in one namespace or all of them.

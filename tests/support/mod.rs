@@ -345,6 +345,28 @@ impl TestCluster {
         InProcessNudge { shutdown, task }
     }
 
+    /// Runs nudge in this process with `config` (whose `webhook.enabled` should be
+    /// true) and returns it with the address its admission webhook listens on.
+    pub async fn start_nudge_with_webhook(
+        &self,
+        config: Config,
+    ) -> (InProcessNudge, std::net::SocketAddr) {
+        let shutdown = CancellationToken::new();
+        let client = self.client.clone();
+        let token = shutdown.clone();
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            nudge::runtime::run_with_client_reporting(config, client, token, Some(addr_tx))
+                .await
+                .expect("nudge runs");
+        });
+        let addr = tokio::time::timeout(WAIT, addr_rx)
+            .await
+            .expect("the webhook listens in time")
+            .expect("nudge reports the webhook address");
+        (InProcessNudge { shutdown, task }, addr)
+    }
+
     /// Runs the compiled `nudge run` binary against this cluster, configured
     /// through `NUDGE_*` environment variables from `config`'s engine and
     /// Kubernetes sections; its log goes to `log`.

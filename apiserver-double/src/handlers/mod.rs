@@ -85,7 +85,7 @@ pub(crate) async fn dispatch(
                     }
                 }
                 Method::POST if namespace.is_some() || !rt.namespaced => {
-                    write::create(state, resource, namespace.as_deref(), &ctx)
+                    write::create(state, resource, namespace.as_deref(), &ctx).await
                 }
                 Method::DELETE if rt.family != crate::resources::Family::Namespace => {
                     write::delete_collection(state, resource, namespace.as_deref(), &ctx)
@@ -108,8 +108,8 @@ pub(crate) async fn dispatch(
             let ns = namespace.as_deref();
             match (m.clone(), sub) {
                 (Method::GET, _) => read::get(state, resource, ns, &name, &ctx),
-                (Method::PUT, _) => write::update(state, resource, ns, &name, sub, &ctx),
-                (Method::PATCH, _) => write::patch(state, resource, ns, &name, sub, &ctx),
+                (Method::PUT, _) => write::update(state, resource, ns, &name, sub, &ctx).await,
+                (Method::PATCH, _) => write::patch(state, resource, ns, &name, sub, &ctx).await,
                 (Method::DELETE, Subresource::Main) => {
                     write::delete(state, resource, ns, &name, &ctx)
                 }

@@ -141,16 +141,48 @@ pub(crate) enum Ownership {
     Apply(String, FieldSet),
 }
 
-/// Creates an object through the full create pipeline. `obj` must already
-/// carry matching type meta, name and namespace. Returns the stored object
-/// (or, for a dry run, what would have been stored).
+/// Creates an object through the full create pipeline, without calling
+/// webhooks (seeding, namespaces, events). `obj` must already carry matching type
+/// meta, name and namespace. Returns the stored object (or, for a dry run, what
+/// would have been stored).
 pub(crate) fn create_object(
     state: &State,
     resource: usize,
-    mut obj: Value,
+    obj: Value,
     ownership: Ownership,
     dry_run: bool,
 ) -> ApiResult<Arc<Value>> {
+    let obj = prepare_new(state, resource, obj)?;
+    finish_create(state, resource, obj, ownership, dry_run)
+}
+
+/// Like [`create_object`], with mutating admission (webhooks) between defaulting
+/// and validation, as for a POST.
+pub(crate) async fn create_object_admitted(
+    state: &State,
+    resource: usize,
+    obj: Value,
+    ownership: Ownership,
+    dry_run: bool,
+) -> ApiResult<Arc<Value>> {
+    let rt = &RESOURCES[resource];
+    let mut obj = prepare_new(state, resource, obj)?;
+    admission::mutate(
+        state,
+        rt,
+        AdmissionOperation::Create,
+        Subresource::Main,
+        &mut obj,
+        None,
+        dry_run,
+    )
+    .await?;
+    finish_create(state, resource, obj, ownership, dry_run)
+}
+
+/// The create pipeline up to mutating admission: name generation, decoding,
+/// defaults, create preparation.
+fn prepare_new(state: &State, resource: usize, mut obj: Value) -> ApiResult<Value> {
     let rt = &RESOURCES[resource];
     let namespace = rt.namespaced.then(|| meta::namespace(&obj).to_string());
     if let Some(ns) = &namespace
@@ -177,7 +209,20 @@ pub(crate) fn create_object(
     strategy::normalize(&mut obj);
     strategy::apply_defaults(rt, &mut obj);
     strategy::prepare_create(rt, &mut obj);
-    admission::mutate(state, rt, AdmissionOperation::Create, &mut obj, None)?;
+    Ok(obj)
+}
+
+/// The create pipeline after mutating admission: server-set metadata, managed
+/// fields, validation, storage.
+fn finish_create(
+    state: &State,
+    resource: usize,
+    mut obj: Value,
+    ownership: Ownership,
+    dry_run: bool,
+) -> ApiResult<Arc<Value>> {
+    let rt = &RESOURCES[resource];
+    let namespace = rt.namespaced.then(|| meta::namespace(&obj).to_string());
     let now = ids::now_rfc3339();
     {
         let m = meta::metadata_mut(&mut obj);
@@ -237,7 +282,7 @@ pub(crate) fn create_object(
 }
 
 /// POST to a collection.
-pub(super) fn create(
+pub(super) async fn create(
     state: &Arc<State>,
     resource: usize,
     namespace: Option<&str>,
@@ -251,24 +296,35 @@ pub(super) fn create(
     check_namespace(rt, namespace, &mut obj)?;
     let manager = ctx.manager();
     managed::validate_field_manager("CreateOptions", &manager)?;
-    let stored = create_object(state, resource, obj, Ownership::Update(manager), dry_run)?;
+    let stored =
+        create_object_admitted(state, resource, obj, Ownership::Update(manager), dry_run).await?;
     Ok(json_response(201, output::object_bytes(&stored, shape)))
 }
 
 /// Turns a full desired object into the next stored state of `live`
 /// (non-apply writes).
-fn finish_update(
+async fn finish_update(
     state: &State,
     rt: &ResourceType,
     live: &Value,
     mut new: Value,
     manager: &str,
     sub: Subresource,
+    dry_run: bool,
 ) -> ApiResult<Value> {
     strategy::normalize(&mut new);
     strategy::apply_defaults(rt, &mut new);
     strategy::prepare_update(rt, live, &mut new, sub);
-    admission::mutate(state, rt, AdmissionOperation::Update, &mut new, Some(live))?;
+    admission::mutate(
+        state,
+        rt,
+        AdmissionOperation::Update,
+        sub,
+        &mut new,
+        Some(live),
+        dry_run,
+    )
+    .await?;
     meta::set_meta(&mut new, "resourceVersion", meta::resource_version(live));
     let mut managers = base_managers(&new, Some(live));
     let now = ids::now_rfc3339();
@@ -316,7 +372,7 @@ fn commit(
 }
 
 /// PUT of an object or its status.
-pub(super) fn update(
+pub(super) async fn update(
     state: &Arc<State>,
     resource: usize,
     namespace: Option<&str>,
@@ -365,7 +421,7 @@ pub(super) fn update(
                 ),
             ));
         }
-        let new = finish_update(state, rt, &live, obj.clone(), &manager, sub)?;
+        let new = finish_update(state, rt, &live, obj.clone(), &manager, sub, dry_run).await?;
         match commit(state, resource, &key, &live, new, dry_run) {
             Ok(stored) => return Ok(json_response(200, output::object_bytes(&stored, shape))),
             Err(WriteError::Conflict | WriteError::NotFound) if precondition_rv.is_empty() => {
@@ -378,7 +434,7 @@ pub(super) fn update(
 }
 
 /// PATCH of an object or its status.
-pub(super) fn patch(
+pub(super) async fn patch(
     state: &Arc<State>,
     resource: usize,
     namespace: Option<&str>,
@@ -403,7 +459,8 @@ pub(super) fn patch(
             force.unwrap_or(false),
             shape,
             dry_run,
-        );
+        )
+        .await;
     }
     if force.is_some() {
         return Err(ApiError::invalid_options(
@@ -444,7 +501,7 @@ pub(super) fn patch(
             ));
         }
         strategy::decode(rt, &mut patched)?;
-        let new = finish_update(state, rt, &live, patched, &manager, sub)?;
+        let new = finish_update(state, rt, &live, patched, &manager, sub, dry_run).await?;
         match commit(state, resource, &key, &live, new, dry_run) {
             Ok(stored) => return Ok(json_response(200, output::object_bytes(&stored, shape))),
             Err(WriteError::Conflict | WriteError::NotFound) if !precondition => continue,
@@ -489,7 +546,7 @@ fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
 
 /// Server-side apply (an upsert).
 #[allow(clippy::too_many_arguments)]
-fn apply(
+async fn apply(
     state: &Arc<State>,
     resource: usize,
     namespace: Option<&str>,
@@ -566,13 +623,15 @@ fn apply(
             if !precondition_rv.is_empty() {
                 return Err(ApiError::not_found(rt, name));
             }
-            match create_object(
+            match create_object_admitted(
                 state,
                 resource,
                 config.clone(),
                 Ownership::Apply(manager.clone(), applied.clone()),
                 dry_run,
-            ) {
+            )
+            .await
+            {
                 Ok(stored) => return Ok(json_response(201, output::object_bytes(&stored, shape))),
                 Err(e) if e.reason == "AlreadyExists" => continue,
                 Err(e) => return Err(e),
@@ -607,9 +666,12 @@ fn apply(
             state,
             rt,
             AdmissionOperation::Update,
+            sub,
             &mut merged,
             Some(&live),
-        )?;
+            dry_run,
+        )
+        .await?;
         meta::set_meta(
             &mut merged,
             "resourceVersion",

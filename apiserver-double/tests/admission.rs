@@ -1,0 +1,418 @@
+//! Mutating webhooks: the double calls them like the kube-apiserver does.
+//! `admission_review.json` (recorded from kube-apiserver 1.34) is replayed
+//! against the double with a fake webhook that answers the recorded patches.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use apiserver_double::ApiServerDouble;
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use support::Http;
+use tokio::net::TcpListener;
+
+const TRANSCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/apiserver-transcripts/admission_review.json"
+);
+
+fn transcript() -> Value {
+    let text = std::fs::read_to_string(TRANSCRIPT).expect("read admission_review.json");
+    serde_json::from_str(&text).expect("admission_review.json is JSON")
+}
+
+/// What the fake webhook answers to one review.
+type Answer = Arc<dyn Fn(&Value) -> (u16, Value) + Send + Sync>;
+
+/// An HTTPS webhook on 127.0.0.1 with its own CA, recording every review.
+struct FakeWebhook {
+    addr: SocketAddr,
+    ca_pem: String,
+    received: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl FakeWebhook {
+    async fn start(answer: Answer, delay: Duration) -> Self {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let recorded = received.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                let answer = answer.clone();
+                let recorded = recorded.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let answer = answer.clone();
+                        let recorded = recorded.clone();
+                        async move {
+                            let path = req.uri().to_string();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let review: Value = serde_json::from_slice(&body).unwrap();
+                            recorded.lock().unwrap().push((path, review.clone()));
+                            tokio::time::sleep(delay).await;
+                            let (status, body) = answer(&review);
+                            let mut resp = http::Response::new(Full::new(Bytes::from(
+                                serde_json::to_vec(&body).unwrap(),
+                            )));
+                            *resp.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            ca_pem: ca_cert.pem(),
+            received,
+        }
+    }
+
+    /// Answers every review with `allowed: true` and `patch` (none when `None`).
+    fn patching(patch: Option<Value>) -> Answer {
+        Arc::new(move |review: &Value| {
+            let mut response = json!({"uid": review["request"]["uid"], "allowed": true});
+            if let Some(patch) = &patch {
+                response["patchType"] = json!("JSONPatch");
+                response["patch"] = json!(
+                    base64::engine::general_purpose::STANDARD
+                        .encode(serde_json::to_vec(patch).unwrap())
+                );
+            }
+            (
+                200,
+                json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+            )
+        })
+    }
+
+    fn received(&self) -> Vec<(String, Value)> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// The transcript's registration, pointed at this webhook.
+    fn registration(&self, failure_policy: &str, timeout_seconds: u64) -> Value {
+        let mut body = transcript()["registration"]["request"]["body"].clone();
+        let hook = &mut body["webhooks"][0];
+        hook["clientConfig"]["url"] = json!(format!("https://{}/mutate", self.addr));
+        hook["clientConfig"]["caBundle"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(&self.ca_pem));
+        hook["failurePolicy"] = json!(failure_policy);
+        hook["timeoutSeconds"] = json!(timeout_seconds);
+        body
+    }
+}
+
+async fn setup(
+    webhook: &FakeWebhook,
+    failure_policy: &str,
+    timeout_seconds: u64,
+) -> (ApiServerDouble, Http) {
+    let api = ApiServerDouble::start().await.unwrap();
+    let http = Http::new(&api);
+    let ns = http
+        .post(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "transcripts"}}),
+        )
+        .await;
+    assert_eq!(ns.status, 201);
+    let reg = http
+        .post(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            &webhook.registration(failure_policy, timeout_seconds),
+        )
+        .await;
+    assert_eq!(reg.status, 201, "{}", String::from_utf8_lossy(&reg.body));
+    (api, http)
+}
+
+const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/transcripts/deployments";
+
+fn sorted_keys(v: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = v
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.sort();
+    keys
+}
+
+#[tokio::test]
+async fn patch_adding_into_a_missing_map_fails_the_create_with_500_even_under_ignore() {
+    let t = transcript();
+    let patch = t["webhook_received"][0]["patch_answered"].clone();
+    let webhook = FakeWebhook::start(FakeWebhook::patching(Some(patch)), Duration::ZERO).await;
+    let (_api, http) = setup(&webhook, "Ignore", 5).await;
+    let resp = http
+        .post(DEPLOYMENTS, &t["naive_create"]["request"]["body"])
+        .await;
+    assert_eq!(resp.status, 500);
+    assert_eq!(resp.json(), t["naive_create"]["response"]["body"]);
+    let get = http.get(&format!("{DEPLOYMENTS}/naive")).await;
+    assert_eq!(get.status, 404, "nothing stored");
+}
+
+#[tokio::test]
+async fn create_and_reapply_follow_the_transcript() {
+    let t = transcript();
+    let patch = t["webhook_received"][1]["patch_answered"].clone();
+    let webhook = FakeWebhook::start(FakeWebhook::patching(Some(patch)), Duration::ZERO).await;
+    let (_api, http) = setup(&webhook, "Ignore", 5).await;
+
+    // (2) create: the whole map is added; stored with the annotation.
+    let created = http
+        .post(DEPLOYMENTS, &t["create"]["request"]["body"])
+        .await;
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let created = created.json();
+    assert_eq!(
+        created["spec"]["template"]["metadata"]["annotations"],
+        t["create"]["response"]["body"]["spec"]["template"]["metadata"]["annotations"]
+    );
+    assert_eq!(created["metadata"]["generation"], 1);
+
+    // (3) re-apply of the original manifest: restored, template unchanged, generation bumped.
+    let mut body = t["update"]["request"]["body"].clone();
+    body["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    let updated = http.put(&format!("{DEPLOYMENTS}/hooked"), &body).await;
+    assert_eq!(
+        updated.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&updated.body)
+    );
+    let updated = updated.json();
+    assert_eq!(updated["spec"]["template"], created["spec"]["template"]);
+    assert_eq!(updated["metadata"]["generation"], 2);
+
+    // What the webhook received has the recorded shape.
+    let received = webhook.received();
+    assert_eq!(received.len(), 2);
+    for ((path, review), recorded) in received
+        .iter()
+        .zip(&t["webhook_received"].as_array().unwrap()[1..])
+    {
+        assert_eq!(path, recorded["path"].as_str().unwrap());
+        let (got, want) = (&review["request"], &recorded["review"]["request"]);
+        assert_eq!(review["apiVersion"], recorded["review"]["apiVersion"]);
+        assert_eq!(review["kind"], recorded["review"]["kind"]);
+        assert_eq!(sorted_keys(got), sorted_keys(want));
+        for key in [
+            "kind",
+            "resource",
+            "requestKind",
+            "requestResource",
+            "operation",
+            "options",
+            "name",
+            "namespace",
+            "dryRun",
+        ] {
+            assert_eq!(got[key], want[key], "request.{key}");
+        }
+        assert_eq!(got["oldObject"].is_null(), want["oldObject"].is_null());
+        for server_set in ["uid", "creationTimestamp", "generation"] {
+            assert!(
+                got["object"]["metadata"].get(server_set).is_none(),
+                "object.metadata.{server_set} is set after admission"
+            );
+        }
+        assert_eq!(
+            got["object"]["spec"], want["object"]["spec"],
+            "defaults applied before admission"
+        );
+        assert_eq!(got["object"]["status"], json!({}));
+    }
+    let old = &received[1].1["request"]["oldObject"];
+    assert_eq!(
+        old["spec"]["template"]["metadata"]["annotations"]["nudge.dev/config-hash"],
+        "sha256-from-webhook"
+    );
+    assert_eq!(old["metadata"]["generation"], 1);
+}
+
+#[tokio::test]
+async fn unreachable_webhook_is_ignored_or_fails_the_request_by_policy() {
+    let webhook = FakeWebhook::start(FakeWebhook::patching(None), Duration::ZERO).await;
+    let mut dead = webhook.registration("Ignore", 2);
+    // Nothing listens on port 9 of 127.0.0.1.
+    dead["webhooks"][0]["clientConfig"]["url"] = json!("https://127.0.0.1:9/mutate");
+    let t = transcript();
+    for (policy, expected) in [("Ignore", 201), ("Fail", 500)] {
+        let api = ApiServerDouble::start().await.unwrap();
+        let http = Http::new(&api);
+        http.post(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "transcripts"}}),
+        )
+        .await;
+        dead["webhooks"][0]["failurePolicy"] = json!(policy);
+        http.post(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            &dead,
+        )
+        .await;
+        let resp = http
+            .post(DEPLOYMENTS, &t["create"]["request"]["body"])
+            .await;
+        assert_eq!(
+            resp.status,
+            expected,
+            "{policy}: {}",
+            String::from_utf8_lossy(&resp.body)
+        );
+        if expected == 500 {
+            let status = resp.json();
+            assert_eq!(status["reason"], "InternalError");
+            let message = status["message"].as_str().unwrap();
+            assert!(message.starts_with("Internal error occurred: failed calling webhook \"stamp.nudge.dev\": failed to call webhook: Post \"https://127.0.0.1:9/mutate?timeout=2s\""), "{message}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn slow_webhook_times_out_after_timeout_seconds() {
+    let webhook = FakeWebhook::start(FakeWebhook::patching(None), Duration::from_secs(5)).await;
+    let (_api, http) = setup(&webhook, "Ignore", 1).await;
+    let started = Instant::now();
+    let resp = http
+        .post(DEPLOYMENTS, &transcript()["create"]["request"]["body"])
+        .await;
+    assert_eq!(resp.status, 201);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        resp.json()["spec"]["template"]["metadata"]
+            .get("annotations")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn certificate_not_signed_by_the_ca_bundle_is_a_failed_call() {
+    let webhook = FakeWebhook::start(
+        FakeWebhook::patching(Some(json!([
+            {"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}
+        ]))),
+        Duration::ZERO,
+    )
+    .await;
+    let other = FakeWebhook::start(FakeWebhook::patching(None), Duration::ZERO).await;
+    let api = ApiServerDouble::start().await.unwrap();
+    let http = Http::new(&api);
+    http.post(
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "transcripts"}}),
+    )
+    .await;
+    let mut reg = webhook.registration("Fail", 2);
+    reg["webhooks"][0]["clientConfig"]["caBundle"] =
+        json!(base64::engine::general_purpose::STANDARD.encode(&other.ca_pem));
+    http.post(
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        &reg,
+    )
+    .await;
+    let resp = http
+        .post(DEPLOYMENTS, &transcript()["create"]["request"]["body"])
+        .await;
+    assert_eq!(resp.status, 500);
+    assert!(
+        webhook.received().is_empty(),
+        "no review goes to an unverified server"
+    );
+}
+
+#[tokio::test]
+async fn denial_answers_the_webhook_message() {
+    let deny: Answer = Arc::new(|review: &Value| {
+        (
+            200,
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+            "uid": review["request"]["uid"], "allowed": false, "status": {"message": "no thanks", "code": 403}}}),
+        )
+    });
+    let webhook = FakeWebhook::start(deny, Duration::ZERO).await;
+    let (_api, http) = setup(&webhook, "Ignore", 5).await;
+    let resp = http
+        .post(DEPLOYMENTS, &transcript()["create"]["request"]["body"])
+        .await;
+    assert_eq!(resp.status, 403);
+    assert_eq!(
+        resp.json()["message"],
+        "admission webhook \"stamp.nudge.dev\" denied the request: no thanks"
+    );
+}
+
+#[tokio::test]
+async fn objects_outside_the_rules_or_selectors_are_not_sent() {
+    let webhook = FakeWebhook::start(FakeWebhook::patching(None), Duration::ZERO).await;
+    let (_api, http) = setup(&webhook, "Fail", 5).await;
+    // ConfigMaps are not in the rules.
+    let cm = http
+        .post(
+            "/api/v1/namespaces/transcripts/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+        )
+        .await;
+    assert_eq!(cm.status, 201);
+    // The namespaceSelector only matches `transcripts`.
+    let resp = http
+        .post("/apis/apps/v1/namespaces/default/deployments", &{
+            let mut body = transcript()["create"]["request"]["body"].clone();
+            body["metadata"]["namespace"] = json!("default");
+            body
+        })
+        .await;
+    assert_eq!(resp.status, 201);
+    assert!(webhook.received().is_empty());
+}

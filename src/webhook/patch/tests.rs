@@ -1,0 +1,416 @@
+use serde_json::json;
+
+use super::*;
+use crate::model::Combine;
+
+const HASH: &str = "nudge.dev/config-hash";
+const LAST: &str = "nudge.dev/last-updated";
+const NOW: &str = "2026-11-22T05:00:00Z";
+
+fn mk_spec(output: Output) -> StampSpec {
+    StampSpec {
+        output,
+        combine: Combine::Single,
+        inputs: Vec::new(),
+        origins: Vec::new(),
+    }
+}
+
+fn hash_output() -> Output {
+    Output::PodTemplateAnnotation(HASH.into())
+}
+
+fn mk_desired(values: &[(Output, &str)]) -> DesiredStamp {
+    DesiredStamp {
+        values: values
+            .iter()
+            .map(|(o, v)| (o.clone(), (*v).to_owned()))
+            .collect(),
+        blocked: Vec::new(),
+    }
+}
+
+/// A Deployment with the given pod-template metadata (`None`: no metadata at all).
+fn mk_deployment(template_metadata: Option<Value>) -> Value {
+    let mut template = json!({"spec": {"containers": [{"name": "app", "image": "x"}]}});
+    if let Some(m) = template_metadata {
+        template["metadata"] = m;
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ns"},
+        "spec": {"template": template},
+    })
+}
+
+fn patch_for(
+    object: &Value,
+    old: Option<&Value>,
+    specs: &[StampSpec],
+    desired: &DesiredStamp,
+) -> Vec<PatchOp> {
+    let scheme = AnnotationScheme::default();
+    admission_patch(&PatchInput {
+        object,
+        old_object: old,
+        specs,
+        desired,
+        scheme: &scheme,
+        now: NOW,
+    })
+}
+
+/// Applies `ops` with an RFC 6902 implementation; panics when it would fail (the
+/// apiserver would answer 500).
+fn apply(object: &Value, ops: &[PatchOp]) -> Value {
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::to_value(ops).unwrap()).expect("ops are RFC 6902");
+    let mut doc = object.clone();
+    json_patch::patch(&mut doc, &patch).expect("patch applies");
+    doc
+}
+
+#[test]
+fn missing_annotations_map_is_added_whole_never_into() {
+    let object = mk_deployment(Some(json!({"labels": {"app": "web"}})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(
+        &object,
+        None,
+        &specs,
+        &mk_desired(&[(hash_output(), "sha256-1")]),
+    );
+    assert_eq!(
+        ops[0],
+        PatchOp::new(
+            PatchOpKind::Add,
+            "/spec/template/metadata/annotations".into(),
+            json!({HASH: "sha256-1"})
+        )
+    );
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][HASH],
+        "sha256-1"
+    );
+}
+
+#[test]
+fn transcript_create_gets_the_patch_the_apiserver_accepted() {
+    // The object of `webhook_received[1]` in admission_review.json: no annotations.
+    let object = mk_deployment(Some(json!({"labels": {"app": "hooked"}})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(
+        &object,
+        None,
+        &specs,
+        &mk_desired(&[(hash_output(), "sha256-from-webhook")]),
+    );
+    let template_op = serde_json::to_value(&ops[0]).unwrap();
+    assert_eq!(
+        template_op,
+        json!({"op": "add", "path": "/spec/template/metadata/annotations",
+               "value": {"nudge.dev/config-hash": "sha256-from-webhook"}})
+    );
+}
+
+#[test]
+fn missing_template_metadata_is_added_with_the_annotations_inside() {
+    let object = mk_deployment(None);
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(&object, None, &specs, &mk_desired(&[(hash_output(), "v")]));
+    assert_eq!(ops[0].path, "/spec/template/metadata");
+    assert_eq!(ops[0].value, json!({"annotations": {HASH: "v"}}));
+    apply(&object, &ops);
+}
+
+#[test]
+fn null_annotations_map_is_replaced_whole() {
+    let object = mk_deployment(Some(json!({"annotations": null})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(&object, None, &specs, &mk_desired(&[(hash_output(), "v")]));
+    assert_eq!(ops[0].path, "/spec/template/metadata/annotations");
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][HASH],
+        "v"
+    );
+}
+
+#[test]
+fn existing_map_gets_one_escaped_add_per_key() {
+    let object = mk_deployment(Some(json!({"annotations": {"other": "x"}})));
+    let key = "nudge.dev/checksum-a~b";
+    let output = Output::PodTemplateAnnotation(key.into());
+    let specs = [mk_spec(output.clone())];
+    let ops = patch_for(&object, None, &specs, &mk_desired(&[(output, "v")]));
+    assert_eq!(ops[0].op, PatchOpKind::Add);
+    assert_eq!(
+        ops[0].path,
+        "/spec/template/metadata/annotations/nudge.dev~1checksum-a~0b"
+    );
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][key],
+        "v"
+    );
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"]["other"],
+        "x"
+    );
+}
+
+#[test]
+fn pointer_escaping_follows_rfc6901_order() {
+    assert_eq!(escape_pointer_token("a/b~c"), "a~1b~0c");
+    assert_eq!(escape_pointer_token("~1"), "~01");
+}
+
+#[test]
+fn different_value_is_replaced_and_last_updated_set() {
+    let object = mk_deployment(Some(json!({"annotations": {HASH: "old"}})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(
+        &object,
+        None,
+        &specs,
+        &mk_desired(&[(hash_output(), "new")]),
+    );
+    assert!(ops.contains(&PatchOp::new(
+        PatchOpKind::Replace,
+        "/spec/template/metadata/annotations/nudge.dev~1config-hash".into(),
+        "new"
+    )));
+    let patched = apply(&object, &ops);
+    assert_eq!(patched["metadata"]["annotations"][LAST], NOW);
+}
+
+#[test]
+fn object_already_stamped_gets_an_empty_patch() {
+    let object = mk_deployment(Some(json!({"annotations": {HASH: "v"}})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(&object, None, &specs, &mk_desired(&[(hash_output(), "v")]));
+    assert!(ops.is_empty(), "{ops:?}");
+}
+
+#[test]
+fn no_specs_no_patch() {
+    let object = mk_deployment(None);
+    assert!(patch_for(&object, None, &[], &DesiredStamp::default()).is_empty());
+}
+
+#[test]
+fn blocked_output_keeps_the_incoming_value() {
+    let object = mk_deployment(Some(json!({"annotations": {HASH: "mine"}})));
+    let old = mk_deployment(Some(json!({"annotations": {HASH: "stored"}})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(&object, Some(&old), &specs, &DesiredStamp::default());
+    assert!(ops.is_empty(), "{ops:?}");
+}
+
+#[test]
+fn blocked_output_on_create_without_value_gets_nothing() {
+    let object = mk_deployment(Some(json!({"labels": {"app": "web"}})));
+    let specs = [mk_spec(hash_output())];
+    assert!(patch_for(&object, None, &specs, &DesiredStamp::default()).is_empty());
+}
+
+#[test]
+fn reapply_dropping_a_blocked_stamp_restores_it_from_the_old_object() {
+    let object = mk_deployment(Some(json!({"labels": {"app": "web"}})));
+    let mut old = mk_deployment(Some(
+        json!({"labels": {"app": "web"}, "annotations": {HASH: "stored"}}),
+    ));
+    old["metadata"]["annotations"] = json!({LAST: "2026-01-01T00:00:00Z"});
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(&object, Some(&old), &specs, &DesiredStamp::default());
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][HASH],
+        "stored"
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"][LAST], "2026-01-01T00:00:00Z",
+        "unchanged stamp: last-updated restored, not bumped"
+    );
+}
+
+#[test]
+fn reapply_dropping_the_current_stamp_restores_it_without_bumping_last_updated() {
+    let object = mk_deployment(Some(json!({"labels": {"app": "web"}})));
+    let old = mk_deployment(Some(json!({"annotations": {HASH: "v"}})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(
+        &object,
+        Some(&old),
+        &specs,
+        &mk_desired(&[(hash_output(), "v")]),
+    );
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][HASH],
+        "v"
+    );
+    assert!(patched["metadata"].get("annotations").is_none());
+}
+
+#[test]
+fn update_to_a_new_value_bumps_last_updated() {
+    let object = mk_deployment(None);
+    let old = mk_deployment(Some(json!({"annotations": {HASH: "v1"}})));
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(
+        &object,
+        Some(&old),
+        &specs,
+        &mk_desired(&[(hash_output(), "v2")]),
+    );
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][HASH],
+        "v2"
+    );
+    assert_eq!(patched["metadata"]["annotations"][LAST], NOW);
+}
+
+#[test]
+fn consul_mutator_checksum_goes_on_template_and_workload_with_its_last_updated() {
+    let key = "k8s-consul-mutator.io/checksum-db";
+    let output = Output::PodTemplateAndWorkloadAnnotation(key.into());
+    let mut object = mk_deployment(Some(json!({"labels": {"app": "web"}})));
+    object["metadata"]["annotations"] = json!({"k8s-consul-mutator.io/key-db": "app/db"});
+    let specs = [mk_spec(output.clone())];
+    let ops = patch_for(&object, None, &specs, &mk_desired(&[(output, "md5-1")]));
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][key],
+        "md5-1"
+    );
+    assert_eq!(patched["metadata"]["annotations"][key], "md5-1");
+    assert_eq!(
+        patched["metadata"]["annotations"]["k8s-consul-mutator.io/last-updated"],
+        NOW
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"]["k8s-consul-mutator.io/key-db"],
+        "app/db"
+    );
+}
+
+#[test]
+fn blocked_consul_mutator_checksum_is_restored_in_both_places() {
+    let key = "k8s-consul-mutator.io/checksum-db";
+    let output = Output::PodTemplateAndWorkloadAnnotation(key.into());
+    let object = mk_deployment(None);
+    let mut old = mk_deployment(Some(json!({"annotations": {key: "md5-1"}})));
+    old["metadata"]["annotations"] = json!({key: "md5-1"});
+    let specs = [mk_spec(output)];
+    let ops = patch_for(&object, Some(&old), &specs, &DesiredStamp::default());
+    let patched = apply(&object, &ops);
+    assert_eq!(
+        patched["spec"]["template"]["metadata"]["annotations"][key],
+        "md5-1"
+    );
+    assert_eq!(patched["metadata"]["annotations"][key], "md5-1");
+}
+
+#[test]
+fn reloader_env_var_is_updated_in_place_in_containers_and_init_containers() {
+    let var = "STAKATER_APP_CONFIG_CONFIGMAP";
+    let output = Output::ContainerEnv(var.into());
+    let mut object = mk_deployment(Some(json!({"labels": {"app": "web"}})));
+    object["spec"]["template"]["spec"] = json!({
+        "containers": [
+            {"name": "app", "env": [{"name": "A", "value": "1"}, {"name": var, "value": "old"}]},
+            {"name": "side", "env": [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]},
+        ],
+        "initContainers": [{"name": "init", "env": [{"name": var}]}],
+    });
+    let specs = [mk_spec(output.clone())];
+    let ops = patch_for(&object, None, &specs, &mk_desired(&[(output, "new")]));
+    let patched = apply(&object, &ops);
+    let spec = &patched["spec"]["template"]["spec"];
+    assert_eq!(spec["containers"][0]["env"][1]["value"], "new");
+    assert_eq!(spec["containers"][0]["env"][0]["value"], "1");
+    assert!(spec["containers"][1]["env"][0].get("value").is_none());
+    assert_eq!(spec["initContainers"][0]["env"][0]["value"], "new");
+    assert_eq!(patched["metadata"]["annotations"][LAST], NOW);
+}
+
+#[test]
+fn several_outputs_share_one_whole_map_add() {
+    let a = Output::PodTemplateAnnotation("nudge.dev/checksum-a".into());
+    let wave = Output::PodTemplateAnnotation("wave.pusher.com/config-hash".into());
+    let object = mk_deployment(Some(json!({})));
+    let specs = [
+        mk_spec(a.clone()),
+        mk_spec(wave.clone()),
+        mk_spec(a.clone()),
+    ];
+    let ops = patch_for(&object, None, &specs, &mk_desired(&[(a, "1"), (wave, "2")]));
+    let template_ops: Vec<_> = ops
+        .iter()
+        .filter(|o| o.path.starts_with("/spec/"))
+        .collect();
+    assert_eq!(template_ops.len(), 1);
+    assert_eq!(
+        template_ops[0].value,
+        json!({"nudge.dev/checksum-a": "1", "wave.pusher.com/config-hash": "2"})
+    );
+}
+
+#[test]
+fn malformed_shapes_never_panic_and_patches_always_apply() {
+    let specs = [
+        mk_spec(hash_output()),
+        mk_spec(Output::PodTemplateAndWorkloadAnnotation(
+            "k8s-consul-mutator.io/checksum-x".into(),
+        )),
+        mk_spec(Output::ContainerEnv("STAKATER_X_SECRET".into())),
+    ];
+    let desired = mk_desired(&[
+        (specs[0].output.clone(), "1"),
+        (specs[1].output.clone(), "2"),
+        (specs[2].output.clone(), "3"),
+    ]);
+    let shapes = [
+        json!(null),
+        json!([]),
+        json!("x"),
+        json!({}),
+        json!({"metadata": "x"}),
+        json!({"metadata": null, "spec": null}),
+        json!({"spec": {"template": "x"}}),
+        json!({"spec": {"template": {"metadata": {"annotations": "x"}}}}),
+        json!({"spec": {"template": {"metadata": {"annotations": {HASH: 7}}}}}),
+        json!({"spec": {"template": {"spec": {"containers": "x", "initContainers": [1, {"env": "x"}, {"env": [null, {"name": 1}]}]}}}}),
+        mk_deployment(Some(json!({"annotations": {}}))),
+    ];
+    for object in &shapes {
+        for old in [None, Some(&shapes[8])] {
+            let ops = patch_for(object, old, &specs, &desired);
+            if object.is_object() {
+                apply(object, &ops);
+            } else {
+                assert!(ops.is_empty());
+            }
+        }
+    }
+}
+
+#[test]
+fn last_updated_set_by_the_request_itself_is_kept() {
+    let mut object = mk_deployment(Some(json!({"annotations": {HASH: "v2"}})));
+    object["metadata"]["annotations"] = json!({LAST: "controller-time"});
+    let mut old = mk_deployment(Some(json!({"annotations": {HASH: "v1"}})));
+    old["metadata"]["annotations"] = json!({LAST: "earlier"});
+    let specs = [mk_spec(hash_output())];
+    let ops = patch_for(
+        &object,
+        Some(&old),
+        &specs,
+        &mk_desired(&[(hash_output(), "v2")]),
+    );
+    assert!(ops.is_empty(), "{ops:?}");
+}

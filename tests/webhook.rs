@@ -1,0 +1,581 @@
+//! The admission webhook: workloads are stored already stamped, re-applies keep
+//! their stamp, bad input is allowed unchanged, certificates rotate without a
+//! restart, and the self-managed certificate is shared by replicas.
+//!
+//! These tests need the apiserver to reach a webhook on 127.0.0.1, so they run on
+//! the in-process double only.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine as _;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use nudge::config::Config;
+use nudge::webhook::CertificateBundle;
+use nudge::webhook::certificates::generate;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use support::*;
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+// === helpers ===
+
+/// A temporary directory holding `tls.crt` and `tls.key`.
+struct CertDir {
+    dir: PathBuf,
+}
+
+impl CertDir {
+    fn new(test: &str) -> Self {
+        let mut bytes = [0u8; 4];
+        getrandom::fill(&mut bytes).unwrap();
+        let dir = std::env::temp_dir().join(format!("nudge-webhook-{test}-{}", hex::encode(bytes)));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir }
+    }
+
+    fn cert(&self) -> PathBuf {
+        self.dir.join("tls.crt")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.join("tls.key")
+    }
+
+    /// Writes the pair as a rotation does: to temporary names, then renamed.
+    fn write(&self, bundle: &CertificateBundle) {
+        for (path, pem) in [
+            (self.key(), &bundle.key_pem),
+            (self.cert(), &bundle.cert_pem),
+        ] {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, pem).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        }
+    }
+}
+
+impl Drop for CertDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn local_bundle(ca: Option<&CertificateBundle>) -> CertificateBundle {
+    generate(
+        &["127.0.0.1".to_owned()],
+        Duration::from_secs(3600),
+        ca,
+        SystemTime::now(),
+    )
+    .expect("generate a test certificate")
+}
+
+fn webhook_config(cluster: &TestCluster, certs: &CertDir) -> Config {
+    let mut config = cluster.nudge_config();
+    config.webhook.enabled = true;
+    config.webhook.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.webhook.cert_file = certs.cert();
+    config.webhook.key_file = certs.key();
+    config
+}
+
+/// Registers nudge's webhook (as in `deploy/webhook/`) at `url`, for the test
+/// namespace only.
+async fn register_webhook(
+    cluster: &TestCluster,
+    name: &str,
+    url: Option<&str>,
+    ca_pem: Option<&str>,
+) {
+    let mut client_config = json!({});
+    if let Some(url) = url {
+        client_config["url"] = json!(url);
+    }
+    if let Some(ca) = ca_pem {
+        client_config["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca));
+    }
+    let body = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "stamp.nudge.dev",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": client_config,
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cluster.namespace()}},
+            "rules": [{
+                "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced",
+            }],
+        }],
+    });
+    let api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    )
+    .await
+    .expect("register the webhook");
+}
+
+/// Opens a TLS connection trusting only `ca_pem`.
+async fn connect(
+    addr: SocketAddr,
+    ca_pem: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(nudge::webhook::tls::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    connector
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+        .expect("TLS handshake")
+}
+
+/// The end-entity certificate a new connection is served.
+async fn presented_certificate(addr: SocketAddr, ca_pem: &str) -> Vec<u8> {
+    let tls = connect(addr, ca_pem).await;
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn der_of(pem: &str) -> Vec<u8> {
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// POSTs raw bytes to the webhook; returns the status and the body as JSON (or
+/// `Value::Null` when it is not JSON).
+async fn post_review(addr: SocketAddr, ca_pem: &str, body: Vec<u8>) -> (u16, Value) {
+    let tls = connect(addr, ca_pem).await;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let request = hyper::Request::post("/mutate?timeout=5s")
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .expect("the webhook answers");
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// An AdmissionReview as the apiserver sends it.
+fn review(uid: &str, kind: (&str, &str, &str), namespace: &str, object: Value) -> Vec<u8> {
+    let (group, version, kind) = kind;
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": "x"},
+            "name": object["metadata"]["name"],
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "admin"},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }))
+    .unwrap()
+}
+
+fn deployment_json(namespace: &str, name: &str, pod_spec: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "annotations": {"nudge.dev/auto": "true"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
+        },
+    })
+}
+
+/// Asserts an allowed answer without a patch for request `uid`.
+fn assert_allowed_without_patch(status: u16, body: &Value, uid: &str) {
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["kind"], "AdmissionReview");
+    assert_eq!(body["response"]["uid"], uid);
+    assert_eq!(body["response"]["allowed"], true);
+    assert!(body["response"].get("patch").is_none(), "{body}");
+}
+
+/// A cluster with nudge's webhook serving file certificates and registered.
+struct Hooked {
+    cluster: TestCluster,
+    nudge: InProcessNudge,
+    addr: SocketAddr,
+    bundle: CertificateBundle,
+    certs: CertDir,
+}
+
+async fn hooked(test: &str, tweak: impl FnOnce(&mut Config)) -> Option<Hooked> {
+    let cluster = TestCluster::with_faults(test).await?;
+    let certs = CertDir::new(test);
+    let bundle = local_bundle(None);
+    certs.write(&bundle);
+    let mut config = webhook_config(&cluster, &certs);
+    tweak(&mut config);
+    let (nudge, addr) = cluster.start_nudge_with_webhook(config).await;
+    let name = format!("nudge-{}", cluster.namespace());
+    register_webhook(
+        &cluster,
+        &name,
+        Some(&format!("https://{addr}/mutate")),
+        Some(&bundle.ca_cert_pem),
+    )
+    .await;
+    Some(Hooked {
+        cluster,
+        nudge,
+        addr,
+        bundle,
+        certs,
+    })
+}
+
+// === tests ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_deployment_is_stored_stamped_and_nudge_never_patches_it() {
+    let Some(h) = hooked("webhook-create", |_| {}).await else {
+        return;
+    };
+    h.cluster.put_configmap("app-config", &[("a", "1")]).await;
+    h.cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    let stored = h.cluster.template_annotations("Deployment", "web").await;
+    let stamp = stored
+        .get(CONFIG_HASH)
+        .expect("stored with nudge's stamp")
+        .clone();
+    assert!(stamp.starts_with("sha256-"), "{stamp}");
+
+    let patches = h.cluster.patch_counter("Deployment", "web").await;
+    settle().await;
+    assert_eq!(
+        patches.count(&h.cluster).await,
+        0,
+        "the controller agrees with the webhook: no PATCH"
+    );
+    let workload = h.cluster.workload("Deployment", "web").await;
+    assert_eq!(
+        workload["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH],
+        stamp.as_str()
+    );
+    assert_eq!(
+        workload["metadata"]["generation"], 1,
+        "stamped at creation, never rolled again"
+    );
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reapply_dropping_nudges_annotations_is_restored_without_patch_or_rollout() {
+    let Some(h) = hooked("webhook-reapply", |_| {}).await else {
+        return;
+    };
+    h.cluster.put_configmap("app-config", &[("a", "1")]).await;
+    let manifest = deployment_json(
+        h.cluster.namespace(),
+        "web",
+        pod_mounting_configmap("app-config"),
+    );
+    let api: Api<Deployment> = h.cluster.api();
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(manifest.clone()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let before = h.cluster.workload("Deployment", "web").await;
+    assert!(before["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH].is_string());
+    settle().await;
+
+    let patches = h.cluster.patch_counter("Deployment", "web").await;
+    // A GitOps re-apply: the original manifest (no stamp), replacing the object.
+    let mut reapply = manifest.clone();
+    reapply["metadata"]["resourceVersion"] = before["metadata"]["resourceVersion"].clone();
+    let after = api
+        .replace(
+            "web",
+            &PostParams::default(),
+            &serde_json::from_value(reapply).unwrap(),
+        )
+        .await
+        .expect("re-apply");
+    let after = serde_json::to_value(after).unwrap();
+    assert_eq!(
+        after["spec"]["template"], before["spec"]["template"],
+        "pod template unchanged: no rollout"
+    );
+    settle().await;
+    assert_eq!(patches.count(&h.cluster).await, 0, "no PATCH follows");
+    assert_eq!(
+        h.cluster.workload("Deployment", "web").await["spec"]["template"],
+        before["spec"]["template"]
+    );
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_answers_400_and_the_server_keeps_serving() {
+    let Some(h) = hooked("webhook-malformed-json", |_| {}).await else {
+        return;
+    };
+    let ca = &h.bundle.ca_cert_pem;
+    let (status, _) = post_review(h.addr, ca, b"{not json".to_vec()).await;
+    assert_eq!(status, 400, "no uid to answer to");
+    let (status, _) = post_review(h.addr, ca, br#"{"request": {}}"#.to_vec()).await;
+    assert_eq!(status, 400);
+    let (status, body) = post_review(
+        h.addr,
+        ca,
+        br#"{"apiVersion": "admission.k8s.io/v1", "request": {"uid": "u-1"}}"#.to_vec(),
+    )
+    .await;
+    assert_allowed_without_patch(status, &body, "u-1");
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_of_a_pod_is_allowed_without_patch() {
+    let Some(h) = hooked("webhook-pod", |_| {}).await else {
+        return;
+    };
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "annotations": {"nudge.dev/auto": "true"}},
+                     "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    let body = review("u-pod", ("", "v1", "Pod"), h.cluster.namespace(), pod);
+    let (status, answer) = post_review(h.addr, &h.bundle.ca_cert_pem, body).await;
+    assert_allowed_without_patch(status, &answer, "u-pod");
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_whose_object_cannot_be_parsed_is_allowed_without_patch() {
+    let Some(h) = hooked("webhook-unparsable", |_| {}).await else {
+        return;
+    };
+    let ns = h.cluster.namespace().to_owned();
+    let objects = [
+        deployment_json(&ns, "web", json!({"containers": "not a list"})),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": 42}),
+        json!("a string"),
+        Value::Null,
+    ];
+    for (i, object) in objects.into_iter().enumerate() {
+        let uid = format!("u-{i}");
+        let body = review(&uid, ("apps", "v1", "Deployment"), &ns, object);
+        let (status, answer) = post_review(h.addr, &h.bundle.ca_cert_pem, body).await;
+        assert_allowed_without_patch(status, &answer, &uid);
+    }
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_deadline_exceeded_is_allowed_without_patch() {
+    let Some(h) = hooked("webhook-deadline", |c| {
+        c.webhook.observe_timeout = Duration::from_millis(300)
+    })
+    .await
+    else {
+        return;
+    };
+    // Reading the referenced ConfigMap takes longer than the deadline.
+    h.cluster.put_configmap("slow-config", &[("a", "1")]).await;
+    h.cluster
+        .double()
+        .unwrap()
+        .set_latency(Duration::from_secs(3));
+    let ns = h.cluster.namespace().to_owned();
+    let body = review(
+        "u-slow",
+        ("apps", "v1", "Deployment"),
+        &ns,
+        deployment_json(&ns, "slow", pod_mounting_configmap("slow-config")),
+    );
+    let started = Instant::now();
+    let (status, answer) = post_review(h.addr, &h.bundle.ca_cert_pem, body).await;
+    let elapsed = started.elapsed();
+    h.cluster.double().unwrap().set_latency(Duration::ZERO);
+    assert_allowed_without_patch(status, &answer, "u-slow");
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "answered within the deadline, took {elapsed:?}"
+    );
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_certificate_files_are_served_on_new_connections() {
+    let Some(h) = hooked("webhook-rotation", |_| {}).await else {
+        return;
+    };
+    let ca = h.bundle.ca_cert_pem.clone();
+    assert_eq!(
+        presented_certificate(h.addr, &ca).await,
+        der_of(&h.bundle.cert_pem)
+    );
+    let rotated = local_bundle(Some(&h.bundle));
+    assert_eq!(rotated.ca_cert_pem, ca, "same CA, new serving certificate");
+    h.certs.write(&rotated);
+    assert_eq!(
+        presented_certificate(h.addr, &ca).await,
+        der_of(&rotated.cert_pem)
+    );
+    // A half-written pair (key of another certificate) keeps the last good one.
+    std::fs::write(h.certs.key(), &h.bundle.key_pem).unwrap();
+    assert_eq!(
+        presented_certificate(h.addr, &ca).await,
+        der_of(&rotated.cert_pem)
+    );
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_the_ca_bundle() {
+    let Some(cluster) = TestCluster::with_faults("webhook-self-managed").await else {
+        return;
+    };
+    let name = format!("nudge-{}", cluster.namespace());
+    // Registered before nudge runs, without a caBundle (and pointing nowhere yet:
+    // the replicas' ports are not known).
+    register_webhook(&cluster, &name, Some("https://127.0.0.1:9/mutate"), None).await;
+    let mut config = cluster.nudge_config();
+    config.webhook.enabled = true;
+    config.webhook.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.webhook.self_managed_certificate = true;
+    config.webhook.configuration_name = name.clone();
+    config.webhook.extra_names = vec!["127.0.0.1".to_owned()];
+    let ((first, addr_a), (second, addr_b)) = tokio::join!(
+        cluster.start_nudge_with_webhook(config.clone()),
+        cluster.start_nudge_with_webhook(config.clone()),
+    );
+
+    let secrets: Api<Secret> = cluster.api();
+    let secret = wait_for("the certificate Secret", WAIT, || async {
+        secrets
+            .get_opt(&config.webhook.secret_name)
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let data = secret.data.unwrap();
+    let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
+    let cert = String::from_utf8(data["tls.crt"].0.clone()).unwrap();
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(cluster.client());
+    let mut registered = wait_for("the caBundle patch", WAIT, || async {
+        let c = configurations.get(&name).await.ok()?;
+        let bundle = c
+            .webhooks
+            .as_ref()?
+            .first()?
+            .client_config
+            .ca_bundle
+            .clone()?;
+        (bundle.0 == ca.as_bytes()).then_some(c)
+    })
+    .await;
+
+    // Both replicas serve the one certificate.
+    for addr in [addr_a, addr_b] {
+        let served = wait_for("the replica to serve the certificate", WAIT, || async {
+            let served =
+                tokio::time::timeout(Duration::from_secs(2), presented_certificate(addr, &ca))
+                    .await
+                    .ok()?;
+            (served == der_of(&cert)).then_some(served)
+        })
+        .await;
+        assert_eq!(served, der_of(&cert));
+    }
+    let created = cluster
+        .double()
+        .unwrap()
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "POST"
+                && r.path.ends_with("/secrets")
+                && r.status == 201
+                && r.body_json()
+                    .is_some_and(|b| b["metadata"]["name"] == config.webhook.secret_name.as_str())
+        })
+        .count();
+    assert_eq!(
+        created, 1,
+        "one replica creates the Secret, the other reads it"
+    );
+
+    // The apiserver reaches the webhook with that caBundle: workloads are stored stamped.
+    let webhooks = registered.webhooks.as_mut().unwrap();
+    webhooks[0].client_config.url = Some(format!("https://{addr_a}/mutate"));
+    configurations
+        .replace(&name, &PostParams::default(), &registered)
+        .await
+        .unwrap();
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    assert!(
+        cluster
+            .template_annotations("Deployment", "web")
+            .await
+            .contains_key(CONFIG_HASH)
+    );
+    first.stop().await;
+    second.stop().await;
+}
