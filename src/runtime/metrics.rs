@@ -68,30 +68,8 @@ impl StampResult {
 }
 
 /// How the admission webhook answered (`result` label of
-/// `nudge_webhook_requests_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WebhookResult {
-    /// Allowed with a patch that sets the stamp.
-    Patched,
-    /// Allowed without a patch: the stamp was already right or nothing is tracked.
-    Unchanged,
-    /// Allowed without a patch because the stamp could not be computed in time.
-    Timeout,
-    /// Allowed without a patch because of an error (bad request, source failure).
-    Error,
-}
-
-impl WebhookResult {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Patched => "patched",
-            Self::Unchanged => "unchanged",
-            Self::Timeout => "timeout",
-            Self::Error => "error",
-        }
-    }
-}
+/// `nudge_webhook_requests_total`): the webhook's own [`ReviewResult`].
+pub use crate::webhook::ReviewResult as WebhookResult;
 
 /// A watch stream whose restarts are counted (`watch` label of
 /// `nudge_watch_restarts_total`).
@@ -268,12 +246,7 @@ impl Metrics {
         );
         let webhook_requests = Family::<WebhookLabels, Counter>::default();
         // A fixed set of results: expose them all at zero from the start.
-        for result in [
-            WebhookResult::Patched,
-            WebhookResult::Unchanged,
-            WebhookResult::Timeout,
-            WebhookResult::Error,
-        ] {
+        for result in WebhookResult::ALL {
             drop(webhook_requests.get_or_create(&WebhookLabels { result }));
         }
         registry.register(

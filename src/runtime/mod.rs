@@ -242,7 +242,7 @@ async fn run_controller(
             source_settings,
         )))?;
     for source in crate::sources::consul::settings::sources_from_config(&sources.consul)? {
-        engine = engine.with_source(Arc::new(source))?;
+        engine = engine.with_source(Arc::new(source.with_metrics(metrics.clone())))?;
     }
     for source in custom_sources {
         engine = engine.with_source(source)?;
@@ -286,7 +286,7 @@ async fn run_controller(
         let admission = Arc::new(Admission::new(
             &engine,
             settings,
-            Arc::new(WebhookCounters::default()),
+            Arc::new(WebhookCounters::with_metrics(metrics.clone())),
         ));
         let running = webhook::start(
             &webhook_config,

@@ -64,6 +64,8 @@ impl ReviewResult {
 #[derive(Debug, Default)]
 pub struct WebhookCounters {
     reviews: [AtomicU64; 6],
+    /// Where reviews are also exported (`nudge_webhook_requests_total`).
+    metrics: Option<crate::runtime::metrics::Metrics>,
     /// TLS handshakes that failed (client gave up, wrong CA, garbage on the port).
     pub tls_handshake_failures: AtomicU64,
     /// Times the serving certificate was (re)loaded: from files, or from the
@@ -74,9 +76,20 @@ pub struct WebhookCounters {
 }
 
 impl WebhookCounters {
+    /// Counters that also export every review to `metrics`.
+    pub fn with_metrics(metrics: crate::runtime::metrics::Metrics) -> Self {
+        Self {
+            metrics: Some(metrics),
+            ..Self::default()
+        }
+    }
+
     /// Counts one review.
     pub fn record(&self, result: ReviewResult) {
         self.reviews[result.index()].fetch_add(1, Ordering::Relaxed);
+        if let Some(metrics) = &self.metrics {
+            metrics.webhook_request(result);
+        }
     }
 
     /// Reviews answered with `result` so far.

@@ -334,6 +334,9 @@ pub struct ConsulClient {
     partition: Option<String>,
     timeout: Duration,
     stats: ClientStats,
+    /// Where failed requests are also exported, once set.
+    error_metrics:
+        std::sync::OnceLock<(crate::runtime::metrics::Metrics, crate::model::SourceName)>,
 }
 
 impl fmt::Debug for ConsulClient {
@@ -428,7 +431,18 @@ impl ConsulClient {
             partition: settings.partition.clone(),
             timeout: settings.timeout,
             stats: ClientStats::default(),
+            error_metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Also counts failed requests in `metrics` under source `name`; the first
+    /// call wins.
+    pub fn report_errors_to(
+        &self,
+        metrics: crate::runtime::metrics::Metrics,
+        name: crate::model::SourceName,
+    ) {
+        let _ = self.error_metrics.set((metrics, name));
     }
 
     /// Request counters.
@@ -491,6 +505,9 @@ impl ConsulClient {
         let result = self.send(path, recurse, block_on).await;
         if result.is_err() {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            if let Some((metrics, name)) = self.error_metrics.get() {
+                metrics.consul_query_failed(name);
+            }
         }
         result
     }

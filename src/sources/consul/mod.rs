@@ -111,6 +111,12 @@ impl ConsulSource {
         })
     }
 
+    /// Exports failed queries to `metrics` (`nudge_consul_query_errors_total`).
+    pub fn with_metrics(self, metrics: crate::runtime::metrics::Metrics) -> Self {
+        self.client.report_errors_to(metrics, self.name.clone());
+        self
+    }
+
     /// The Consul address this source reads.
     pub fn address(&self) -> &str {
         &self.address
