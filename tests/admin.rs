@@ -79,7 +79,15 @@ async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
         ),
         "{body}"
     );
-    assert!(body.contains("nudge_stamp_latency_seconds_count"), "{body}");
+    let latency_count = body
+        .lines()
+        .find_map(|l| l.strip_prefix("nudge_stamp_latency_seconds_count "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(
+        latency_count >= 1.0,
+        "the stamp moved the latency histogram: {body}"
+    );
 
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(10), task)
@@ -91,4 +99,49 @@ async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
         get(addr, "/live").await.is_none(),
         "the admin server stops last"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_while_an_initial_list_keeps_failing() {
+    let Some(cluster) = TestCluster::with_faults("admin-not-ready").await else {
+        return;
+    };
+    let double = cluster.double().unwrap();
+    // Every ConfigMap list and watch fails until the failures are cleared.
+    double.fail_next(
+        100_000,
+        500,
+        apiserver_double::RequestFilter::any()
+            .method("GET")
+            .path_contains("/configmaps"),
+    );
+    let mut config = cluster.nudge_config();
+    let addr = free_port();
+    config.admin.bind = addr;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(nudge::runtime::run_with_metrics(
+        config,
+        cluster.client(),
+        shutdown.clone(),
+        Metrics::new(),
+    ));
+    wait_for("/live", WAIT, || async {
+        get(addr, "/live").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, _) = get(addr, "/ready").await.expect("admin answers");
+    assert_eq!(status, 503, "not ready before the ConfigMap list succeeded");
+
+    double.clear_failures();
+    wait_for("/ready after the lists", WAIT, || async {
+        get(addr, "/ready").await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("nudge stops")
+        .unwrap()
+        .unwrap();
 }

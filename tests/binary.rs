@@ -172,3 +172,90 @@ async fn secret_values_never_reach_the_logs_even_at_trace_level() {
         }
     }
 }
+
+/// Whether a replica's log says it wrote a stamp.
+fn stamped_in(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains("stamped"))
+        .count()
+}
+
+async fn lease_holder(cluster: &TestCluster) -> Option<String> {
+    let lease = cluster
+        .api::<k8s_openapi::api::coordination::v1::Lease>()
+        .get_opt("nudge")
+        .await
+        .ok()??;
+    lease.spec?.holder_identity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_stamps_and_after_sigkill_the_other_takes_over_once() {
+    let cluster = TestCluster::start("bin-failover").await;
+    cluster.put_configmap("cfg", &[("v", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "ha",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("cfg"),
+        )
+        .await;
+    let mut config = cluster.nudge_config();
+    config.leader_election.lease_duration = Duration::from_secs(4);
+    config.leader_election.renew_deadline = Duration::from_secs(3);
+    config.leader_election.retry_period = Duration::from_millis(500);
+    let logs = [
+        log_path(&cluster, "replica-a"),
+        log_path(&cluster, "replica-b"),
+    ];
+    let mut replicas = vec![
+        Some(cluster.spawn_nudge_replica(&config, &logs[0], "replica-a")),
+        Some(cluster.spawn_nudge_replica(&config, &logs[1], "replica-b")),
+    ];
+    let first = wait_for_stamp(&cluster, "Deployment", "ha", CONFIG_HASH, None).await;
+    settle().await;
+    let stamps: Vec<usize> = logs.iter().map(|l| stamped_in(l)).collect();
+    assert_eq!(
+        stamps.iter().sum::<usize>(),
+        1,
+        "exactly one replica stamps: {stamps:?}"
+    );
+
+    let holder = wait_for("a lease holder", WAIT, || lease_holder(&cluster)).await;
+    let (leader, survivor) = if holder == "replica-a" {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    assert_eq!(
+        stamps[leader], 1,
+        "the lease holder is the one that stamped"
+    );
+
+    // SIGKILL: no release of the lease, the survivor must wait for it to expire.
+    let patches = cluster.patch_counter("Deployment", "ha").await;
+    drop(replicas[leader].take());
+    cluster.put_configmap("cfg", &[("v", "2")]).await;
+    let survivor_name = ["replica-a", "replica-b"][survivor];
+    wait_for(
+        "the survivor to take the lease",
+        config.leader_election.lease_duration * 3,
+        || async { (lease_holder(&cluster).await.as_deref() == Some(survivor_name)).then_some(()) },
+    )
+    .await;
+    wait_for_stamp(&cluster, "Deployment", "ha", CONFIG_HASH, Some(&first)).await;
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        1,
+        "the change made during the handover is stamped once"
+    );
+    assert_eq!(stamped_in(&logs[survivor]), 1);
+    if let Some(replica) = replicas[survivor].take() {
+        replica.stop().await;
+    }
+}

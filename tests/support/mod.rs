@@ -371,12 +371,19 @@ impl TestCluster {
     /// through `NUDGE_*` environment variables from `config`'s engine and
     /// Kubernetes sections; its log goes to `log`.
     pub fn spawn_nudge_binary(&self, config: &Config, log: &Path) -> BinaryNudge {
+        self.spawn_nudge_replica(config, log, "nudge-0")
+    }
+
+    /// Like [`spawn_nudge_binary`](Self::spawn_nudge_binary), as the replica
+    /// `pod_name` (its leader-election identity).
+    pub fn spawn_nudge_replica(&self, config: &Config, log: &Path, pod_name: &str) -> BinaryNudge {
         let log_file = std::fs::File::create(log).expect("create log file");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
             .arg("run")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("KUBECONFIG", self.kubeconfig())
+            .env("POD_NAME", pod_name)
             .envs(config_env(config))
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -602,6 +609,18 @@ fn config_env(config: &Config) -> Vec<(String, String)> {
         ),
         ("NUDGE_KUBERNETES__NAMESPACE".into(), kube.namespace.clone()),
         ("NUDGE_ADMIN__BIND".into(), config.admin.bind.to_string()),
+        (
+            "NUDGE_LEADER_ELECTION__LEASE_DURATION".into(),
+            duration(config.leader_election.lease_duration),
+        ),
+        (
+            "NUDGE_LEADER_ELECTION__RENEW_DEADLINE".into(),
+            duration(config.leader_election.renew_deadline),
+        ),
+        (
+            "NUDGE_LEADER_ELECTION__RETRY_PERIOD".into(),
+            duration(config.leader_election.retry_period),
+        ),
         ("NUDGE_LOG__FILTER".into(), config.log.filter.clone()),
     ]
 }
