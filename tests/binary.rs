@@ -212,7 +212,7 @@ async fn two_replicas_one_stamps_and_after_sigkill_the_other_takes_over_once() {
         log_path(&cluster, "replica-a"),
         log_path(&cluster, "replica-b"),
     ];
-    let mut replicas = vec![
+    let mut replicas = [
         Some(cluster.spawn_nudge_replica(&config, &logs[0], "replica-a")),
         Some(cluster.spawn_nudge_replica(&config, &logs[1], "replica-b")),
     ];
