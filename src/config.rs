@@ -134,6 +134,11 @@ pub struct KubernetesConfig {
     /// Namespaces whose workloads, ConfigMaps and Secrets are watched; empty
     /// means all namespaces.
     pub namespaces: Vec<String>,
+    /// Namespaces never watched (left out server-side).
+    pub ignore_namespaces: Vec<String>,
+    /// Label selector on Namespace objects: only workloads in matching namespaces
+    /// are stamped (empty: no such restriction). Followed live.
+    pub namespace_selector: String,
     /// Server-side label selector for the ConfigMap and Secret watches (empty:
     /// every object). Objects outside it are never fetched nor fingerprinted.
     pub source_label_selector: String,
@@ -148,6 +153,8 @@ impl Default for KubernetesConfig {
     fn default() -> Self {
         Self {
             namespaces: Vec::new(),
+            ignore_namespaces: Vec::new(),
+            namespace_selector: String::new(),
             source_label_selector: String::new(),
             field_manager: "nudge".to_owned(),
             namespace: "nudge-system".to_owned(),
@@ -577,6 +584,14 @@ impl Config {
             if !is_dns_label(namespace) {
                 return Err(invalid(
                     "kubernetes.namespaces",
+                    format!("entry {i} ({namespace:?}) is not a namespace name"),
+                ));
+            }
+        }
+        for (i, namespace) in self.kubernetes.ignore_namespaces.iter().enumerate() {
+            if !is_dns_label(namespace) {
+                return Err(invalid(
+                    "kubernetes.ignore_namespaces",
                     format!("entry {i} ({namespace:?}) is not a namespace name"),
                 ));
             }

@@ -16,6 +16,7 @@ pub mod events;
 pub mod fingerprint;
 pub mod model;
 pub mod runtime;
+pub mod scope;
 pub mod sources;
 pub mod targets;
 pub mod telemetry;

@@ -24,6 +24,7 @@ use crate::model::{
     Reference, SourceCatalog, SourceName, Tracked, Workload, WorkloadId, WorkloadKind,
 };
 use crate::runtime::metrics::{Metrics, StampResult};
+use crate::scope::SelectedNamespaces;
 use crate::sources::{Interest, Source, SourceContext, SourceUpdate};
 use crate::targets::{ApplyOutcome, Target, TargetError, WatchScope, WorkloadEvent};
 
@@ -61,6 +62,7 @@ pub struct Engine {
     store: Arc<RwLock<FingerprintStore>>,
     metrics: Metrics,
     leadership: Option<watch::Receiver<bool>>,
+    selected_namespaces: Option<SelectedNamespaces>,
 }
 
 impl Engine {
@@ -75,6 +77,7 @@ impl Engine {
             store: Arc::default(),
             metrics: Metrics::new(),
             leadership: None,
+            selected_namespaces: None,
         }
     }
 
@@ -88,6 +91,14 @@ impl Engine {
     /// the engine always stamps. On becoming leader it re-evaluates every workload.
     pub fn with_leadership(mut self, leader: watch::Receiver<bool>) -> Self {
         self.leadership = Some(leader);
+        self
+    }
+
+    /// Stamps only workloads in the namespaces `selected` names (from
+    /// `kubernetes.namespace_selector`); the others are kept aside, untracked, and
+    /// come in when their namespace starts matching.
+    pub fn with_selected_namespaces(mut self, selected: SelectedNamespaces) -> Self {
+        self.selected_namespaces = Some(selected);
         self
     }
 
@@ -155,6 +166,8 @@ impl Engine {
             graph: DependencyGraph::new(),
             store: self.store,
             workloads: HashMap::new(),
+            parked: HashMap::new(),
+            selected_namespaces: self.selected_namespaces,
             scheduler,
             interest: HashMap::new(),
             pending: HashMap::new(),
@@ -190,6 +203,7 @@ impl Engine {
                 _ = shutdown.cancelled() => break,
                 _ = gauges.tick() => {}
                 Ok(()) = core.leadership.changed() => core.on_leadership().await,
+                true = namespaces_changed(&mut core.selected_namespaces) => core.on_namespaces().await,
                 Some(event) = workloads.recv() => core.on_workload_event(event).await,
                 Some(update) = updates.recv() => core.on_update(update),
                 Some(id) = due.recv() => core.on_due(id).await,
@@ -280,6 +294,10 @@ struct Core {
     graph: DependencyGraph,
     store: Arc<RwLock<FingerprintStore>>,
     workloads: HashMap<WorkloadId, Known>,
+    /// Workloads in namespaces outside `kubernetes.namespace_selector`: kept, not
+    /// tracked.
+    parked: HashMap<WorkloadId, Workload>,
+    selected_namespaces: Option<SelectedNamespaces>,
     scheduler: Scheduler,
     interest: HashMap<SourceName, mpsc::UnboundedSender<Interest>>,
     /// References whose observation changed since each workload's last stamp.
@@ -325,6 +343,7 @@ impl Core {
                 let gone: Vec<WorkloadId> = self
                     .workloads
                     .keys()
+                    .chain(self.parked.keys())
                     .filter(|id| scope.contains(id) && !seen.contains(*id))
                     .cloned()
                     .collect();
@@ -339,6 +358,14 @@ impl Core {
 
     async fn on_workload(&mut self, workload: Workload) {
         let id = workload.id.clone();
+        if !self.in_selected_namespace(&id) {
+            if self.workloads.contains_key(&id) {
+                self.on_delete(&id);
+            }
+            self.parked.insert(id, workload);
+            return;
+        }
+        self.parked.remove(&id);
         let deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
         self.report_invalid(&id, &deps.errors).await;
         let delta = self.graph.apply(id.clone(), deps.stamps);
@@ -358,6 +385,7 @@ impl Core {
     }
 
     fn on_delete(&mut self, id: &WorkloadId) {
+        self.parked.remove(id);
         let delta = self.graph.delete(id);
         self.drop_tracked(delta.droppable);
         self.workloads.remove(id);
@@ -414,6 +442,67 @@ impl Core {
         self.reported_invalid.insert(id.clone(), messages.clone());
         self.publish(id, Reason::InvalidAnnotation, messages.join("; "))
             .await;
+    }
+}
+
+// === impl Core: namespace selection ===
+
+impl Core {
+    /// Whether `id`'s namespace is selected (always, without a selector; never
+    /// before the selector's first list).
+    fn in_selected_namespace(&self, id: &WorkloadId) -> bool {
+        match &self.selected_namespaces {
+            None => true,
+            Some(selected) => selected
+                .borrow()
+                .as_ref()
+                .is_some_and(|set| set.contains(&id.namespace)),
+        }
+    }
+
+    /// The selected namespaces changed: bring parked workloads in, put workloads
+    /// of namespaces no longer selected aside.
+    async fn on_namespaces(&mut self) {
+        let entering: Vec<WorkloadId> = self
+            .parked
+            .keys()
+            .filter(|id| self.in_selected_namespace(id))
+            .cloned()
+            .collect();
+        for id in entering {
+            if let Some(workload) = self.parked.remove(&id) {
+                self.on_workload(workload).await;
+            }
+        }
+        let leaving: Vec<WorkloadId> = self
+            .workloads
+            .keys()
+            .filter(|id| !self.in_selected_namespace(id))
+            .cloned()
+            .collect();
+        for id in leaving {
+            if let Some(known) = self.workloads.get(&id) {
+                let workload = known.workload.clone();
+                self.on_delete(&id);
+                self.parked.insert(id, workload);
+            }
+        }
+    }
+}
+
+/// Waits for the selected namespaces to change; `false` (and then never again)
+/// when there is no selector or its watch ended.
+async fn namespaces_changed(selected: &mut Option<SelectedNamespaces>) -> bool {
+    match selected {
+        Some(rx) => {
+            if rx.changed().await.is_ok() {
+                true
+            } else {
+                std::future::pending::<()>().await;
+                false
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::engine::{Engine, EngineError};
 use crate::events::KubeEvents;
 use crate::model::SourceName;
+use crate::scope::{NamespaceScope, watch_selected_namespaces};
 use crate::sources::secret::{KeyError, installation_key};
 use crate::sources::{ObjectSource, ObjectSourceSettings};
 use crate::targets::{self, TargetSettings};
@@ -211,9 +212,13 @@ async fn run_controller(
     .await?;
     let scheme = AnnotationScheme::new(annotations.prefix);
     let scheme_prefix = scheme.prefix.clone();
+    let scope = NamespaceScope {
+        namespaces: kubernetes.namespaces.clone(),
+        ignore: kubernetes.ignore_namespaces.clone(),
+    };
     let source_settings = ObjectSourceSettings {
         scheme: scheme.clone(),
-        namespaces: kubernetes.namespaces.clone(),
+        scope: scope.clone(),
         label_selector: kubernetes.source_label_selector.clone(),
         metrics: metrics.clone(),
         readiness: readiness.clone(),
@@ -221,7 +226,7 @@ async fn run_controller(
     let target_settings = TargetSettings {
         field_manager: kubernetes.field_manager.clone(),
         prefix: scheme.prefix.clone(),
-        namespaces: kubernetes.namespaces.clone(),
+        scope: scope.clone(),
         metrics: metrics.clone(),
         readiness: readiness.clone(),
     };
@@ -258,6 +263,14 @@ async fn run_controller(
     for target in targets {
         engine = engine.with_target(target)?;
     }
+    if !kubernetes.namespace_selector.is_empty() {
+        let (selected, _task) = watch_selected_namespaces(
+            client.clone(),
+            &kubernetes.namespace_selector,
+            shutdown.clone(),
+        );
+        engine = engine.with_selected_namespaces(selected);
+    }
     readiness.seal();
     let election = if leader_election.enabled {
         let settings = LeaseSettings::from_config(&leader_election);
@@ -280,7 +293,7 @@ async fn run_controller(
         let settings = AdmissionSettings {
             scheme: AnnotationScheme::new(scheme_prefix.clone()),
             stamp_on_delete,
-            namespaces: kubernetes.namespaces.clone(),
+            scope: scope.clone(),
             observe_timeout: webhook_config.observe_timeout,
         };
         let admission = Arc::new(Admission::new(

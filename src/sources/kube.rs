@@ -28,6 +28,7 @@ use crate::fingerprint::{
 use crate::model::{Scope, SourceName, Tracked};
 use crate::runtime::admin::{Readiness, WatchReady};
 use crate::runtime::metrics::{Metrics, Watch};
+use crate::scope::NamespaceScope;
 
 /// How many content GETs run at once.
 const FETCH_CONCURRENCY: usize = 16;
@@ -56,8 +57,8 @@ pub trait ContentObject:
 pub struct ObjectSourceSettings {
     /// Annotation scheme, for `<prefix>/ignore`.
     pub scheme: AnnotationScheme,
-    /// Namespaces to watch; empty means all.
-    pub namespaces: Vec<String>,
+    /// Which namespaces are watched.
+    pub scope: NamespaceScope,
     /// Server-side label selector for the watch (empty: none).
     pub label_selector: String,
     /// Where watch restarts are counted.
@@ -125,7 +126,9 @@ impl<K: ContentObject> ObjectSource<K> {
         key: FingerprintKey,
         settings: ObjectSourceSettings,
     ) -> Self {
-        let ready = stream_namespaces(&settings.namespaces)
+        let ready = settings
+            .scope
+            .streams()
             .into_iter()
             .map(|ns| {
                 let watch = format!("{name}/{}", ns.as_deref().unwrap_or("*"));
@@ -177,7 +180,9 @@ impl<K: ContentObject> ObjectSource<K> {
     }
 
     fn meta_streams(&self) -> Vec<futures::stream::BoxStream<'static, MetaEvent>> {
-        stream_namespaces(&self.settings.namespaces)
+        self.settings
+            .scope
+            .streams()
             .into_iter()
             .map(|ns| {
                 // An Api over PartialObjectMeta asks for metadata-only responses.
@@ -185,7 +190,7 @@ impl<K: ContentObject> ObjectSource<K> {
                     Some(ns) => Api::namespaced(self.client.clone(), ns),
                     None => Api::all(self.client.clone()),
                 };
-                let mut config = watcher::Config::default();
+                let mut config = self.settings.scope.watcher_config(&ns);
                 if !self.settings.label_selector.is_empty() {
                     config = config.labels(&self.settings.label_selector);
                 }
@@ -214,15 +219,6 @@ impl<K: ContentObject> ObjectSource<K> {
                     .boxed()
             })
             .collect()
-    }
-}
-
-/// The metadata streams for `namespaces` (empty: one stream for all namespaces).
-fn stream_namespaces(namespaces: &[String]) -> Vec<Option<String>> {
-    if namespaces.is_empty() {
-        vec![None]
-    } else {
-        namespaces.iter().cloned().map(Some).collect()
     }
 }
 

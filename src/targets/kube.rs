@@ -22,6 +22,7 @@ use crate::engine::StampPatch;
 use crate::model::{Workload, WorkloadId, WorkloadKind};
 use crate::runtime::admin::{Readiness, WatchReady};
 use crate::runtime::metrics::{Metrics, Watch};
+use crate::scope::NamespaceScope;
 
 /// A workload type with a pod template.
 pub trait PodTemplated:
@@ -48,8 +49,8 @@ pub struct TargetSettings {
     pub field_manager: String,
     /// nudge's annotation prefix, for `<prefix>/last-updated`.
     pub prefix: String,
-    /// Namespaces to watch; empty means all.
-    pub namespaces: Vec<String>,
+    /// Which namespaces are watched.
+    pub scope: NamespaceScope,
     /// Where watch restarts are counted.
     pub metrics: Metrics,
     /// Each watch scope registers here and marks its first complete list.
@@ -71,7 +72,9 @@ impl<K: PodTemplated> KubeTarget<K> {
     /// A target for kind `K` using `client`; registers each of its watch scopes
     /// with `settings.readiness`.
     pub fn new(client: Client, settings: TargetSettings) -> Self {
-        let ready = scopes(&settings.namespaces)
+        let ready = settings
+            .scope
+            .streams()
             .into_iter()
             .map(|ns| {
                 let name = format!("{}/{}", K::KIND, ns.as_deref().unwrap_or("*"));
@@ -109,8 +112,8 @@ impl<K: PodTemplated> KubeTarget<K> {
             .iter()
             .find(|(ns, _)| *ns == namespace)
             .map(|(_, ready)| ready.clone());
-        let stream =
-            watcher(self.api(namespace.as_deref()), watcher::Config::default()).default_backoff();
+        let config = self.settings.scope.watcher_config(&namespace);
+        let stream = watcher(self.api(namespace.as_deref()), config).default_backoff();
         let mut stream = std::pin::pin!(stream);
         loop {
             let event = tokio::select! {
@@ -139,15 +142,6 @@ impl<K: PodTemplated> KubeTarget<K> {
                 ready.listed();
             }
         }
-    }
-}
-
-/// The watch scopes for `namespaces` (empty: one scope for all namespaces).
-fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
-    if namespaces.is_empty() {
-        vec![None]
-    } else {
-        namespaces.iter().cloned().map(Some).collect()
     }
 }
 
@@ -222,17 +216,15 @@ impl<K: PodTemplated> Target for KubeTarget<K> {
         events: mpsc::Sender<WorkloadEvent>,
         shutdown: CancellationToken,
     ) {
-        let watches = scopes(&self.settings.namespaces)
-            .into_iter()
-            .map(|namespace| {
-                let span = tracing::info_span!(
-                    "watch",
-                    kind = %K::KIND,
-                    namespace = namespace.as_deref().unwrap_or("*")
-                );
-                self.watch_scope(namespace, events.clone(), shutdown.clone())
-                    .instrument(span)
-            });
+        let watches = self.settings.scope.streams().into_iter().map(|namespace| {
+            let span = tracing::info_span!(
+                "watch",
+                kind = %K::KIND,
+                namespace = namespace.as_deref().unwrap_or("*")
+            );
+            self.watch_scope(namespace, events.clone(), shutdown.clone())
+                .instrument(span)
+        });
         futures::future::join_all(watches).await;
     }
 

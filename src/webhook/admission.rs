@@ -50,9 +50,9 @@ pub struct AdmissionSettings {
     pub scheme: AnnotationScheme,
     /// `engine.stamp_on_delete`: stamp an absent required input as absent.
     pub stamp_on_delete: bool,
-    /// Namespaces nudge manages; empty means all. Workloads elsewhere are skipped,
-    /// since the controller would never maintain a stamp written there.
-    pub namespaces: Vec<String>,
+    /// Namespaces nudge manages. Workloads elsewhere are skipped, since the
+    /// controller would never maintain a stamp written there.
+    pub scope: crate::scope::NamespaceScope,
     /// Total time for reading inputs the fingerprint store does not have yet.
     pub observe_timeout: Duration,
 }
@@ -245,9 +245,7 @@ impl Admission {
         {
             return Decision::without_patch(ReviewResult::Skipped);
         }
-        if !self.settings.namespaces.is_empty()
-            && !self.settings.namespaces.contains(&request.namespace)
-        {
+        if !self.settings.scope.contains(&request.namespace) {
             return Decision::without_patch(ReviewResult::Skipped);
         }
         let Some(object) = request.object.as_ref().filter(|o| o.is_object()) else {

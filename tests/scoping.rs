@@ -1,0 +1,139 @@
+//! Namespace scoping: `ignore_namespaces` is a server-side filter, and
+//! `namespace_selector` is followed live.
+
+mod support;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::*;
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+async fn label_namespace(cluster: &TestCluster, value: Option<&str>) {
+    let api: Api<Namespace> = Api::all(cluster.client());
+    let patch = json!({"metadata": {"labels": {"nudge-test-scope": value}}});
+    api.patch(
+        cluster.namespace(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .expect("label the namespace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_selector_is_followed_live() {
+    let cluster = TestCluster::start("ns-selector").await;
+    cluster.put_configmap("cfg", &[("v", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "sel",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("cfg"),
+        )
+        .await;
+    let mut config = cluster.nudge_config();
+    config.kubernetes.namespace_selector = format!("nudge-test-scope={}", cluster.namespace());
+    let nudge = cluster.start_nudge(config);
+    settle().await;
+    assert!(
+        !cluster
+            .template_annotations("Deployment", "sel")
+            .await
+            .contains_key(CONFIG_HASH),
+        "an unselected namespace is left alone"
+    );
+
+    label_namespace(&cluster, Some(cluster.namespace())).await;
+    let stamp = wait_for_stamp(&cluster, "Deployment", "sel", CONFIG_HASH, None).await;
+
+    label_namespace(&cluster, None).await;
+    settle().await;
+    let patches = cluster.patch_counter("Deployment", "sel").await;
+    cluster.put_configmap("cfg", &[("v", "2")]).await;
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "deselected again: not stamped"
+    );
+    assert_eq!(
+        cluster.template_annotations("Deployment", "sel").await[CONFIG_HASH],
+        stamp
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignored_namespaces_are_filtered_out_by_the_api_server() {
+    // Watching all namespaces is only safe on a private cluster.
+    let Some(cluster) = TestCluster::with_faults("ns-ignore").await else {
+        return;
+    };
+    let other = format!("{}-ignored", cluster.namespace());
+    let namespaces: Api<Namespace> = Api::all(cluster.client());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": other}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    cluster.put_configmap("cfg", &[("v", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "watched",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("cfg"),
+        )
+        .await;
+    let double = cluster.double().unwrap();
+    for object in [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": other}, "data": {"v": "1"}}),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "ignored", "namespace": other, "annotations": {"nudge.dev/auto": "true"}},
+            "spec": {
+                "selector": {"matchLabels": {"app": "ignored"}},
+                "template": {"metadata": {"labels": {"app": "ignored"}}, "spec": pod_mounting_configmap("cfg")},
+            },
+        }),
+    ] {
+        double.create(object).unwrap();
+    }
+    let mut config = cluster.nudge_config();
+    config.kubernetes.namespaces = Vec::new();
+    config.kubernetes.ignore_namespaces = vec![other.clone()];
+    let nudge = cluster.start_nudge(config);
+    wait_for_stamp(&cluster, "Deployment", "watched", CONFIG_HASH, None).await;
+    settle().await;
+    let ignored: k8s_openapi::api::apps::v1::Deployment = Api::namespaced(cluster.client(), &other)
+        .get("ignored")
+        .await
+        .unwrap();
+    let annotations = ignored
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap_or_default();
+    assert!(
+        !annotations.contains_key(CONFIG_HASH),
+        "the ignored namespace is not stamped"
+    );
+    let selector = format!("metadata.namespace!={other}");
+    assert!(
+        double
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/apis/apps/v1/deployments" || r.path == "/api/v1/configmaps")
+            .all(|r| r.query_param("fieldSelector").as_deref() == Some(selector.as_str())),
+        "every all-namespace list/watch carries the field selector"
+    );
+    nudge.stop().await;
+}
