@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{Config, LogFormat, Overrides};
-use crate::model::WorkloadKind;
+use crate::model::{WorkloadId, WorkloadKind};
 
 /// Rolls Kubernetes workloads when the ConfigMaps, Secrets or Consul keys they
 /// depend on change.
@@ -40,6 +40,9 @@ enum Command {
         /// Output format.
         #[arg(short, long, value_enum, default_value_t = ExplainFormat::Table)]
         output: ExplainFormat,
+        /// Deadline for reading each input (humantime, e.g. `10s`).
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// Print the version.
     Version,
@@ -85,7 +88,8 @@ impl Cli {
                 workload,
                 namespace,
                 output,
-            } => explain(&workload, &namespace, output),
+                timeout,
+            } => explain(&config, &workload, &namespace, output, timeout).await,
             Command::Version => unreachable!("handled above"),
         }
     }
@@ -124,7 +128,13 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-fn explain(workload: &str, namespace: &str, _output: ExplainFormat) -> ExitCode {
+async fn explain(
+    config: &Config,
+    workload: &str,
+    namespace: &str,
+    output: ExplainFormat,
+    timeout: std::time::Duration,
+) -> ExitCode {
     let Some((kind, name)) = workload.split_once('/') else {
         eprintln!("nudge explain: expected <kind>/<name>, got {workload:?}");
         return ExitCode::from(2);
@@ -133,9 +143,33 @@ fn explain(workload: &str, namespace: &str, _output: ExplainFormat) -> ExitCode 
         eprintln!("nudge explain: unknown kind {kind:?} (deployment, statefulset, daemonset)");
         return ExitCode::from(2);
     };
-    eprintln!(
-        "nudge explain: cannot explain {kind}/{namespace}/{name}: talking to a cluster is \
-         not built yet in this version"
-    );
-    ExitCode::FAILURE
+    let id = WorkloadId::new(kind, namespace, name);
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!(
+                "nudge explain: cannot configure the Kubernetes client: {}",
+                error_chain(&error)
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match crate::explain::explain(client, config, &id, timeout).await {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("nudge explain: {}", error_chain(&error));
+            return ExitCode::FAILURE;
+        }
+    };
+    match output {
+        ExplainFormat::Table => print!("{}", report.to_table()),
+        ExplainFormat::Json => match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(error) => {
+                eprintln!("nudge explain: cannot encode the report: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    ExitCode::SUCCESS
 }

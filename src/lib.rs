@@ -13,6 +13,7 @@ pub mod config;
 pub mod discovery;
 pub mod engine;
 pub mod events;
+pub mod explain;
 pub mod fingerprint;
 pub mod model;
 pub mod runtime;

@@ -10,13 +10,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::annotations::AnnotationScheme;
-use crate::config::Config;
+use crate::config::{Config, ConsulConfig};
 use crate::engine::{Engine, EngineError};
 use crate::events::KubeEvents;
+use crate::fingerprint::FingerprintKey;
 use crate::model::SourceName;
 use crate::scope::{NamespaceScope, watch_selected_namespaces};
+use crate::sources::consul::SettingsError;
 use crate::sources::secret::{KeyError, installation_key};
-use crate::sources::{ObjectSource, ObjectSourceSettings};
+use crate::sources::{ObjectSource, ObjectSourceSettings, Source};
 use crate::targets::{self, TargetSettings};
 use crate::webhook::{self, Admission, AdmissionSettings, WebhookCounters, WebhookError};
 
@@ -98,7 +100,7 @@ pub async fn run_with_client_reporting(
 }
 
 /// The controller with the built-in sources and targets, plus any custom
-/// [`Source`](crate::sources::Source) a library user adds.
+/// [`Source`] a library user adds.
 pub struct Controller {
     config: Config,
     client: kube::Client,
@@ -232,22 +234,9 @@ async fn run_controller(
     };
     let instance = std::env::var("POD_NAME").ok();
     let events = Arc::new(KubeEvents::new(client.clone(), instance));
-    let mut engine = Engine::new(engine, scheme, events)
-        .with_metrics(metrics.clone())
-        .with_source(Arc::new(ObjectSource::<ConfigMap>::new(
-            SourceName::configmap(),
-            client.clone(),
-            key.clone(),
-            source_settings.clone(),
-        )))?
-        .with_source(Arc::new(ObjectSource::<Secret>::new(
-            SourceName::secret(),
-            client.clone(),
-            key,
-            source_settings,
-        )))?;
-    for source in crate::sources::consul::settings::sources_from_config(&sources.consul)? {
-        engine = engine.with_source(Arc::new(source.with_metrics(metrics.clone())))?;
+    let mut engine = Engine::new(engine, scheme, events).with_metrics(metrics.clone());
+    for source in builtin_sources(&client, key, source_settings, &sources.consul)? {
+        engine = engine.with_source(source)?;
     }
     for source in custom_sources {
         engine = engine.with_source(source)?;
@@ -326,6 +315,36 @@ async fn run_controller(
         webhook.join().await;
     }
     Ok(result?)
+}
+
+/// The built-in sources `config` asks for: ConfigMaps, Secrets (fingerprinted with
+/// `key`) and every enabled Consul instance. `nudge run` and `nudge explain` both
+/// build their sources here, so they observe references the same way.
+pub fn builtin_sources(
+    client: &kube::Client,
+    key: FingerprintKey,
+    settings: ObjectSourceSettings,
+    consul: &ConsulConfig,
+) -> Result<Vec<Arc<dyn Source>>, SettingsError> {
+    let metrics = settings.metrics.clone();
+    let mut sources: Vec<Arc<dyn Source>> = vec![
+        Arc::new(ObjectSource::<ConfigMap>::new(
+            SourceName::configmap(),
+            client.clone(),
+            key.clone(),
+            settings.clone(),
+        )),
+        Arc::new(ObjectSource::<Secret>::new(
+            SourceName::secret(),
+            client.clone(),
+            key,
+            settings,
+        )),
+    ];
+    for source in crate::sources::consul::settings::sources_from_config(consul)? {
+        sources.push(Arc::new(source.with_metrics(metrics.clone())));
+    }
+    Ok(sources)
 }
 
 fn scope_description(namespaces: &[String]) -> String {

@@ -60,16 +60,8 @@ pub async fn installation_key(
     namespace: &str,
     name: &str,
 ) -> Result<crate::fingerprint::FingerprintKey, KeyError> {
-    use crate::fingerprint::FingerprintKey;
-    if let Some(path) = key_file {
-        let bytes = std::fs::read(path).map_err(|source| KeyError::File {
-            path: path.to_owned(),
-            source,
-        })?;
-        return FingerprintKey::new(bytes).map_err(|source| KeyError::Invalid {
-            origin: path.display().to_string(),
-            source,
-        });
+    if let Some(key) = read_installation_key(client, key_file, namespace, name).await? {
+        return Ok(key);
     }
     let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
     let api_error = |source| KeyError::Api {
@@ -77,22 +69,61 @@ pub async fn installation_key(
         name: name.to_owned(),
         source,
     };
-    let secret = match api.get_opt(name).await.map_err(api_error)? {
-        Some(secret) => secret,
-        None => match api.create(&Default::default(), &new_key_secret(name)).await {
-            Ok(secret) => secret,
-            Err(kube::Error::Api(status)) if status.is_already_exists() => {
-                api.get(name).await.map_err(api_error)?
-            }
-            Err(error) => return Err(api_error(error)),
-        },
+    let secret = match api.create(&Default::default(), &new_key_secret(name)).await {
+        Ok(secret) => secret,
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            api.get(name).await.map_err(api_error)?
+        }
+        Err(error) => return Err(api_error(error)),
     };
+    key_from_secret(secret, namespace, name)
+}
+
+/// Reads the installation key like [`installation_key`], but never creates
+/// anything: `Ok(None)` when no key file is configured and the key Secret does not
+/// exist yet (`nudge explain` uses this; it must not write to the cluster).
+pub async fn read_installation_key(
+    client: &kube::Client,
+    key_file: Option<&std::path::Path>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<crate::fingerprint::FingerprintKey>, KeyError> {
+    use crate::fingerprint::FingerprintKey;
+    if let Some(path) = key_file {
+        let bytes = std::fs::read(path).map_err(|source| KeyError::File {
+            path: path.to_owned(),
+            source,
+        })?;
+        return FingerprintKey::new(bytes)
+            .map(Some)
+            .map_err(|source| KeyError::Invalid {
+                origin: path.display().to_string(),
+                source,
+            });
+    }
+    let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
+    let secret = api.get_opt(name).await.map_err(|source| KeyError::Api {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        source,
+    })?;
+    secret
+        .map(|secret| key_from_secret(secret, namespace, name))
+        .transpose()
+}
+
+/// The key stored in the key Secret.
+fn key_from_secret(
+    secret: Secret,
+    namespace: &str,
+    name: &str,
+) -> Result<crate::fingerprint::FingerprintKey, KeyError> {
     let bytes = secret
         .data
         .and_then(|mut data| data.remove(KEY_FIELD))
         .map(|b| b.0)
         .unwrap_or_default();
-    FingerprintKey::new(bytes).map_err(|source| KeyError::Invalid {
+    crate::fingerprint::FingerprintKey::new(bytes).map_err(|source| KeyError::Invalid {
         origin: format!("secret {namespace}/{name}"),
         source,
     })

@@ -1,0 +1,1006 @@
+//! `nudge explain <kind>/<name>`: what a workload tracks, the current and desired
+//! fingerprints, and in one line why it is or is not in sync.
+//!
+//! Two halves, as everywhere in nudge:
+//!
+//! - [`build_report`] is pure: from the workload, its [`Dependencies`], what each
+//!   input was observed as, when each referenced object was last written, the
+//!   timing settings and the current time, it builds a [`Report`]. It computes the
+//!   desired stamp with the controller's own [`stamp::desired`] and reads the
+//!   stamped value with [`stamp::current`], so explain and the controller cannot
+//!   disagree about what "in sync" means.
+//! - [`explain`] is the thin I/O part: it reads the workload through the built-in
+//!   [`Target`](crate::targets::Target), builds the same sources as `nudge run`
+//!   ([`builtin_sources`](crate::runtime::builtin_sources)), calls
+//!   [`Source::observe`] for every input within a deadline, and reads each
+//!   referenced ConfigMap's and Secret's metadata for its last write time
+//!   (`managedFields[].time`). It never writes to the cluster: the installation key
+//!   is read with [`read_installation_key`], which creates nothing.
+//!
+//! Whether an out-of-sync workload is merely waiting is inferred, not asked of the
+//! running controller (explain talks to the API server only): a change written less
+//! than `debounce` ago (plus [`CLOCK_SLACK`]) is "waiting for debounce"; a workload
+//! stamped less than `min_interval` ago (its `last-updated` annotation) is "waiting
+//! for min-interval"; anything older means the controller should have stamped by
+//! now. Consul keys carry no write time, so their changes cannot be dated.
+//!
+//! Nothing here prints content: fingerprints only, and Wave fragments (which hold
+//! base64 content) print as their size, as [`Fingerprint`](crate::fingerprint::Fingerprint)'s `Display` does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::annotations::{self, AnnotationScheme, Dependencies, MUTATOR_LAST_UPDATED};
+use crate::config::Config;
+use crate::engine::stamp::{self, BlockReason, FingerprintLookup};
+use crate::fingerprint::{Algorithm, FingerprintKey, Observation};
+use crate::model::{
+    Input, KeySelection, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked,
+    Workload, WorkloadId,
+};
+use crate::runtime::admin::Readiness;
+use crate::runtime::metrics::Metrics;
+use crate::scope::NamespaceScope;
+use crate::sources::secret::read_installation_key;
+use crate::sources::{ObjectSourceSettings, Source, SourceError};
+use crate::targets::{self, TargetError, TargetSettings};
+
+/// Allowance for the second granularity of `managedFields[].time` and for clock
+/// skew between this machine and the API server, added to debounce and
+/// min-interval before concluding that nudge is late.
+pub const CLOCK_SLACK: Duration = Duration::from_secs(2);
+
+// === report ===
+
+/// Everything `nudge explain` says about one workload. Serialized as is by
+/// `-o json`; field names are stable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The workload explained.
+    pub workload: WorkloadId,
+    /// The one-line answer for the whole workload (the most pressing output's).
+    pub verdict: Verdict,
+    /// One entry per value nudge keeps up to date on the workload.
+    pub outputs: Vec<OutputReport>,
+    /// Annotations nudge cannot use; the workload's other references still work.
+    pub annotation_errors: Vec<AnnotationProblem>,
+    /// The timing the verdicts were judged against.
+    pub timing: Timing,
+}
+
+/// A state and a one-line explanation of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// Machine-readable state.
+    pub state: State,
+    /// What to tell a human, e.g. `waiting for debounce (changed 2s ago, debounce 5s)`.
+    pub message: String,
+}
+
+/// Why an output (or a workload) is or is not in sync. Ordered from least to most
+/// pressing; the workload's verdict is its most pressing output's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// The stamped value is the desired one.
+    InSync,
+    /// A referenced object changed within the debounce window; nudge stamps soon.
+    WaitingForDebounce,
+    /// The workload was stamped within its min-interval; nudge stamps soon.
+    WaitingForMinInterval,
+    /// Some annotation is invalid (the valid ones are in sync).
+    InvalidAnnotation,
+    /// The stamped value differs from the desired one and no wait explains it.
+    OutOfSync,
+    /// An input could not be read (source unreachable, no installation key, …).
+    Unknown,
+    /// The output cannot be computed for a reason other than a missing or unknown
+    /// input (e.g. a fingerprint format its combine cannot use).
+    Blocked,
+    /// A required input does not exist; the workload keeps its current stamp.
+    MissingConfig,
+    /// The workload carries no annotation nudge acts on.
+    NotTracked,
+    /// The workload's namespace is outside `kubernetes.namespaces`.
+    NotManaged,
+}
+
+/// One value nudge keeps up to date on the workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutputReport {
+    /// The annotation key or env var name.
+    pub output: String,
+    /// Where it lives: `annotation`, `annotation+metadata` or `env`.
+    pub output_kind: &'static str,
+    /// The value nudge would write now; `None` when it cannot be computed.
+    pub desired: Option<String>,
+    /// The value on the workload now; `None` when unset or inconsistent.
+    pub stamped: Option<String>,
+    /// Whether and why this output is or is not in sync.
+    pub verdict: Verdict,
+    /// The inputs the value is computed from.
+    pub references: Vec<ReferenceReport>,
+}
+
+/// One input of an output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReferenceReport {
+    /// The reference, short: `secret/db[password]`, `consul/app/config`; the
+    /// namespace appears only when it is not the workload's.
+    pub reference: String,
+    /// The source that holds it.
+    pub source: SourceName,
+    /// Where it was found: an annotation key, or `pod spec: <what>` for discovery.
+    pub from: Vec<String>,
+    /// An `optional: true` reference (absent is fine).
+    pub optional: bool,
+    /// The fingerprint format used for it.
+    pub algorithm: Algorithm,
+    /// `present`, `absent` or `unknown`.
+    pub state: ReferenceState,
+    /// Its current fingerprint, when present.
+    pub fingerprint: Option<String>,
+    /// Why it could not be read, when unknown.
+    pub error: Option<String>,
+    /// The object's last write (RFC 3339), for ConfigMaps and Secrets.
+    pub last_write: Option<String>,
+    /// The object carries the ignore annotation: nudge does not follow its changes.
+    pub ignored: bool,
+}
+
+/// What is known about one input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReferenceState {
+    /// It exists; its fingerprint is known.
+    Present,
+    /// It does not exist.
+    Absent,
+    /// It could not be read.
+    Unknown,
+}
+
+/// An annotation nudge cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AnnotationProblem {
+    /// The annotation key.
+    pub annotation: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// The timing a report's verdicts were judged against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Timing {
+    /// When the report was made (RFC 3339).
+    pub now: String,
+    /// Effective debounce (the workload's override, else `engine.debounce`).
+    pub debounce: String,
+    /// `engine.max_delay`.
+    pub max_delay: String,
+    /// Effective min-interval (the workload's override, else `engine.min_interval`).
+    pub min_interval: String,
+    /// The workload's `last-updated` annotation, when set (RFC 3339).
+    pub last_stamped: Option<String>,
+}
+
+// === facts ===
+
+/// What could be learned about one input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputState {
+    /// The source answered.
+    Observed(Observation),
+    /// It could not be read; the message says why, without content (e.g.
+    /// `consul unreachable (…)`).
+    Failed(String),
+}
+
+/// A ConfigMap or Secret, as write times are keyed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// `configmap` or `secret`.
+    pub source: SourceName,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// The object a reference names, for the ConfigMap and Secret sources only.
+    pub fn of(reference: &Reference) -> Option<Self> {
+        let kube_source =
+            reference.source == SourceName::configmap() || reference.source == SourceName::secret();
+        Some(Self {
+            source: reference.source.clone(),
+            namespace: reference.namespace.clone().filter(|_| kube_source)?,
+            name: reference.name.clone(),
+        })
+    }
+}
+
+/// What the metadata of a referenced ConfigMap or Secret says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectFacts {
+    /// The newest `managedFields[].time` (else `creationTimestamp`).
+    pub last_write: Option<Timestamp>,
+    /// It carries `<prefix>/ignore: "true"` (or Reloader's ignore).
+    pub ignored: bool,
+}
+
+/// The settings verdicts depend on, from [`Config`].
+#[derive(Debug, Clone)]
+pub struct ExplainSettings {
+    /// nudge's annotation names (for `last-updated`).
+    pub scheme: AnnotationScheme,
+    /// `engine.debounce`.
+    pub debounce: Duration,
+    /// `engine.max_delay`.
+    pub max_delay: Duration,
+    /// `engine.min_interval`.
+    pub min_interval: Duration,
+    /// `engine.stamp_on_delete`.
+    pub stamp_on_delete: bool,
+    /// `kubernetes.namespaces` (empty: all).
+    pub namespaces: Vec<String>,
+}
+
+impl ExplainSettings {
+    /// The settings of `config`.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            scheme: AnnotationScheme::new(config.annotations.prefix.clone()),
+            debounce: config.engine.debounce,
+            max_delay: config.engine.max_delay,
+            min_interval: config.engine.min_interval,
+            stamp_on_delete: config.engine.stamp_on_delete,
+            namespaces: config.kubernetes.namespaces.clone(),
+        }
+    }
+}
+
+/// Everything [`build_report`] needs, gathered by [`explain`] (or a test).
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// The workload as read.
+    pub workload: &'a Workload,
+    /// `annotations::dependencies` of it.
+    pub deps: &'a Dependencies,
+    /// What each tracked input was observed as; an input missing here is unknown.
+    pub inputs: &'a BTreeMap<Tracked, InputState>,
+    /// Metadata of the referenced ConfigMaps and Secrets that could be read.
+    pub objects: &'a BTreeMap<ObjectRef, ObjectFacts>,
+    /// Timing and scope.
+    pub settings: &'a ExplainSettings,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+// === build_report ===
+
+/// The observations that were read, as the stamp code looks them up.
+struct Observed<'a>(&'a BTreeMap<Tracked, InputState>);
+
+impl FingerprintLookup for Observed<'_> {
+    fn observation(&self, tracked: &Tracked) -> Option<&Observation> {
+        match self.0.get(tracked)? {
+            InputState::Observed(observation) => Some(observation),
+            InputState::Failed(_) => None,
+        }
+    }
+}
+
+/// Builds the report from what was read. Pure.
+pub fn build_report(facts: &Facts<'_>) -> Report {
+    let Facts {
+        workload,
+        deps,
+        inputs,
+        settings,
+        now,
+        ..
+    } = *facts;
+    let desired = stamp::desired(&deps.stamps, &Observed(inputs), settings.stamp_on_delete);
+    let last_stamped = last_stamped(workload, &settings.scheme);
+    let timing = Timing {
+        now: now.to_string(),
+        debounce: human(deps.debounce.unwrap_or(settings.debounce)),
+        max_delay: human(settings.max_delay),
+        min_interval: human(deps.min_interval.unwrap_or(settings.min_interval)),
+        last_stamped: last_stamped.map(|t| t.to_string()),
+    };
+    let outputs: Vec<OutputReport> = deps
+        .stamps
+        .iter()
+        .map(|spec| {
+            let reasons: Vec<&BlockReason> = desired
+                .blocked
+                .iter()
+                .filter(|b| b.output == spec.output)
+                .map(|b| &b.reason)
+                .collect();
+            let want = desired.values.get(&spec.output).cloned();
+            let stamped = stamp::current(workload, &spec.output);
+            let verdict = output_verdict(
+                facts,
+                spec,
+                &reasons,
+                want.as_deref(),
+                stamped.as_deref(),
+                last_stamped,
+            );
+            OutputReport {
+                output: spec.output.key().to_owned(),
+                output_kind: output_kind(&spec.output),
+                desired: want,
+                stamped,
+                verdict,
+                references: spec
+                    .inputs
+                    .iter()
+                    .map(|i| reference_report(facts, spec, i))
+                    .collect(),
+            }
+        })
+        .collect();
+    let annotation_errors: Vec<AnnotationProblem> = deps
+        .errors
+        .iter()
+        .map(|error| AnnotationProblem {
+            annotation: error.key().to_owned(),
+            message: error.to_string(),
+        })
+        .collect();
+    let verdict = workload_verdict(facts, &outputs, &annotation_errors);
+    Report {
+        workload: workload.id.clone(),
+        verdict,
+        outputs,
+        annotation_errors,
+        timing,
+    }
+}
+
+fn workload_verdict(
+    facts: &Facts<'_>,
+    outputs: &[OutputReport],
+    errors: &[AnnotationProblem],
+) -> Verdict {
+    let namespaces = &facts.settings.namespaces;
+    let namespace = &facts.workload.id.namespace;
+    if !namespaces.is_empty() && !namespaces.contains(namespace) {
+        return Verdict {
+            state: State::NotManaged,
+            message: format!(
+                "not managed: namespace {namespace} is outside kubernetes.namespaces ({})",
+                namespaces.join(", ")
+            ),
+        };
+    }
+    let invalid = errors.first().map(|first| Verdict {
+        state: State::InvalidAnnotation,
+        message: format!(
+            "InvalidAnnotation: {}{}",
+            first.message,
+            more(errors.len() - 1, "annotation")
+        ),
+    });
+    let Some(worst) = outputs.iter().map(|o| &o.verdict).max_by_key(|v| v.state) else {
+        return invalid.unwrap_or_else(|| Verdict {
+            state: State::NotTracked,
+            message: "not tracked: no nudge, Wave, Reloader or k8s-consul-mutator annotation"
+                .to_owned(),
+        });
+    };
+    if let Some(invalid) = invalid.filter(|_| worst.state < State::InvalidAnnotation) {
+        return invalid;
+    }
+    let others = outputs
+        .iter()
+        .filter(|o| o.verdict.state != State::InSync)
+        .count()
+        .saturating_sub(1);
+    Verdict {
+        state: worst.state,
+        message: format!("{}{}", worst.message, more(others, "output")),
+    }
+}
+
+/// ` (and 2 more outputs)`, or nothing.
+fn more(count: usize, what: &str) -> String {
+    match count {
+        0 => String::new(),
+        1 => format!(" (and 1 more {what})"),
+        n => format!(" (and {n} more {what}s)"),
+    }
+}
+
+fn output_verdict(
+    facts: &Facts<'_>,
+    spec: &StampSpec,
+    reasons: &[&BlockReason],
+    desired: Option<&str>,
+    stamped: Option<&str>,
+    last_stamped: Option<Timestamp>,
+) -> Verdict {
+    if let Some(verdict) = blocked_verdict(facts, reasons) {
+        return verdict;
+    }
+    if desired.is_some() && desired == stamped {
+        return Verdict {
+            state: State::InSync,
+            message: "in sync".to_owned(),
+        };
+    }
+    let Facts {
+        deps,
+        objects,
+        settings,
+        now,
+        ..
+    } = *facts;
+    let mut latest: Option<Timestamp> = None;
+    let mut undated: Option<&SourceName> = None;
+    let mut ignored: Option<&Reference> = None;
+    for input in &spec.inputs {
+        let reference = &input.tracked.reference;
+        let object = ObjectRef::of(reference).and_then(|o| objects.get(&o));
+        match object.and_then(|o| o.last_write) {
+            Some(t) => latest = latest.max(Some(t)),
+            None => undated = undated.or(Some(&reference.source)),
+        }
+        if object.is_some_and(|o| o.ignored) {
+            ignored = ignored.or(Some(reference));
+        }
+    }
+    let debounce = deps.debounce.unwrap_or(settings.debounce);
+    let changed_ago = latest.map(|t| age(now, t));
+    if let Some(ago) = changed_ago.filter(|ago| *ago < debounce.saturating_add(CLOCK_SLACK)) {
+        return Verdict {
+            state: State::WaitingForDebounce,
+            message: format!(
+                "waiting for debounce (changed {} ago, debounce {})",
+                human_age(ago),
+                human(debounce)
+            ),
+        };
+    }
+    let min_interval = deps.min_interval.unwrap_or(settings.min_interval);
+    if let Some(ago) = last_stamped
+        .map(|t| age(now, t))
+        .filter(|ago| !min_interval.is_zero() && *ago < min_interval.saturating_add(CLOCK_SLACK))
+    {
+        return Verdict {
+            state: State::WaitingForMinInterval,
+            message: format!(
+                "waiting for min-interval (last stamped {} ago, min-interval {})",
+                human_age(ago),
+                human(min_interval)
+            ),
+        };
+    }
+    let message = if let Some(reference) = ignored {
+        format!(
+            "out of sync: {} carries the ignore annotation, so nudge does not follow its changes",
+            short_reference(reference, &facts.workload.id.namespace)
+        )
+    } else if let Some(source) = undated {
+        format!("out of sync ({source} change time unknown)")
+    } else {
+        let mut message =
+            "out of sync: nudge should have stamped by now — is it running and leader?".to_owned();
+        if let Some(ago) = changed_ago {
+            let _ = write!(message, " (changed {} ago)", human_age(ago));
+        }
+        message
+    };
+    Verdict {
+        state: State::OutOfSync,
+        message,
+    }
+}
+
+/// The verdict of an output that cannot be computed, most pressing reason first.
+fn blocked_verdict(facts: &Facts<'_>, reasons: &[&BlockReason]) -> Option<Verdict> {
+    let namespace = &facts.workload.id.namespace;
+    let missing = reasons.iter().find_map(|r| match r {
+        BlockReason::Missing { reference } => Some(reference),
+        _ => None,
+    });
+    if let Some(reference) = missing {
+        return Some(Verdict {
+            state: State::MissingConfig,
+            message: format!(
+                "MissingConfig: {} {} not found",
+                reference.source,
+                object_name(reference, namespace)
+            ),
+        });
+    }
+    let unknown = reasons.iter().find_map(|r| match r {
+        BlockReason::Unknown { tracked } => Some(tracked),
+        _ => None,
+    });
+    if let Some(tracked) = unknown {
+        let message = match facts.inputs.get(tracked) {
+            Some(InputState::Failed(why)) => format!("unknown: {why}"),
+            _ => format!(
+                "unknown: {} was not read",
+                short_reference(&tracked.reference, namespace)
+            ),
+        };
+        return Some(Verdict {
+            state: State::Unknown,
+            message,
+        });
+    }
+    reasons.first().map(|reason| Verdict {
+        state: State::Blocked,
+        message: format!("blocked: {reason}"),
+    })
+}
+
+fn reference_report(facts: &Facts<'_>, spec: &StampSpec, input: &Input) -> ReferenceReport {
+    let reference = &input.tracked.reference;
+    let namespace = &facts.workload.id.namespace;
+    let object = ObjectRef::of(reference).and_then(|o| facts.objects.get(&o));
+    let (state, fingerprint, error) = match facts.inputs.get(&input.tracked) {
+        Some(InputState::Observed(Observation::Present(fp))) => {
+            (ReferenceState::Present, Some(fp.to_string()), None)
+        }
+        Some(InputState::Observed(Observation::Absent)) => (ReferenceState::Absent, None, None),
+        Some(InputState::Failed(why)) => (ReferenceState::Unknown, None, Some(why.clone())),
+        None => (ReferenceState::Unknown, None, Some("not read".to_owned())),
+    };
+    let from = spec
+        .origins
+        .iter()
+        .filter(|(r, _)| same_object(r, reference))
+        .map(|(_, origin)| match origin {
+            Origin::Annotation(key) => key.clone(),
+            Origin::Discovered(what) => format!("pod spec: {what}"),
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    ReferenceReport {
+        reference: short_reference(reference, namespace),
+        source: reference.source.clone(),
+        from,
+        optional: input.optional,
+        algorithm: input.tracked.algorithm,
+        state,
+        fingerprint,
+        error,
+        last_write: object.and_then(|o| o.last_write).map(|t| t.to_string()),
+        ignored: object.is_some_and(|o| o.ignored),
+    }
+}
+
+fn same_object(a: &Reference, b: &Reference) -> bool {
+    a.source == b.source && a.namespace == b.namespace && a.name == b.name
+}
+
+/// `name`, or `namespace/name` when the object lives outside the workload's namespace.
+fn object_name(reference: &Reference, workload_namespace: &str) -> String {
+    match &reference.namespace {
+        Some(ns) if ns != workload_namespace => format!("{ns}/{}", reference.name),
+        _ => reference.name.clone(),
+    }
+}
+
+/// `source/name[keys]`, with the namespace only when it is not the workload's.
+fn short_reference(reference: &Reference, workload_namespace: &str) -> String {
+    let mut text = format!(
+        "{}/{}",
+        reference.source,
+        object_name(reference, workload_namespace)
+    );
+    if let KeySelection::Only(keys) = &reference.keys {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let _ = write!(text, "[{}]", keys.join(","));
+    }
+    text
+}
+
+fn output_kind(output: &Output) -> &'static str {
+    match output {
+        Output::PodTemplateAnnotation(_) => "annotation",
+        Output::PodTemplateAndWorkloadAnnotation(_) => "annotation+metadata",
+        Output::ContainerEnv(_) => "env",
+    }
+}
+
+/// The newest `last-updated` annotation nudge wrote on the workload's metadata.
+fn last_stamped(workload: &Workload, scheme: &AnnotationScheme) -> Option<Timestamp> {
+    [scheme.last_updated().as_str(), MUTATOR_LAST_UPDATED]
+        .iter()
+        .filter_map(|key| workload.annotations.get(*key)?.parse::<Timestamp>().ok())
+        .max()
+}
+
+/// `now - then`, zero when `then` is in the future (clock skew).
+fn age(now: Timestamp, then: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(then)).unwrap_or(Duration::ZERO)
+}
+
+/// A duration in whole seconds (`2s`, `3m 12s`), or milliseconds below a second.
+fn human(duration: Duration) -> String {
+    let rounded = if duration < Duration::from_secs(1) {
+        Duration::from_millis(duration.as_millis().try_into().unwrap_or(u64::MAX))
+    } else {
+        Duration::from_secs(duration.as_secs())
+    };
+    humantime::format_duration(rounded).to_string()
+}
+
+/// An age in whole seconds (`2s`, `3m 12s`), or `<1s`: write times have second
+/// precision, so finer output would be noise.
+fn human_age(age: Duration) -> String {
+    if age < Duration::from_secs(1) {
+        "<1s".to_owned()
+    } else {
+        human(age)
+    }
+}
+
+// === table ===
+
+impl Report {
+    /// The human table: one row per reference, then annotation errors, then the
+    /// verdict line (`verdict: …`).
+    pub fn to_table(&self) -> String {
+        let namespace = &self.workload.namespace;
+        let mut rows: Vec<[String; 6]> = vec![[
+            "OUTPUT".into(),
+            "REFERENCE".into(),
+            "FROM".into(),
+            "FINGERPRINT".into(),
+            "DESIRED vs STAMPED".into(),
+            "STATUS".into(),
+        ]];
+        for output in &self.outputs {
+            let values = desired_vs_stamped(output);
+            let mut first = Some([
+                output.output.clone(),
+                values,
+                output.verdict.message.clone(),
+            ]);
+            let references: Vec<Option<&ReferenceReport>> = if output.references.is_empty() {
+                vec![None]
+            } else {
+                output.references.iter().map(Some).collect()
+            };
+            for reference in references {
+                let [out, values, status] = first.take().unwrap_or_default();
+                let (name, from, fingerprint) = match reference {
+                    Some(r) => (r.reference.clone(), r.from.join(", "), reference_cell(r)),
+                    None => ("-".into(), "-".into(), "-".into()),
+                };
+                rows.push([out, name, from, fingerprint, values, status]);
+            }
+        }
+        let mut widths = [0_usize; 6];
+        for row in &rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let mut text = format!(
+            "{} {namespace}/{}\n",
+            self.workload.kind, self.workload.name
+        );
+        if !self.outputs.is_empty() {
+            for row in &rows {
+                let mut line = String::new();
+                for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+                    if i + 1 == row.len() {
+                        line.push_str(cell);
+                    } else {
+                        let pad = width - cell.chars().count();
+                        let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+                    }
+                }
+                text.push_str(line.trim_end());
+                text.push('\n');
+            }
+        }
+        if !self.annotation_errors.is_empty() {
+            text.push_str("invalid annotations:\n");
+            for problem in &self.annotation_errors {
+                let _ = writeln!(text, "  {}", problem.message);
+            }
+        }
+        let _ = writeln!(text, "verdict: {}", self.verdict.message);
+        text
+    }
+}
+
+/// The fingerprint cell of a reference: short fingerprint, `absent`, or `? (why)`.
+fn reference_cell(reference: &ReferenceReport) -> String {
+    let mut cell = match (&reference.state, &reference.fingerprint) {
+        (ReferenceState::Present, Some(fp)) => short(fp),
+        (ReferenceState::Absent, _) => "absent".to_owned(),
+        _ => "?".to_owned(),
+    };
+    if reference.optional {
+        cell.push_str(" (optional)");
+    }
+    if reference.ignored {
+        cell.push_str(" (ignored)");
+    }
+    cell
+}
+
+fn desired_vs_stamped(output: &OutputReport) -> String {
+    let stamped = output
+        .stamped
+        .as_deref()
+        .map_or("(unset)".to_owned(), short);
+    match &output.desired {
+        Some(want) if output.stamped.as_deref() == Some(want.as_str()) => format!("= {stamped}"),
+        Some(want) => format!("{} vs {stamped}", short(want)),
+        None => format!("(cannot compute) vs {stamped}"),
+    }
+}
+
+/// A fingerprint cut to its prefix and 8 hex digits: `hmac-sha256-1a2b3c4d…`.
+fn short(value: &str) -> String {
+    const HEX_SHOWN: usize = 8;
+    let (prefix, rest) = match value.rfind('-') {
+        Some(at) if value[at + 1..].bytes().all(|b| b.is_ascii_hexdigit()) => {
+            value.split_at(at + 1)
+        }
+        _ => ("", value),
+    };
+    if rest.len() <= HEX_SHOWN + 4 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return value.to_owned();
+    }
+    format!("{prefix}{}…", &rest[..HEX_SHOWN])
+}
+
+// === explain (I/O) ===
+
+/// Why `nudge explain` could not explain.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    /// The workload does not exist.
+    #[error("{} {}/{} not found", .0.kind, .0.namespace, .0.name)]
+    NotFound(WorkloadId),
+    /// The workload could not be read (API error, permissions).
+    #[error("cannot read {id}")]
+    Workload {
+        /// The workload.
+        id: WorkloadId,
+        /// The API error, classified.
+        #[source]
+        source: TargetError,
+    },
+    /// The workload's kind has no built-in target (not expected).
+    #[error("no target handles {0}")]
+    NoTarget(WorkloadId),
+    /// A Consul source could not be set up (address, token file, TLS files).
+    #[error(transparent)]
+    Consul(#[from] crate::sources::consul::SettingsError),
+    /// No installation key could be read and no placeholder generated (the
+    /// operating system's random number generator failed).
+    #[error("cannot set up fingerprinting")]
+    Fingerprint(#[source] crate::fingerprint::FingerprintError),
+}
+
+/// Explains workload `id`: reads it, observes every input with `config`'s sources
+/// within `timeout`, and builds the [`Report`]. Writes nothing to the cluster.
+pub async fn explain(
+    client: kube::Client,
+    config: &Config,
+    id: &WorkloadId,
+    timeout: Duration,
+) -> Result<Report, ExplainError> {
+    let settings = ExplainSettings::from_config(config);
+    // Registered watches are never run: nothing here waits on readiness or metrics.
+    let readiness = Readiness::new(CancellationToken::new());
+    let metrics = Metrics::new();
+    let target_settings = TargetSettings {
+        field_manager: config.kubernetes.field_manager.clone(),
+        prefix: settings.scheme.prefix.clone(),
+        scope: NamespaceScope::default(),
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+    };
+    let target = targets::builtin(client.clone(), target_settings)
+        .into_iter()
+        .find(|t| t.kind() == id.kind)
+        .ok_or_else(|| ExplainError::NoTarget(id.clone()))?;
+    let workload = target
+        .get(id)
+        .await
+        .map_err(|source| ExplainError::Workload {
+            id: id.clone(),
+            source,
+        })?
+        .ok_or_else(|| ExplainError::NotFound(id.clone()))?;
+
+    let key = load_key(&client, config).await;
+    let source_key = match &key {
+        Ok(key) => key.clone(),
+        // Secret fingerprints made with this key are discarded below; only
+        // absence is reported.
+        Err(_) => FingerprintKey::try_generate().map_err(ExplainError::Fingerprint)?,
+    };
+    let source_settings = ObjectSourceSettings {
+        scheme: settings.scheme.clone(),
+        scope: NamespaceScope {
+            namespaces: config.kubernetes.namespaces.clone(),
+            ignore: config.kubernetes.ignore_namespaces.clone(),
+        },
+        label_selector: config.kubernetes.source_label_selector.clone(),
+        metrics,
+        readiness,
+    };
+    let sources: BTreeMap<SourceName, Arc<dyn Source>> = crate::runtime::builtin_sources(
+        &client,
+        source_key,
+        source_settings,
+        &config.sources.consul,
+    )?
+    .into_iter()
+    .map(|s| (s.name().clone(), s))
+    .collect();
+    let catalog = SourceCatalog(
+        sources
+            .iter()
+            .map(|(name, source)| (name.clone(), source.scope()))
+            .collect(),
+    );
+    let deps = annotations::dependencies(&workload, &settings.scheme, &catalog);
+    let tracked: BTreeSet<Tracked> = deps.tracked().cloned().collect();
+    let objects: BTreeSet<ObjectRef> = tracked
+        .iter()
+        .filter_map(|t| ObjectRef::of(&t.reference))
+        .collect();
+    let observing = join_all(tracked.into_iter().map(|tracked| {
+        let source = sources.get(&tracked.reference.source).cloned();
+        let key = &key;
+        async move {
+            let state = observe(source, &tracked, key.as_ref().err(), timeout).await;
+            (tracked, state)
+        }
+    }));
+    let reading = join_all(objects.into_iter().map(|object| {
+        let client = client.clone();
+        let scheme = &settings.scheme;
+        async move {
+            let facts = tokio::time::timeout(timeout, object_facts(client, &object, scheme))
+                .await
+                .ok()
+                .flatten();
+            (object, facts)
+        }
+    }));
+    let (inputs, objects) = futures::join!(observing, reading);
+    let inputs: BTreeMap<Tracked, InputState> = inputs.into_iter().collect();
+    let objects: BTreeMap<ObjectRef, ObjectFacts> = objects
+        .into_iter()
+        .filter_map(|(object, facts)| Some((object, facts?)))
+        .collect();
+    Ok(build_report(&Facts {
+        workload: &workload,
+        deps: &deps,
+        inputs: &inputs,
+        objects: &objects,
+        settings: &settings,
+        now: Timestamp::now(),
+    }))
+}
+
+/// The installation key, or why Secret fingerprints cannot be computed.
+async fn load_key(client: &kube::Client, config: &Config) -> Result<FingerprintKey, String> {
+    let namespace = &config.kubernetes.namespace;
+    let name = &config.fingerprint.key_secret;
+    match read_installation_key(
+        client,
+        config.fingerprint.key_file.as_deref(),
+        namespace,
+        name,
+    )
+    .await
+    {
+        Ok(Some(key)) => Ok(key),
+        Ok(None) => Err(format!(
+            "the installation key Secret {namespace}/{name} does not exist (nudge creates it when it first runs; set kubernetes.namespace to nudge's namespace)"
+        )),
+        Err(error) => Err(error_chain(&error)),
+    }
+}
+
+/// Observes one input within `timeout`. Without the installation key, a native
+/// Secret fingerprint would be wrong: only absence is reported then.
+async fn observe(
+    source: Option<Arc<dyn Source>>,
+    tracked: &Tracked,
+    key_problem: Option<&String>,
+    timeout: Duration,
+) -> InputState {
+    let name = &tracked.reference.source;
+    let Some(source) = source else {
+        return InputState::Failed(format!("no source named {name} is configured"));
+    };
+    let result = match tokio::time::timeout(timeout, source.observe(tracked)).await {
+        Ok(result) => result,
+        Err(_) => {
+            return InputState::Failed(format!(
+                "{name} unreachable (no answer within {})",
+                human(timeout)
+            ));
+        }
+    };
+    match result {
+        Ok(Observation::Present(_))
+            if *name == SourceName::secret()
+                && tracked.algorithm == Algorithm::Native
+                && key_problem.is_some() =>
+        {
+            let why = key_problem.map(String::as_str).unwrap_or_default();
+            InputState::Failed(format!(
+                "secret fingerprint needs nudge's installation key, which cannot be read: {why}"
+            ))
+        }
+        Ok(observation) => InputState::Observed(observation),
+        Err(error @ (SourceError::Backend { .. } | SourceError::Timeout { .. })) => {
+            InputState::Failed(format!("{name} unreachable ({})", error_chain(&error)))
+        }
+        Err(error) => InputState::Failed(error_chain(&error)),
+    }
+}
+
+/// Last write and ignore flag of a ConfigMap or Secret; `None` when it does not
+/// exist or cannot be read.
+async fn object_facts(
+    client: kube::Client,
+    object: &ObjectRef,
+    scheme: &AnnotationScheme,
+) -> Option<ObjectFacts> {
+    let meta: ObjectMeta = if object.source == SourceName::secret() {
+        let api: Api<Secret> = Api::namespaced(client, &object.namespace);
+        api.get_metadata_opt(&object.name).await.ok()??.metadata
+    } else {
+        let api: Api<ConfigMap> = Api::namespaced(client, &object.namespace);
+        api.get_metadata_opt(&object.name).await.ok()??.metadata
+    };
+    let last_write = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
+        .max()
+        .or_else(|| meta.creation_timestamp.as_ref().map(|t| t.0));
+    Some(ObjectFacts {
+        last_write,
+        ignored: annotations::is_ignored(&meta.annotations.unwrap_or_default(), scheme),
+    })
+}
+
+/// An error and its causes on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

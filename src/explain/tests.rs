@@ -1,0 +1,492 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::fingerprint::{self, Fingerprint, ObjectData};
+use crate::model::{Scope, WorkloadKind};
+
+const NS: &str = "shop";
+const NOW: &str = "2025-06-01T12:00:00Z";
+const FLAGS_FP: &str = "sha256-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const FLAGS_OLD: &str = "sha256-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+const DB_FP: &str = "hmac-sha256-cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+
+fn ts(text: &str) -> Timestamp {
+    text.parse().expect("test timestamp")
+}
+
+fn mk_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A Deployment `shop/web` with workload annotations `meta` and pod-template
+/// annotations `template` (where stamps live).
+fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
+    Workload {
+        id: WorkloadId::new(WorkloadKind::Deployment, NS, "web"),
+        annotations: mk_map(meta),
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                annotations: Some(mk_map(template)),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+        },
+    }
+}
+
+fn mk_catalog() -> SourceCatalog {
+    SourceCatalog(BTreeMap::from([
+        (SourceName::configmap(), Scope::Namespaced),
+        (SourceName::secret(), Scope::Namespaced),
+        (SourceName::consul(), Scope::External),
+    ]))
+}
+
+fn mk_settings() -> ExplainSettings {
+    ExplainSettings {
+        scheme: AnnotationScheme::default(),
+        debounce: Duration::from_secs(5),
+        max_delay: Duration::from_secs(60),
+        min_interval: Duration::from_secs(30),
+        stamp_on_delete: false,
+        namespaces: Vec::new(),
+    }
+}
+
+/// Test inputs: observations and metadata by object name.
+#[derive(Default)]
+struct World {
+    inputs: BTreeMap<String, InputState>,
+    objects: BTreeMap<String, ObjectFacts>,
+    settings: Option<ExplainSettings>,
+}
+
+impl World {
+    fn present(mut self, name: &str, fingerprint: &str) -> Self {
+        self.inputs.insert(
+            name.into(),
+            InputState::Observed(Observation::Present(Fingerprint::digest(fingerprint))),
+        );
+        self
+    }
+
+    fn absent(mut self, name: &str) -> Self {
+        self.inputs
+            .insert(name.into(), InputState::Observed(Observation::Absent));
+        self
+    }
+
+    fn failed(mut self, name: &str, why: &str) -> Self {
+        self.inputs
+            .insert(name.into(), InputState::Failed(why.into()));
+        self
+    }
+
+    fn written(mut self, name: &str, at: &str) -> Self {
+        self.objects.insert(
+            name.into(),
+            ObjectFacts {
+                last_write: Some(ts(at)),
+                ignored: false,
+            },
+        );
+        self
+    }
+
+    fn settings(mut self, settings: ExplainSettings) -> Self {
+        self.settings = Some(settings);
+        self
+    }
+
+    /// The report for `workload`, matching inputs and objects by reference name.
+    fn report(&self, workload: &Workload) -> Report {
+        let settings = self.settings.clone().unwrap_or_else(mk_settings);
+        let deps = annotations::dependencies(workload, &settings.scheme, &mk_catalog());
+        let inputs: BTreeMap<Tracked, InputState> = deps
+            .tracked()
+            .filter_map(|t| Some((t.clone(), self.inputs.get(&t.reference.name)?.clone())))
+            .collect();
+        let objects: BTreeMap<ObjectRef, ObjectFacts> = deps
+            .tracked()
+            .filter_map(|t| {
+                let object = ObjectRef::of(&t.reference)?;
+                let facts = *self.objects.get(&t.reference.name)?;
+                Some((object, facts))
+            })
+            .collect();
+        build_report(&Facts {
+            workload,
+            deps: &deps,
+            inputs: &inputs,
+            objects: &objects,
+            settings: &settings,
+            now: ts(NOW),
+        })
+    }
+}
+
+fn flags_workload(stamped: &str) -> Workload {
+    mk_workload(
+        &[("nudge.dev/configmap-flags", "flags")],
+        &[("nudge.dev/checksum-flags", stamped)],
+    )
+}
+
+#[test]
+fn stamped_value_equal_to_desired_is_in_sync() {
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z")
+        .report(&flags_workload(FLAGS_FP));
+    assert_eq!(report.verdict.state, State::InSync);
+    assert_eq!(report.verdict.message, "in sync");
+    let output = &report.outputs[0];
+    assert_eq!(output.output, "nudge.dev/checksum-flags");
+    assert_eq!(output.desired.as_deref(), Some(FLAGS_FP));
+    assert_eq!(output.stamped.as_deref(), Some(FLAGS_FP));
+    let reference = &output.references[0];
+    assert_eq!(reference.reference, "configmap/flags");
+    assert_eq!(reference.from, vec!["nudge.dev/configmap-flags".to_owned()]);
+    assert_eq!(
+        reference.last_write.as_deref(),
+        Some("2025-06-01T11:00:00Z")
+    );
+}
+
+#[test]
+fn change_younger_than_debounce_is_waiting_for_debounce() {
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:59:58Z")
+        .report(&flags_workload(FLAGS_OLD));
+    assert_eq!(report.verdict.state, State::WaitingForDebounce);
+    assert_eq!(
+        report.verdict.message,
+        "waiting for debounce (changed 2s ago, debounce 5s)"
+    );
+}
+
+#[test]
+fn change_older_than_debounce_means_nudge_is_late() {
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:57:00Z")
+        .report(&flags_workload(FLAGS_OLD));
+    assert_eq!(report.verdict.state, State::OutOfSync);
+    assert_eq!(
+        report.verdict.message,
+        "out of sync: nudge should have stamped by now — is it running and leader? (changed 3m ago)"
+    );
+}
+
+#[test]
+fn debounce_allows_clock_slack() {
+    // Written 6 s ago with a 5 s debounce: within the slack for second-granular
+    // managedFields times and clock skew.
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:59:54Z")
+        .report(&flags_workload(FLAGS_OLD));
+    assert_eq!(report.verdict.state, State::WaitingForDebounce);
+}
+
+#[test]
+fn workload_debounce_override_wins_over_config() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/debounce", "10m"),
+        ],
+        &[("nudge.dev/checksum-flags", FLAGS_OLD)],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:57:00Z")
+        .report(&workload);
+    assert_eq!(
+        report.verdict.message,
+        "waiting for debounce (changed 3m ago, debounce 10m)"
+    );
+    assert_eq!(report.timing.debounce, "10m");
+}
+
+#[test]
+fn recent_stamp_is_waiting_for_min_interval() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/last-updated", "2025-06-01T11:59:50Z"),
+        ],
+        &[("nudge.dev/checksum-flags", FLAGS_OLD)],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:59:00Z")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::WaitingForMinInterval);
+    assert_eq!(
+        report.verdict.message,
+        "waiting for min-interval (last stamped 10s ago, min-interval 30s)"
+    );
+}
+
+#[test]
+fn missing_required_secret_is_missing_config_and_outranks_the_rest() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/secret-db", "db"),
+        ],
+        &[("nudge.dev/checksum-flags", FLAGS_FP)],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .absent("db")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::MissingConfig);
+    assert_eq!(report.verdict.message, "MissingConfig: secret db not found");
+    let db = report
+        .outputs
+        .iter()
+        .find(|o| o.output == "nudge.dev/checksum-db")
+        .expect("db output");
+    assert_eq!(db.desired, None);
+    assert_eq!(db.references[0].state, ReferenceState::Absent);
+}
+
+#[test]
+fn unreachable_source_is_unknown_with_its_error() {
+    let workload = mk_workload(
+        &[("nudge.dev/consul-cfg", "app/config")],
+        &[("nudge.dev/checksum-cfg", FLAGS_OLD)],
+    );
+    let report = World::default()
+        .failed("app/config", "consul unreachable (connection refused)")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::Unknown);
+    assert_eq!(
+        report.verdict.message,
+        "unknown: consul unreachable (connection refused)"
+    );
+    assert_eq!(
+        report.outputs[0].references[0].state,
+        ReferenceState::Unknown
+    );
+}
+
+#[test]
+fn consul_change_cannot_be_dated() {
+    let workload = mk_workload(
+        &[("nudge.dev/consul-cfg", "app/config")],
+        &[("nudge.dev/checksum-cfg", FLAGS_OLD)],
+    );
+    let report = World::default()
+        .present("app/config", FLAGS_FP)
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::OutOfSync);
+    assert_eq!(
+        report.verdict.message,
+        "out of sync (consul change time unknown)"
+    );
+}
+
+#[test]
+fn never_stamped_output_counts_as_out_of_sync() {
+    let workload = mk_workload(&[("nudge.dev/configmap-flags", "flags")], &[]);
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::OutOfSync);
+    assert_eq!(report.outputs[0].stamped, None);
+}
+
+#[test]
+fn invalid_annotation_is_reported_when_the_rest_is_in_sync() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/bogus", "x"),
+        ],
+        &[("nudge.dev/checksum-flags", FLAGS_FP)],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::InvalidAnnotation);
+    assert!(
+        report
+            .verdict
+            .message
+            .starts_with("InvalidAnnotation: annotation nudge.dev/bogus:"),
+        "{}",
+        report.verdict.message
+    );
+    assert_eq!(report.annotation_errors[0].annotation, "nudge.dev/bogus");
+    assert_eq!(report.outputs[0].verdict.state, State::InSync);
+}
+
+#[test]
+fn workload_without_annotations_is_not_tracked() {
+    let report = World::default().report(&mk_workload(&[], &[]));
+    assert_eq!(report.verdict.state, State::NotTracked);
+    assert!(report.outputs.is_empty());
+}
+
+#[test]
+fn workload_outside_the_configured_namespaces_is_not_managed() {
+    let mut settings = mk_settings();
+    settings.namespaces = vec!["other".into()];
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .settings(settings)
+        .report(&flags_workload(FLAGS_FP));
+    assert_eq!(report.verdict.state, State::NotManaged);
+}
+
+#[test]
+fn several_outputs_not_in_sync_are_counted_in_the_verdict() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/secret-db", "db"),
+        ],
+        &[],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:59:59Z")
+        .present("db", DB_FP)
+        .written("db", "2025-06-01T11:00:00Z")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::OutOfSync);
+    assert!(
+        report.verdict.message.ends_with("(and 1 more output)"),
+        "{}",
+        report.verdict.message
+    );
+}
+
+#[test]
+fn json_shape_is_stable() {
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z")
+        .report(&flags_workload(FLAGS_FP));
+    let json = serde_json::to_value(&report).expect("serializes");
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "workload": { "kind": "Deployment", "namespace": "shop", "name": "web" },
+            "verdict": { "state": "in_sync", "message": "in sync" },
+            "outputs": [{
+                "output": "nudge.dev/checksum-flags",
+                "output_kind": "annotation",
+                "desired": FLAGS_FP,
+                "stamped": FLAGS_FP,
+                "verdict": { "state": "in_sync", "message": "in sync" },
+                "references": [{
+                    "reference": "configmap/flags",
+                    "source": "configmap",
+                    "from": ["nudge.dev/configmap-flags"],
+                    "optional": false,
+                    "algorithm": "Native",
+                    "state": "present",
+                    "fingerprint": FLAGS_FP,
+                    "error": null,
+                    "last_write": "2025-06-01T11:00:00Z",
+                    "ignored": false,
+                }],
+            }],
+            "annotation_errors": [],
+            "timing": {
+                "now": NOW,
+                "debounce": "5s",
+                "max_delay": "1m",
+                "min_interval": "30s",
+                "last_stamped": null,
+            },
+        })
+    );
+}
+
+#[test]
+fn table_has_a_row_per_reference_and_ends_with_the_verdict() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/secret-db", "db"),
+        ],
+        &[("nudge.dev/checksum-flags", FLAGS_FP)],
+    );
+    let table = World::default()
+        .present("flags", FLAGS_FP)
+        .absent("db")
+        .report(&workload)
+        .to_table();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], "Deployment shop/web");
+    assert!(lines[1].starts_with("OUTPUT"), "{table}");
+    assert!(lines[1].contains("DESIRED vs STAMPED"), "{table}");
+    assert!(table.contains("= sha256-aaaaaaaa…"), "{table}");
+    assert!(table.contains("secret/db"), "{table}");
+    assert_eq!(
+        lines.last().copied(),
+        Some("verdict: MissingConfig: secret db not found")
+    );
+}
+
+#[test]
+fn secret_content_never_appears_in_wave_reports() {
+    let secret = Secret {
+        data: Some(BTreeMap::from([(
+            "password".to_owned(),
+            k8s_openapi::ByteString(b"hunter2".to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    let fragment = fingerprint::wave_fragment(&ObjectData::from_secret(&secret));
+    let workload = mk_workload(
+        &[
+            ("wave.pusher.com/update-on-config-change", "true"),
+            ("wave.pusher.com/extra-secrets", "db"),
+        ],
+        &[],
+    );
+    let mut world = World::default();
+    world.inputs.insert(
+        "db".into(),
+        InputState::Observed(Observation::Present(Fingerprint::Wave(fragment))),
+    );
+    let report = world.report(&workload);
+    let json = serde_json::to_string(&report).expect("serializes");
+    let table = report.to_table();
+    for text in [&json, &table] {
+        assert!(!text.contains("hunter2"), "{text}");
+        // base64 of "hunter2"
+        assert!(!text.contains("aHVudGVyMg"), "{text}");
+    }
+    assert!(json.contains("wave-fragment("), "{json}");
+}
+
+#[test]
+fn short_fingerprints_keep_their_prefix() {
+    assert_eq!(short(FLAGS_FP), "sha256-aaaaaaaa…");
+    assert_eq!(short(DB_FP), "hmac-sha256-cccccccc…");
+    assert_eq!(short("absent"), "absent");
+    assert_eq!(short("wave-fragment(12 bytes)"), "wave-fragment(12 bytes)");
+}
