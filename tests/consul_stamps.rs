@@ -12,7 +12,6 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use consul_support::{ConsulAgent, put_at};
+use consul_support::{ConnectionSampler, ConsulAgent, put_at};
 use nudge::config::Config;
 use nudge::sources::consul::ONE_OFF_READS;
 use nudge::sources::consul::plan::Plan;
@@ -240,7 +239,7 @@ async fn five_thousand_keys_stay_within_the_query_limit_and_stamp_exactly_their_
     }
     let seeded = test_began.elapsed();
 
-    let sampler = NudgeConnections::start(agent.http_port());
+    let sampler = ConnectionSampler::start_counting(agent.http_port(), loopback_connections);
     let mut config = consul_config(&cluster, &agent.addr());
     config.sources.consul.max_concurrent_queries = MAX;
     let started = Instant::now();
@@ -738,62 +737,10 @@ impl Writer {
     }
 }
 
-/// Samples, every 10 ms, the TCP connections between 127.0.0.1 (nudge; the test
-/// writes from 127.0.0.2) and the agent's HTTP port, keeping the peaks: the
-/// client's established sockets, and the agent's sockets that it still counts
-/// against `limits.http_max_conns_per_client` (established or half-closed).
-struct NudgeConnections {
-    client_peak: Arc<AtomicU64>,
-    agent_peak: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl NudgeConnections {
-    fn start(port: u16) -> Self {
-        let client_peak = Arc::new(AtomicU64::new(0));
-        let agent_peak = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (client_peak, agent_peak, stop) =
-                (client_peak.clone(), agent_peak.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let (client, agent) = loopback_connections(port);
-                    client_peak.fetch_max(client, Ordering::Relaxed);
-                    agent_peak.fetch_max(agent, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            })
-        };
-        Self {
-            client_peak,
-            agent_peak,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn client_peak(&self) -> u64 {
-        self.client_peak.load(Ordering::Relaxed)
-    }
-
-    fn agent_peak(&self) -> u64 {
-        self.agent_peak.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for NudgeConnections {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 /// `(client, agent)` socket counts between 127.0.0.1 and `port` on 127.0.0.1,
-/// from `/proc/net/tcp` (see [`NudgeConnections`]).
+/// from `/proc/net/tcp`: nudge connects from 127.0.0.1, the test writes from
+/// 127.0.0.2. The agent's side counts half-closed sockets too, as it does against
+/// `limits.http_max_conns_per_client`.
 fn loopback_connections(port: u16) -> (u64, u64) {
     const ESTABLISHED: &str = "01";
     const CLOSE_WAIT: &str = "08";

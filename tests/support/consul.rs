@@ -392,6 +392,11 @@ pub struct ConnectionSampler {
 impl ConnectionSampler {
     /// Starts sampling connections to `port`.
     pub fn start(port: u16) -> Self {
+        Self::start_counting(port, connections_to)
+    }
+
+    /// Starts sampling `(client, agent)` counts that `count` reads for `port`.
+    pub fn start_counting(port: u16, count: fn(u16) -> (u64, u64)) -> Self {
         let client_peak = Arc::new(AtomicU64::new(0));
         let agent_peak = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -400,7 +405,7 @@ impl ConnectionSampler {
                 (client_peak.clone(), agent_peak.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let (client, agent) = connections_to(port);
+                    let (client, agent) = count(port);
                     client_peak.fetch_max(client, Ordering::Relaxed);
                     agent_peak.fetch_max(agent, Ordering::Relaxed);
                     std::thread::sleep(Duration::from_millis(10));
