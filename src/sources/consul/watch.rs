@@ -83,6 +83,20 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
     Ok(())
 }
 
+/// Keys that `current` assigns to a query that was already running (not in
+/// `started`) and that `previous` assigned elsewhere or not at all.
+fn joined_running_queries(
+    previous: &HashMap<String, WatchTarget>,
+    current: &HashMap<String, WatchTarget>,
+    started: &BTreeSet<WatchTarget>,
+) -> Vec<String> {
+    current
+        .iter()
+        .filter(|(key, target)| !started.contains(*target) && previous.get(*key) != Some(*target))
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -162,10 +176,19 @@ impl Watch {
                 started.insert(target.clone());
             }
         }
-        self.assignment = plan
+        let assignment: HashMap<String, WatchTarget> = plan
             .assignments()
             .map(|(key, target)| (key.clone(), target.clone()))
             .collect();
+        // A query that keeps running answers again only when something under it
+        // changes: keys it gains are read once now, or a new key would wait for an
+        // unrelated change (or the end of the wait) for its first observation.
+        self.pending_reads.extend(joined_running_queries(
+            &self.assignment,
+            &assignment,
+            &started,
+        ));
+        self.assignment = assignment;
         if !stopped.is_empty() || !started.is_empty() {
             tracing::debug!(
                 source = %self.source.name(),
@@ -425,6 +448,30 @@ mod tests {
         );
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].tracked.reference.name, "p/b");
+    }
+
+    #[test]
+    fn keys_joining_a_running_query_are_read_once() {
+        let prefix = WatchTarget::Prefix("p/".to_owned());
+        let fresh = WatchTarget::Prefix("q/".to_owned());
+        let assign = |pairs: &[(&str, &WatchTarget)]| -> HashMap<String, WatchTarget> {
+            pairs
+                .iter()
+                .map(|(k, t)| ((*k).to_owned(), (*t).clone()))
+                .collect()
+        };
+        let previous = assign(&[("p/a", &prefix), ("q/a", &WatchTarget::Key("q/a".into()))]);
+        let current = assign(&[
+            ("p/a", &prefix),
+            ("p/b", &prefix),
+            ("q/a", &fresh),
+            ("q/b", &fresh),
+        ]);
+        let started = BTreeSet::from([fresh.clone()]);
+        let mut joined = joined_running_queries(&previous, &current, &started);
+        joined.sort();
+        // p/b joins the running p/ query; q/* get their first answer from the new query.
+        assert_eq!(joined, ["p/b"]);
     }
 
     #[tokio::test]

@@ -1,0 +1,35 @@
+//! The benchmark's small scale (`examples/loadtest.rs`) against the `nudge` binary of
+//! this build, checking counts only, never timings: no LIST per change, exactly one
+//! PATCH per dependent workload per change, no PATCH after a restart (also with
+//! many more unreferenced Secrets).
+
+#[path = "../examples/loadtest.rs"]
+#[allow(dead_code)]
+mod loadtest;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_scale_counts_hold() {
+    let out =
+        std::env::temp_dir().join(format!("nudge-loadtest-small-{}.json", std::process::id()));
+    let report = loadtest::run(loadtest::Options {
+        scale: loadtest::Scale::small(),
+        nudge: Some(env!("CARGO_BIN_EXE_nudge").into()),
+        out: Some(out.clone()),
+        log: None,
+        verbose: true,
+        nudge_env: Vec::new(),
+    })
+    .await
+    .expect("the small load test runs");
+    eprint!("{}", report.table);
+    let _ = std::fs::remove_file(&out);
+    // nudge's log stays behind only when a check fails.
+    if report.count_failures.is_empty() {
+        let _ = std::fs::remove_file(out.with_extension("nudge.log"));
+    }
+    assert!(
+        report.count_failures.is_empty(),
+        "count checks failed: {:#?}",
+        report.count_failures
+    );
+}
