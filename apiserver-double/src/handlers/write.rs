@@ -407,20 +407,7 @@ pub(super) async fn update(
             }
             return Err(ApiError::not_found(rt, name));
         };
-        if !precondition_rv.is_empty() && precondition_rv != meta::resource_version(&live) {
-            return Err(ApiError::conflict_modified(rt, name));
-        }
-        let uid = meta::uid(&obj);
-        if !uid.is_empty() && uid != meta::uid(&live) {
-            return Err(ApiError::conflict(
-                rt,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta::uid(&live)
-                ),
-            ));
-        }
+        check_write_preconditions(rt, name, &precondition_rv, meta::uid(&obj), &live)?;
         let new = finish_update(state, rt, &live, obj.clone(), &manager, sub, dry_run).await?;
         match commit(state, resource, &key, &live, new, dry_run) {
             Ok(stored) => return Ok(json_response(200, output::object_bytes(&stored, shape))),
@@ -486,20 +473,7 @@ pub(super) async fn patch(
         check_name(&patched, name)?;
         check_namespace(rt, namespace, &mut patched)?;
         let rv = meta::resource_version(&patched);
-        if !rv.is_empty() && rv != meta::resource_version(&live) {
-            return Err(ApiError::conflict_modified(rt, name));
-        }
-        let uid = meta::uid(&patched);
-        if !uid.is_empty() && uid != meta::uid(&live) {
-            return Err(ApiError::conflict(
-                rt,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta::uid(&live)
-                ),
-            ));
-        }
+        check_write_preconditions(rt, name, rv, meta::uid(&patched), &live)?;
         strategy::decode(rt, &mut patched)?;
         let new = finish_update(state, rt, &live, patched, &manager, sub, dry_run).await?;
         match commit(state, resource, &key, &live, new, dry_run) {
@@ -702,6 +676,36 @@ async fn apply(
     Err(ApiError::conflict_modified(rt, name))
 }
 
+/// The resourceVersion and UID an update or patch carries, checked against the
+/// live object; empty values are no precondition.
+fn check_write_preconditions(
+    rt: &ResourceType,
+    name: &str,
+    rv: &str,
+    uid: &str,
+    live: &Value,
+) -> ApiResult<()> {
+    if !rv.is_empty() && rv != meta::resource_version(live) {
+        return Err(ApiError::conflict_modified(rt, name));
+    }
+    if !uid.is_empty() && uid != meta::uid(live) {
+        return Err(uid_precondition_failed(rt, name, uid, live));
+    }
+    Ok(())
+}
+
+/// The apiserver's 409 for a UID precondition that does not match.
+fn uid_precondition_failed(rt: &ResourceType, name: &str, uid: &str, live: &Value) -> ApiError {
+    ApiError::conflict(
+        rt,
+        name,
+        &format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            meta::uid(live)
+        ),
+    )
+}
+
 /// Checks DeleteOptions preconditions against the live object.
 fn check_delete_preconditions(
     rt: &ResourceType,
@@ -713,14 +717,7 @@ fn check_delete_preconditions(
     if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
         && uid != meta::uid(live)
     {
-        return Err(ApiError::conflict(
-            rt,
-            name,
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta::uid(live)
-            ),
-        ));
+        return Err(uid_precondition_failed(rt, name, uid, live));
     }
     if let Some(rv) = pre
         .and_then(|p| p.get("resourceVersion"))
