@@ -387,7 +387,7 @@ impl Parser<'_> {
 
     fn object(&self, kind: ObjectKind, namespace: Option<&str>, name: &str) -> Reference {
         let namespace = namespace.unwrap_or(self.namespace());
-        Reference::object(source_of(kind), namespace, name)
+        Reference::object(kind.source(), namespace, name)
     }
 
     /// Reads a yes/no annotation; invalid values are reported and count as no.
@@ -871,13 +871,6 @@ impl Group {
 }
 
 // === value grammar ===
-
-fn source_of(kind: ObjectKind) -> SourceName {
-    match kind {
-        ObjectKind::ConfigMap => SourceName::configmap(),
-        ObjectKind::Secret => SourceName::secret(),
-    }
-}
 
 fn check_name_len(key: &str, name: &str) -> Result<(), AnnotationError> {
     if name.len() > MAX_ANNOTATION_NAME_LEN {

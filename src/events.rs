@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::model::{Reference, SourceName, WorkloadId};
+use crate::fingerprint::ObjectKind;
+use crate::model::{Reference, WorkloadId};
 
 /// Why an Event is published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,16 +124,10 @@ impl EventSink for KubeEvents {
 
 /// The Kubernetes object a reference names, for ConfigMaps and Secrets.
 fn object_reference(reference: &Reference) -> Option<ObjectReference> {
-    let kind = if reference.source == SourceName::configmap() {
-        "ConfigMap"
-    } else if reference.source == SourceName::secret() {
-        "Secret"
-    } else {
-        return None;
-    };
+    let kind = ObjectKind::of_source(&reference.source)?;
     Some(ObjectReference {
         api_version: Some("v1".into()),
-        kind: Some(kind.into()),
+        kind: Some(kind.as_str().into()),
         namespace: reference.namespace.clone(),
         name: Some(reference.name.clone()),
         ..Default::default()

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use crate::annotations::{self, AnnotationScheme, Dependencies, MUTATOR_LAST_UPDATED};
 use crate::config::Config;
 use crate::engine::stamp::{self, BlockReason, FingerprintLookup};
-use crate::fingerprint::{Algorithm, FingerprintKey, Observation};
+use crate::fingerprint::{Algorithm, FingerprintKey, ObjectKind, Observation};
 use crate::model::{
     Input, KeySelection, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked,
     Workload, WorkloadId,
@@ -219,8 +219,7 @@ pub struct ObjectRef {
 impl ObjectRef {
     /// The object a reference names, for the ConfigMap and Secret sources only.
     pub fn of(reference: &Reference) -> Option<Self> {
-        let kube_source =
-            reference.source == SourceName::configmap() || reference.source == SourceName::secret();
+        let kube_source = ObjectKind::of_source(&reference.source).is_some();
         Some(Self {
             source: reference.source.clone(),
             namespace: reference.namespace.clone().filter(|_| kube_source)?,

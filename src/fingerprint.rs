@@ -20,7 +20,7 @@ use sha1::Sha1;
 use sha2::digest::Update;
 use sha2::{Digest, Sha256};
 
-use crate::model::KeySelection;
+use crate::model::{KeySelection, SourceName};
 
 /// How a source turns content into a [`Fingerprint`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -162,6 +162,31 @@ pub enum ObjectKind {
     ConfigMap,
     /// A Secret.
     Secret,
+}
+
+impl ObjectKind {
+    /// The Kubernetes `kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "ConfigMap",
+            Self::Secret => "Secret",
+        }
+    }
+
+    /// The built-in source holding this kind (`configmap`, `secret`).
+    pub fn source(self) -> SourceName {
+        match self {
+            Self::ConfigMap => SourceName::configmap(),
+            Self::Secret => SourceName::secret(),
+        }
+    }
+
+    /// The kind a built-in source holds; `None` for every other source.
+    pub fn of_source(source: &SourceName) -> Option<Self> {
+        [Self::ConfigMap, Self::Secret]
+            .into_iter()
+            .find(|kind| kind.source() == *source)
+    }
 }
 
 /// Prefix of nudge's plain fingerprints.

@@ -11,10 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Container;
 
-use crate::fingerprint::{ABSENT, Fingerprint, Observation, combine_native, wave_hash};
-use crate::model::{
-    Combine, Input, Output, Reference, SourceName, StampSpec, Tracked, Workload, WorkloadId,
-};
+use crate::fingerprint::{ABSENT, Fingerprint, ObjectKind, Observation, combine_native, wave_hash};
+use crate::model::{Combine, Input, Output, Reference, StampSpec, Tracked, Workload, WorkloadId};
 
 /// Read access to what sources currently know about tracked items.
 pub trait FingerprintLookup {
@@ -328,14 +326,12 @@ fn wave(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
             }
         };
         let entry = (reference.name.as_str(), fragment);
-        if reference.source == SourceName::configmap() {
-            config_maps.push(entry);
-        } else if reference.source == SourceName::secret() {
-            secrets.push(entry);
-        } else {
-            reasons.push(BlockReason::NotWaveSource {
+        match ObjectKind::of_source(&reference.source) {
+            Some(ObjectKind::ConfigMap) => config_maps.push(entry),
+            Some(ObjectKind::Secret) => secrets.push(entry),
+            None => reasons.push(BlockReason::NotWaveSource {
                 reference: reference.clone(),
-            });
+            }),
         }
     }
     finish(reasons, || wave_hash(config_maps, secrets))

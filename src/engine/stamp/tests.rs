@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 use crate::fingerprint::{Algorithm, DataValue, ObjectData, WaveFragment, wave_fragment};
-use crate::model::WorkloadKind;
+use crate::model::{SourceName, WorkloadKind};
 
 const HASH: &str = "nudge.dev/config-hash";
 const WAVE: &str = "wave.pusher.com/config-hash";
