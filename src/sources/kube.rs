@@ -288,6 +288,12 @@ impl<K: ContentObject> Runner<K> {
     }
 
     fn fetch(&mut self, key: ObjectKey) {
+        self.fetch_after(key, Duration::ZERO);
+    }
+
+    /// GETs the object after `delay`, within the fetch concurrency limit; the
+    /// result comes back through `fetch_tx` tagged with a new sequence number.
+    fn fetch_after(&mut self, key: ObjectKey, delay: Duration) {
         let Some(watched) = self.watched.get_mut(&key) else {
             return;
         };
@@ -299,6 +305,7 @@ impl<K: ContentObject> Runner<K> {
         let span = tracing::debug_span!("fetch", namespace = %key.0, name = %key.1);
         tokio::spawn(
             async move {
+                tokio::time::sleep(delay).await;
                 let Ok(_slot) = slots.acquire_owned().await else {
                     return;
                 };
@@ -315,7 +322,7 @@ impl<K: ContentObject> Runner<K> {
             Ok(object) => object,
             Err(error) => {
                 tracing::warn!(namespace = %key.0, name = %key.1, %error, "fetch failed; retrying");
-                self.retry_later(key);
+                self.fetch_after(key, FETCH_RETRY);
                 return;
             }
         };
@@ -344,17 +351,6 @@ impl<K: ContentObject> Runner<K> {
                 return;
             }
         }
-    }
-
-    fn retry_later(&self, key: ObjectKey) {
-        let tx = self.fetch_tx.clone();
-        let source = self.source.clone();
-        let seq = self.watched.get(&key).map_or(0, |w| w.started);
-        tokio::spawn(async move {
-            tokio::time::sleep(FETCH_RETRY).await;
-            let result = source.get(&key.0, &key.1).await;
-            let _ = tx.send(Fetched { key, seq, result });
-        });
     }
 
     async fn on_meta(&mut self, event: MetaEvent) {
