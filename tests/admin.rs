@@ -33,15 +33,8 @@ fn free_port() -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
     let cluster = TestCluster::start("admin-ready").await;
-    cluster.put_configmap("app-config", &[("a", "1")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "web",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("app-config"),
-        )
+        .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
     let mut config = cluster.nudge_config();
     let addr = free_port();

@@ -18,15 +18,8 @@ fn log_path(cluster: &TestCluster, name: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_stamps_once_per_data_change_and_never_for_metadata() {
     let cluster = TestCluster::start("bin-auto").await;
-    cluster.put_configmap("app-config", &[("a", "1")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "web",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("app-config"),
-        )
+        .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
     let nudge = cluster.spawn_nudge_binary(&cluster.nudge_config(), &log_path(&cluster, "nudge"));
     let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
@@ -194,16 +187,7 @@ async fn lease_holder(cluster: &TestCluster) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_one_stamps_and_after_sigkill_the_other_takes_over_once() {
     let cluster = TestCluster::start("bin-failover").await;
-    cluster.put_configmap("cfg", &[("v", "1")]).await;
-    cluster
-        .create_workload(
-            "Deployment",
-            "ha",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("cfg"),
-        )
-        .await;
+    cluster.auto_deployment("ha", "cfg", &[("v", "1")]).await;
     let mut config = cluster.nudge_config();
     config.leader_election.lease_duration = Duration::from_secs(4);
     config.leader_election.renew_deadline = Duration::from_secs(3);

@@ -11,15 +11,8 @@ const CONFIG_HASH: &str = "nudge.dev/config-hash";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_deployment_is_stamped_once_per_data_change_and_not_for_metadata() {
     let cluster = TestCluster::start("auto-deployment").await;
-    cluster.put_configmap("app-config", &[("a", "1")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "web",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("app-config"),
-        )
+        .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;

@@ -138,15 +138,8 @@ async fn stamped_workload_is_explained_as_in_sync() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_change_is_explained_as_waiting_for_debounce() {
     let cluster = TestCluster::start("explain-debounce").await;
-    cluster.put_configmap("app", &[("mode", "a")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "web",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("app"),
-        )
+        .auto_deployment("web", "app", &[("mode", "a")])
         .await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;

@@ -9,16 +9,7 @@ use support::*;
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
 async fn stamped_auto_deployment(cluster: &TestCluster, name: &str) -> String {
-    cluster.put_configmap("cfg", &[("k", "1")]).await;
-    cluster
-        .create_workload(
-            "Deployment",
-            name,
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("cfg"),
-        )
-        .await;
+    cluster.auto_deployment(name, "cfg", &[("k", "1")]).await;
     wait_for_stamp(cluster, "Deployment", name, CONFIG_HASH, None).await
 }
 

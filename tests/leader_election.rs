@@ -205,15 +205,8 @@ async fn follower_does_not_stamp_and_stamps_once_it_leads() {
     let mut other = Candidate::start(&cluster, "other-replica");
     other.wait_until_leader().await;
 
-    cluster.put_configmap("app-config", &[("a", "1")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "web",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("app-config"),
-        )
+        .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
     let metrics = Metrics::new();
     let (shutdown, task) = start_nudge(&cluster, &metrics);
@@ -261,15 +254,8 @@ async fn follower_does_not_stamp_and_stamps_once_it_leads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_stamp_each_change_once() {
     let cluster = TestCluster::start("lease-two-replicas").await;
-    cluster.put_configmap("app-config", &[("a", "1")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "web",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("app-config"),
-        )
+        .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
     let (a, b) = (Metrics::new(), Metrics::new());
     let (stop_a, task_a) = start_nudge(&cluster, &a);

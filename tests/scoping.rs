@@ -25,16 +25,7 @@ async fn label_namespace(cluster: &TestCluster, value: Option<&str>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_selector_is_followed_live() {
     let cluster = TestCluster::start("ns-selector").await;
-    cluster.put_configmap("cfg", &[("v", "1")]).await;
-    cluster
-        .create_workload(
-            "Deployment",
-            "sel",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("cfg"),
-        )
-        .await;
+    cluster.auto_deployment("sel", "cfg", &[("v", "1")]).await;
     let mut config = cluster.nudge_config();
     config.kubernetes.namespace_selector = format!("nudge-test-scope={}", cluster.namespace());
     let nudge = cluster.start_nudge(config);
@@ -80,15 +71,8 @@ async fn ignored_namespaces_are_filtered_out_by_the_api_server() {
         .create(&PostParams::default(), &ns)
         .await
         .unwrap();
-    cluster.put_configmap("cfg", &[("v", "1")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "watched",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("cfg"),
-        )
+        .auto_deployment("watched", "cfg", &[("v", "1")])
         .await;
     let double = cluster.double().unwrap();
     for object in [

@@ -560,15 +560,8 @@ async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_t
         .replace(&name, &PostParams::default(), &registered)
         .await
         .unwrap();
-    cluster.put_configmap("app-config", &[("a", "1")]).await;
     cluster
-        .create_workload(
-            "Deployment",
-            "web",
-            &[("nudge.dev/auto", "true")],
-            &[],
-            pod_mounting_configmap("app-config"),
-        )
+        .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
     assert!(
         cluster

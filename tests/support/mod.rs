@@ -213,6 +213,20 @@ impl TestCluster {
         }
     }
 
+    /// Creates ConfigMap `configmap` with `data` and a Deployment `name` with
+    /// `nudge.dev/auto: "true"` that mounts it: the most common set-up.
+    pub async fn auto_deployment(&self, name: &str, configmap: &str, data: &[(&str, &str)]) {
+        self.put_configmap(configmap, data).await;
+        self.create_workload(
+            "Deployment",
+            name,
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap(configmap),
+        )
+        .await;
+    }
+
     /// Creates a workload of `kind` (`Deployment`, `StatefulSet`, `DaemonSet`)
     /// with the given workload and pod-template annotations and pod spec.
     pub async fn create_workload(
