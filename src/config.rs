@@ -358,10 +358,13 @@ pub struct ConsulConfig {
     /// Most blocking queries (and so HTTP connections) in flight at once. When more
     /// keys are tracked, keys under common prefixes share one recursive query.
     pub max_concurrent_queries: usize,
-    /// Shortest time between two queries of the same watch (a key that keeps
-    /// changing must not spin the loop).
+    /// Time between two queries of the same watch once its burst is spent (a key
+    /// that keeps changing must not spin the loop). `0s`: no limit.
     #[serde(with = "humantime_serde")]
     pub min_query_interval: Duration,
+    /// Queries one watch may run back to back after a quiet period, so that a few
+    /// changes in a row under one prefix are each read at once.
+    pub query_burst: u32,
     /// Longest pause between retries while Consul is unreachable or failing.
     #[serde(with = "humantime_serde")]
     pub max_retry_interval: Duration,
@@ -387,6 +390,7 @@ impl Default for ConsulConfig {
             wait: Duration::from_secs(300),
             max_concurrent_queries: 64,
             min_query_interval: Duration::from_secs(1),
+            query_burst: 5,
             max_retry_interval: Duration::from_secs(30),
             timeout: Duration::from_secs(10),
             instances: BTreeMap::new(),
@@ -423,6 +427,9 @@ impl ConsulConfig {
         }
         if self.max_concurrent_queries == 0 {
             return Some(("max_concurrent_queries", "must be at least 1".to_owned()));
+        }
+        if self.query_burst == 0 {
+            return Some(("query_burst", "must be at least 1".to_owned()));
         }
         if self.max_retry_interval < Duration::from_secs(1) {
             return Some(("max_retry_interval", "must be at least 1s".to_owned()));
@@ -706,6 +713,7 @@ fn consul_key(key: &'static str) -> &'static str {
         "token" => "sources.consul.token",
         "wait" => "sources.consul.wait",
         "max_concurrent_queries" => "sources.consul.max_concurrent_queries",
+        "query_burst" => "sources.consul.query_burst",
         "max_retry_interval" => "sources.consul.max_retry_interval",
         "timeout" => "sources.consul.timeout",
         "tls.cert_file" => "sources.consul.tls.cert_file",

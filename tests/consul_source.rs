@@ -180,8 +180,9 @@ async fn a_churning_key_is_rate_limited() -> Result<()> {
     let elapsed = churn.elapsed();
     let updates = driver.collect_for(Duration::from_secs(1)).await;
     let queries = driver.source.blocking_queries_started() - started;
-    // At most one query per 400 ms (plus the one in flight when the churn began).
-    let bound = (elapsed.as_millis() / 400) as u64 + 2;
+    // At most the burst, then one query per 400 ms (plus the one in flight when the
+    // churn began).
+    let bound = (elapsed.as_millis() / 400) as u64 + u64::from(watch_burst()) + 2;
     assert!(
         queries <= bound,
         "{queries} queries in {elapsed:?} (bound {bound})"
@@ -190,6 +191,45 @@ async fn a_churning_key_is_rate_limited() -> Result<()> {
     assert_eq!(
         updates.last().map(|u| u.observation.clone()),
         Some(native(b"100"))
+    );
+    driver.shutdown().await
+}
+
+fn watch_burst() -> u32 {
+    fast_watch().query_burst
+}
+
+/// The rate limit is a token bucket: a few changes in a row are each read at once,
+/// the next waits for `min_query_interval`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_in_a_row_are_read_at_once_until_the_burst_is_spent() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("row", b"0").await?;
+    let watch = WatchSettings {
+        min_query_interval: Duration::from_secs(8),
+        query_burst: 3,
+        ..fast_watch()
+    };
+    let mut driver = Driver::run(source(&agent.addr(), watch), 256);
+    driver.track(tracked("row", Algorithm::Native));
+    assert_eq!(driver.next(SOON).await?.observation, native(b"0"));
+    // The first read took a token; two more changes are read without waiting.
+    for value in ["1", "2"] {
+        driver
+            .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
+            .await?;
+        agent.put("row", value.as_bytes()).await?;
+        assert_eq!(
+            driver.next(SOON).await?.observation,
+            native(value.as_bytes())
+        );
+    }
+    // The bucket is empty: the next change waits for a token (8 s after the first).
+    agent.put("row", b"3").await?;
+    assert_eq!(driver.collect_for(QUIET).await, []);
+    assert_eq!(
+        driver.next(Duration::from_secs(15)).await?.observation,
+        native(b"3")
     );
     driver.shutdown().await
 }

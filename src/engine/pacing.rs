@@ -41,16 +41,26 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// A full bucket of `burst` tokens refilled at `rate` tokens per second.
     pub fn new(rate: f64, burst: u32) -> Result<Self, PacingError> {
-        if burst == 0 {
-            return Err(PacingError::ZeroBurst);
-        }
         let period = (rate.is_finite() && rate > 0.0)
             .then(|| Duration::try_from_secs_f64(rate.recip()).ok())
             .flatten()
             .ok_or(PacingError::InvalidRate(rate))?;
-        let tolerance = period
-            .checked_mul(burst)
-            .ok_or(PacingError::InvalidRate(rate))?;
+        Self::with_period(period, burst).map_err(|error| match error {
+            PacingError::InvalidRate(_) => PacingError::InvalidRate(rate),
+            other => other,
+        })
+    }
+
+    /// A full bucket of `burst` tokens refilled with one token every `period`.
+    pub fn with_period(period: Duration, burst: u32) -> Result<Self, PacingError> {
+        if burst == 0 {
+            return Err(PacingError::ZeroBurst);
+        }
+        let invalid = || PacingError::InvalidRate(period.as_secs_f64().recip());
+        if period.is_zero() {
+            return Err(invalid());
+        }
+        let tolerance = period.checked_mul(burst).ok_or_else(invalid)?;
         Ok(Self {
             period,
             tolerance,
@@ -191,6 +201,23 @@ mod tests {
                 "rate {rate}"
             );
         }
+    }
+
+    #[test]
+    fn bucket_by_period_spaces_tokens_by_that_period() {
+        let t0 = Instant::now();
+        let mut bucket = TokenBucket::with_period(ms(1000), 3).expect("valid bucket");
+        assert_eq!(drain(&mut bucket, t0), 3);
+        assert_eq!(bucket.try_take(t0 + ms(10)), Err(t0 + ms(1000)));
+        assert_eq!(drain(&mut bucket, t0 + ms(2000)), 2);
+        assert!(matches!(
+            TokenBucket::with_period(Duration::ZERO, 1),
+            Err(PacingError::InvalidRate(_))
+        ));
+        assert_eq!(
+            TokenBucket::with_period(ms(1), 0).unwrap_err(),
+            PacingError::ZeroBurst
+        );
     }
 
     #[test]

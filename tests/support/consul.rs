@@ -446,6 +446,7 @@ pub fn fast_watch() -> WatchSettings {
         wait: Duration::from_secs(30),
         max_concurrent_queries: 64,
         min_query_interval: Duration::from_millis(50),
+        query_burst: 5,
         max_retry_interval: Duration::from_secs(2),
     }
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::engine::TokenBucket;
 use crate::fingerprint::{Algorithm, Observation};
 use crate::model::{KeySelection, Scope, SourceName, Tracked};
 use crate::sources::{Source, SourceContext, SourceError};
@@ -47,8 +48,13 @@ pub struct WatchSettings {
     pub wait: Duration,
     /// Most blocking queries in flight; more keys share recursive prefix queries.
     pub max_concurrent_queries: usize,
-    /// Shortest time between two queries of one loop.
+    /// Time between two queries of one loop once its burst is spent: a key that keeps
+    /// changing is read at most this often. Zero: no limit.
     pub min_query_interval: Duration,
+    /// Queries one loop may start back to back (after a quiet period) before
+    /// `min_query_interval` applies, so that a few changes in a row under one prefix
+    /// are each read at once.
+    pub query_burst: u32,
     /// Cap of the exponential backoff after failures.
     pub max_retry_interval: Duration,
 }
@@ -59,8 +65,17 @@ impl Default for WatchSettings {
             wait: Duration::from_secs(300),
             max_concurrent_queries: 64,
             min_query_interval: Duration::from_secs(1),
+            query_burst: 5,
             max_retry_interval: Duration::from_secs(30),
         }
+    }
+}
+
+impl WatchSettings {
+    /// The rate limit of one query loop: `query_burst` queries, then one per
+    /// `min_query_interval`; `None` when the interval is zero.
+    pub(crate) fn query_pace(&self) -> Option<TokenBucket> {
+        TokenBucket::with_period(self.min_query_interval, self.query_burst.max(1)).ok()
     }
 }
 

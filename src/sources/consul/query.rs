@@ -200,18 +200,18 @@ impl QueryLoop {
         tracing::debug!("query started");
         let mut cursor = IndexCursor::default();
         let mut backoff = Backoff::new(self.settings.max_retry_interval);
-        let mut last_start: Option<Instant> = None;
+        let mut pace = self.settings.query_pace();
         loop {
-            if let Some(started) = last_start {
-                let earliest = started + self.settings.min_query_interval;
-                if Instant::now() < earliest {
-                    let until = earliest + jitter(self.settings.min_query_interval / 4);
-                    if !self.sleep_until(until).await {
-                        break;
-                    }
+            if let Some(bucket) = pace.as_mut()
+                && let Err(available) = bucket.try_take(Instant::now())
+            {
+                let until = available + jitter(self.settings.min_query_interval / 4);
+                if !self.sleep_until(until).await {
+                    break;
                 }
+                // The token became available at `available`; take it.
+                let _ = bucket.try_take(Instant::now());
             }
-            last_start = Some(Instant::now());
             let index = cursor.next();
             let result = if index == 0 {
                 self.read_once().await

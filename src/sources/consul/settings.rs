@@ -126,6 +126,7 @@ pub fn settings<E: Fn(&str) -> Option<String>>(
         wait: config.wait,
         max_concurrent_queries: config.max_concurrent_queries,
         min_query_interval: config.min_query_interval,
+        query_burst: config.query_burst,
         max_retry_interval: config.max_retry_interval,
     };
     Ok((client, watch))
