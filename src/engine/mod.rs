@@ -34,8 +34,8 @@ pub use pacing::{MinInterval, PacingError, TokenBucket};
 pub use runtime::{Engine, EngineError};
 pub use schedule::{Scheduler, SchedulerParts, SchedulerTask};
 pub use stamp::{
-    BlockReason, Blocked, DesiredStamp, FingerprintLookup, FingerprintStore, StampPatch, current,
-    desired, diff,
+    BlockReason, Blocked, CurrentOutputs, DesiredStamp, FingerprintLookup, FingerprintStore,
+    StampPatch, current, desired, diff,
 };
 
 use std::time::Duration;

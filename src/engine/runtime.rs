@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::graph::DependencyGraph;
 use super::schedule::Scheduler;
-use super::stamp::{self, BlockReason, FingerprintStore, StampPatch};
+use super::stamp::{self, BlockReason, CurrentOutputs, FingerprintStore, StampPatch};
 use crate::annotations::{self, AnnotationScheme};
 use crate::config::EngineConfig;
 use crate::events::{EventSink, Notice, Reason};
@@ -279,9 +279,13 @@ struct Applied {
     result: Result<ApplyOutcome, TargetError>,
 }
 
-/// A workload as the engine keeps it.
+/// A workload as the engine keeps it: the current values of its outputs, which is
+/// all a stamp reads, not the whole pod template.
 struct Known {
-    workload: Workload,
+    current: CurrentOutputs,
+    /// The whole workload, kept only under a namespace selector: a workload whose
+    /// namespace leaves the selection is parked, and coming back needs all of it.
+    full: Option<Box<Workload>>,
     debounce: Option<Duration>,
     min_interval: Option<Duration>,
 }
@@ -368,6 +372,11 @@ impl Core {
         self.parked.remove(&id);
         let deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
         self.report_invalid(&id, &deps.errors).await;
+        let current = CurrentOutputs::new(&workload, deps.stamps.iter().map(|s| &s.output));
+        let full = self
+            .selected_namespaces
+            .is_some()
+            .then(|| Box::new(workload));
         let delta = self.graph.apply(id.clone(), deps.stamps);
         for tracked in delta.newly_tracked {
             self.send_interest(Interest::Track(tracked));
@@ -376,7 +385,8 @@ impl Core {
         self.workloads.insert(
             id.clone(),
             Known {
-                workload,
+                current,
+                full,
                 debounce: deps.debounce,
                 min_interval: deps.min_interval,
             },
@@ -481,10 +491,10 @@ impl Core {
             .cloned()
             .collect();
         for id in leaving {
-            if let Some(known) = self.workloads.get(&id) {
-                let workload = known.workload.clone();
-                self.on_delete(&id);
-                self.parked.insert(id, workload);
+            let full = self.workloads.get_mut(&id).and_then(|k| k.full.take());
+            self.on_delete(&id);
+            if let Some(workload) = full {
+                self.parked.insert(id, *workload);
             }
         }
     }
@@ -559,7 +569,7 @@ impl Core {
             // new problem to report.
             self.reported_missing.remove(id);
         }
-        if missing || stamp::diff(&known.workload, specs, &desired).is_some() {
+        if missing || stamp::diff(&known.current.to_workload(), specs, &desired).is_some() {
             self.scheduler
                 .touch(id.clone(), known.debounce, known.min_interval);
         } else if !self.in_flight.contains(id) {
@@ -601,8 +611,9 @@ impl Core {
                     tracing::warn!(workload = %id, output = %blocked.output, reason = %blocked.reason, "cannot compute stamp");
                 }
             }
-            let patch = stamp::diff(&known.workload, specs, &desired);
-            (patch.map(|p| (p, known.workload.clone())), missing)
+            let workload = known.current.to_workload();
+            let patch = stamp::diff(&workload, specs, &desired);
+            (patch.map(|p| (p, workload)), missing)
         };
         self.report_missing(&id, missing).await;
         let Some((patch, workload)) = patch else {
@@ -677,14 +688,17 @@ impl Core {
             "leading: re-evaluating every workload"
         );
         self.reported_missing.clear();
-        self.reported_invalid.clear();
-        let workloads: Vec<Workload> = self
-            .workloads
-            .values()
-            .map(|k| k.workload.clone())
+        let invalid: Vec<(WorkloadId, String)> = self
+            .reported_invalid
+            .iter()
+            .map(|(id, messages)| (id.clone(), messages.join("; ")))
             .collect();
-        for workload in workloads {
-            self.on_workload(workload).await;
+        for (id, note) in invalid {
+            self.publish(&id, Reason::InvalidAnnotation, note).await;
+        }
+        let ids: Vec<WorkloadId> = self.workloads.keys().cloned().collect();
+        for id in ids {
+            self.evaluate(&id);
         }
     }
 
@@ -729,7 +743,12 @@ impl Core {
                 let note = change_note(&patch, &changed);
                 tracing::info!(workload = %id, %note, "stamped");
                 if let Some(known) = self.workloads.get_mut(&id) {
-                    known.workload = *workload;
+                    let outputs = self.graph.specs(&id).unwrap_or_default();
+                    known.current =
+                        CurrentOutputs::new(&workload, outputs.iter().map(|s| &s.output));
+                    if known.full.is_some() {
+                        known.full = Some(workload);
+                    }
                 }
                 let related = changed.into_iter().next();
                 self.publish_about(&id, Reason::ConfigChanged, note, related)

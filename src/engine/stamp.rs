@@ -14,6 +14,10 @@ use k8s_openapi::api::core::v1::Container;
 use crate::fingerprint::{ABSENT, Fingerprint, ObjectKind, Observation, combine_native, wave_hash};
 use crate::model::{Combine, Input, Output, Reference, StampSpec, Tracked, Workload, WorkloadId};
 
+mod current_outputs;
+
+pub use current_outputs::CurrentOutputs;
+
 /// Read access to what sources currently know about tracked items.
 pub trait FingerprintLookup {
     /// The latest observation of `tracked`, or `None` when nothing is known yet (the

@@ -640,3 +640,87 @@ fn container_env_output_is_diffed_against_every_carrier() {
     let patch = diff(&init_stale, &specs, &stamp).expect("init container is stale");
     assert_eq!(patch.values.get(&output).map(String::as_str), Some("abc"));
 }
+
+// === CurrentOutputs ===
+
+/// What the engine keeps is all `diff` and the apply body read: for workloads that
+/// carry much more than their outputs, both agree with the full workload.
+#[test]
+fn current_outputs_diff_and_apply_like_the_full_workload() {
+    let var = "STAKATER_APP_CONFIGMAP";
+    let pair = "k8s-consul-mutator.io/checksum-db";
+    let app = mk_tracked(SourceName::configmap(), "app", Algorithm::Reloader);
+    let db = mk_cm("db");
+    let specs = [
+        mk_spec(
+            Output::ContainerEnv(var.to_owned()),
+            Combine::Single,
+            vec![mk_input(&app, false)],
+        ),
+        mk_spec(
+            Output::PodTemplateAndWorkloadAnnotation(pair.to_owned()),
+            Combine::Single,
+            vec![mk_input(&db, false)],
+        ),
+        mk_checksum("db", &db),
+    ];
+    let mut value_from = mk_container("sidecar", &[]);
+    value_from.env = Some(vec![EnvVar {
+        name: var.to_owned(),
+        value_from: Some(EnvVarSource::default()),
+        ..EnvVar::default()
+    }]);
+    let workloads = [
+        mk_workload(
+            &[
+                ("other", "x"),
+                ("nudge.dev/checksum-db", "old"),
+                (pair, "p"),
+            ],
+            &[
+                ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+                (pair, "q"),
+            ],
+            vec![
+                mk_container("app", &[("PORT", "80"), (var, "abc")]),
+                mk_container("plain", &[("PORT", "81")]),
+            ],
+            vec![mk_container("init", &[(var, "old")])],
+        ),
+        mk_workload(
+            &[],
+            &[],
+            vec![value_from, mk_container("x", &[])],
+            Vec::new(),
+        ),
+        mk_annotated(&[("nudge.dev/checksum-db", "sha256-db")]),
+    ];
+    let stores = [
+        mk_store(&[(&app, present("abc")), (&db, present("sha256-db"))]),
+        mk_store(&[(&app, present("new")), (&db, present("sha256-db2"))]),
+        mk_store(&[(&db, Observation::Absent)]),
+    ];
+    let outputs: Vec<&Output> = specs.iter().map(|s| &s.output).collect();
+    let mut patches = 0;
+    for workload in &workloads {
+        let kept = CurrentOutputs::new(workload, outputs.iter().copied());
+        assert_eq!(kept.id(), &workload.id);
+        let rebuilt = kept.to_workload();
+        for store in &stores {
+            let stamp = desired(&specs, store, false);
+            let full = diff(workload, &specs, &stamp);
+            assert_eq!(diff(&rebuilt, &specs, &stamp), full);
+            if let Some(patch) = full {
+                patches += 1;
+                assert_eq!(
+                    crate::targets::render_apply_body(&rebuilt, &patch, "nudge.dev", "now"),
+                    crate::targets::render_apply_body(workload, &patch, "nudge.dev", "now"),
+                );
+            }
+        }
+    }
+    assert!(
+        patches >= 4,
+        "the cases must exercise the apply body: {patches}"
+    );
+}

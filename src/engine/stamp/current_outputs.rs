@@ -1,0 +1,163 @@
+//! What the engine keeps of a workload between events.
+//!
+//! A full [`Workload`] carries the whole pod template: k8s-openapi's `PodSpec`,
+//! `Container` and `Volume` are 1–3 KiB each even when nearly empty, so 2,000
+//! workloads cost tens of MiB. Between events the engine only needs the current
+//! values of the workload's outputs, which is all [`diff`](super::diff) and
+//! [`Target::apply`](crate::targets::Target::apply) read.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::model::{Output, Workload, WorkloadId};
+
+/// The current values of a workload's outputs, and nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentOutputs {
+    id: WorkloadId,
+    /// Workload annotations that are outputs.
+    annotations: Vec<(String, String)>,
+    /// Pod-template annotations that are outputs.
+    template_annotations: Vec<(String, String)>,
+    /// Containers carrying an output env var, in pod-spec order.
+    containers: Vec<ContainerOutputs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ContainerOutputs {
+    init: bool,
+    name: String,
+    /// The output env vars of this container, in order: name and literal value.
+    env: Vec<(String, Option<String>)>,
+}
+
+/// The keys `outputs` occupy, by where they live.
+#[derive(Default)]
+struct OutputKeys<'a> {
+    own: BTreeSet<&'a str>,
+    template: BTreeSet<&'a str>,
+    env: BTreeSet<&'a str>,
+}
+
+impl<'a> OutputKeys<'a> {
+    fn of(outputs: impl IntoIterator<Item = &'a Output>) -> Self {
+        let mut keys = Self::default();
+        for output in outputs {
+            match output {
+                Output::PodTemplateAnnotation(key) => {
+                    keys.template.insert(key);
+                }
+                Output::PodTemplateAndWorkloadAnnotation(key) => {
+                    keys.template.insert(key);
+                    keys.own.insert(key);
+                }
+                Output::ContainerEnv(name) => {
+                    keys.env.insert(name);
+                }
+            }
+        }
+        keys
+    }
+}
+
+impl CurrentOutputs {
+    /// The values of `outputs` on `workload`.
+    pub fn new<'a>(workload: &Workload, outputs: impl IntoIterator<Item = &'a Output>) -> Self {
+        let keys = OutputKeys::of(outputs);
+        let spec = workload.template.spec.as_ref();
+        let main = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+        let init = spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default();
+        let containers = main
+            .iter()
+            .map(|c| (false, c))
+            .chain(init.iter().map(|c| (true, c)))
+            .filter_map(|(init, container)| ContainerOutputs::of(init, container, &keys.env))
+            .collect();
+        Self {
+            id: workload.id.clone(),
+            annotations: pick(&workload.annotations, &keys.own),
+            template_annotations: pick(workload.template_annotations(), &keys.template),
+            containers,
+        }
+    }
+
+    /// The workload these values belong to.
+    pub fn id(&self) -> &WorkloadId {
+        &self.id
+    }
+
+    /// A workload holding only these values: enough for `diff` and `Target::apply`,
+    /// which read nothing else.
+    pub fn to_workload(&self) -> Workload {
+        let (init, main): (Vec<&ContainerOutputs>, Vec<&ContainerOutputs>) =
+            self.containers.iter().partition(|c| c.init);
+        let spec = (!self.containers.is_empty()).then(|| PodSpec {
+            containers: main
+                .into_iter()
+                .map(ContainerOutputs::to_container)
+                .collect(),
+            init_containers: (!init.is_empty()).then(|| {
+                init.into_iter()
+                    .map(ContainerOutputs::to_container)
+                    .collect()
+            }),
+            ..PodSpec::default()
+        });
+        Workload {
+            id: self.id.clone(),
+            annotations: self.annotations.iter().cloned().collect(),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    annotations: Some(self.template_annotations.iter().cloned().collect()),
+                    ..ObjectMeta::default()
+                }),
+                spec,
+            },
+        }
+    }
+}
+
+impl ContainerOutputs {
+    fn of(init: bool, container: &Container, names: &BTreeSet<&str>) -> Option<Self> {
+        let env: Vec<(String, Option<String>)> = container
+            .env
+            .iter()
+            .flatten()
+            .filter(|var| names.contains(var.name.as_str()))
+            .map(|var| (var.name.clone(), var.value.clone()))
+            .collect();
+        (!env.is_empty()).then(|| Self {
+            init,
+            name: container.name.clone(),
+            env,
+        })
+    }
+
+    fn to_container(&self) -> Container {
+        Container {
+            name: self.name.clone(),
+            env: Some(
+                self.env
+                    .iter()
+                    .map(|(name, value)| EnvVar {
+                        name: name.clone(),
+                        value: value.clone(),
+                        ..EnvVar::default()
+                    })
+                    .collect(),
+            ),
+            ..Container::default()
+        }
+    }
+}
+
+fn pick(map: &BTreeMap<String, String>, keys: &BTreeSet<&str>) -> Vec<(String, String)> {
+    keys.iter()
+        .filter_map(|key| map.get_key_value(*key))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
