@@ -18,6 +18,7 @@ pub mod fingerprint;
 pub mod model;
 pub mod runtime;
 pub mod scope;
+mod small;
 pub mod sources;
 pub mod targets;
 pub mod telemetry;

@@ -8,6 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::model::{StampSpec, Tracked, WorkloadId};
+use crate::small::SmallSet;
 
 /// What an update changed in the set of tracked items.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,7 +32,7 @@ impl GraphDelta {
 #[derive(Debug, Default)]
 pub struct DependencyGraph {
     specs: HashMap<WorkloadId, Vec<StampSpec>>,
-    dependents: HashMap<Tracked, BTreeSet<WorkloadId>>,
+    dependents: HashMap<Tracked, SmallSet<WorkloadId>>,
 }
 
 impl DependencyGraph {
@@ -58,7 +59,7 @@ impl DependencyGraph {
             newly_tracked: self.link(&id, new.difference(&old)),
             droppable: self.unlink(&id, old.difference(&new)),
         };
-        self.specs.insert(id, specs);
+        self.specs.insert(id, compact(specs));
         delta
     }
 
@@ -148,6 +149,17 @@ fn tracked_of(specs: &[StampSpec]) -> BTreeSet<Tracked> {
         .flat_map(|spec| &spec.inputs)
         .map(|input| input.tracked.clone())
         .collect()
+}
+
+/// Specs are kept as long as their workload: without the spare capacity their
+/// vectors grew with (at least four slots for one input).
+fn compact(mut specs: Vec<StampSpec>) -> Vec<StampSpec> {
+    for spec in &mut specs {
+        spec.inputs.shrink_to_fit();
+        spec.origins.shrink_to_fit();
+    }
+    specs.shrink_to_fit();
+    specs
 }
 
 #[cfg(test)]

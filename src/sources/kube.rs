@@ -4,7 +4,7 @@
 //! workload references, fingerprinted, and dropped. Memory therefore grows with what
 //! is referenced, not with the cluster.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -29,6 +29,7 @@ use crate::model::{Scope, SourceName, Tracked};
 use crate::runtime::admin::{Readiness, WatchReady};
 use crate::runtime::metrics::{Metrics, Watch};
 use crate::scope::NamespaceScope;
+use crate::small::SmallSet;
 
 /// How many content GETs run at once.
 const FETCH_CONCURRENCY: usize = 16;
@@ -84,7 +85,7 @@ type ObjectKey = (String, String);
 /// What the source keeps per referenced object: no content.
 #[derive(Debug, Default)]
 struct Watched {
-    items: BTreeSet<Tracked>,
+    items: SmallSet<Tracked>,
     /// resourceVersion of the last content fetched.
     fetched: Option<String>,
     /// Sequence number of the newest fetch started and of the newest applied.

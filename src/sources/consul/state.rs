@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::fingerprint::{Algorithm, Fingerprint, Observation, md5_value, native_value};
 use crate::model::Tracked;
+use crate::small::SmallMap;
 use crate::sources::SourceUpdate;
 
 /// What one answer says about one key.
@@ -72,7 +73,7 @@ pub(crate) struct Applied {
 #[derive(Debug, Default)]
 struct KeyState {
     /// Each tracked item and its last reported observation.
-    items: BTreeMap<Tracked, Option<Observation>>,
+    items: SmallMap<Tracked, Option<Observation>>,
     /// `ModifyIndex` of the value the current observations were computed from.
     modify_index: Option<u64>,
     /// The newest answer applied (see [`Seen::as_of`]).
@@ -152,7 +153,7 @@ impl Registry {
             && matches!(seen, Seen::Present { modify_index, .. } if state.modify_index == Some(modify_index));
         let mut computed: BTreeMap<Algorithm, Observation> = BTreeMap::new();
         let mut updates = Vec::new();
-        for (tracked, last) in &mut state.items {
+        for (tracked, last) in state.items.iter_mut() {
             if unchanged && last.is_some() {
                 continue;
             }
