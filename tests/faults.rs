@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use apiserver_double::RequestFilter;
 use support::*;
 
@@ -82,5 +84,53 @@ async fn throttled_patches_are_retried() {
     );
     cluster.put_configmap("cfg", &[("k", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, Some(&first)).await;
+    nudge.stop().await;
+}
+
+/// A burst of stamps opens a bounded number of connections: with every response
+/// 300 ms late, no 250 ms window sees more PATCHes arrive than writes may be in
+/// flight (8), although the token bucket would let all 30 start at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_stamps_keeps_a_bounded_number_of_writes_in_flight() {
+    let Some(cluster) = TestCluster::with_faults("write-bound").await else {
+        return;
+    };
+    const WORKLOADS: usize = 30;
+    for i in 0..WORKLOADS {
+        cluster
+            .auto_deployment(&format!("w{i}"), "shared", &[("k", "1")])
+            .await;
+    }
+    let double = cluster.double().unwrap();
+    double.set_latency(Duration::from_millis(300));
+    let mut config = cluster.nudge_config();
+    config.engine.debounce = Duration::ZERO;
+    config.engine.stamps_per_second = 1000.0;
+    config.engine.burst = 1000;
+    let nudge = cluster.start_nudge(config);
+    for i in 0..WORKLOADS {
+        wait_for_stamp(&cluster, "Deployment", &format!("w{i}"), CONFIG_HASH, None).await;
+    }
+    let mut arrivals: Vec<std::time::SystemTime> = double
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/deployments/"))
+        .map(|r| r.received_at)
+        .collect();
+    arrivals.sort();
+    assert!(arrivals.len() >= WORKLOADS, "{} PATCHes", arrivals.len());
+    let window = Duration::from_millis(250);
+    let densest = arrivals
+        .iter()
+        .map(|start| {
+            arrivals
+                .iter()
+                .filter(|t| **t >= *start && **t < *start + window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(densest <= 8, "{densest} PATCHes arrived within {window:?}");
+    double.set_latency(Duration::ZERO);
     nudge.stop().await;
 }

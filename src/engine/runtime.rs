@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +37,11 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
 const SOURCE_RESTART_DELAY: Duration = Duration::from_secs(5);
 /// How often gauges that change outside the engine task (queue depth) are read.
 const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
+/// Stamps written at once. Each write in flight is an HTTP/1 connection to the API
+/// server; the token bucket paces how many start per second, this bounds how many
+/// connections (and their buffers) a burst opens: at a few milliseconds per write
+/// it still allows thousands of stamps per second.
+const MAX_WRITES_IN_FLIGHT: usize = 8;
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +178,7 @@ impl Engine {
             pending: HashMap::new(),
             relisting: HashMap::new(),
             in_flight: HashSet::new(),
+            writes: Arc::new(Semaphore::new(MAX_WRITES_IN_FLIGHT)),
             due_again: HashSet::new(),
             attempts: HashMap::new(),
             observed_at: HashMap::new(),
@@ -309,6 +315,8 @@ struct Core {
     /// Per watch stream being relisted, the workloads listed so far.
     relisting: HashMap<WatchScope, HashSet<WorkloadId>>,
     in_flight: HashSet<WorkloadId>,
+    /// Permits for [`MAX_WRITES_IN_FLIGHT`].
+    writes: Arc<Semaphore>,
     /// Workloads that became due while a stamp of theirs was in flight.
     due_again: HashSet<WorkloadId>,
     attempts: HashMap<WorkloadId, u32>,
@@ -634,9 +642,12 @@ impl Core {
         };
         self.in_flight.insert(id.clone());
         let done = self.done.clone();
+        let writes = self.writes.clone();
         let span = tracing::info_span!("stamp", workload = %id);
         tokio::spawn(
             async move {
+                // Never closed, so the permit always comes.
+                let _permit = writes.acquire_owned().await;
                 let result = target.apply(&workload, &patch).await;
                 let _ = done.send(Applied {
                     patch,
