@@ -1184,7 +1184,7 @@ pub async fn run(options: Options) -> Result<Report> {
         "settings": {
             "engine.debounce": "0s", "engine.max_delay": "10s", "engine.min_interval": "0s",
             "engine.stamps_per_second": 1000, "engine.burst": 2000,
-            "leader_election.enabled": false, "sources.consul": "defaults (wait 5m, max_concurrent_queries 64, min_query_interval 1s)",
+            "leader_election.enabled": false, "sources.consul": "defaults (wait 5m, max_concurrent_queries 64, min_query_interval 1s, query_burst 5)",
             "log": "info,consulrs=warn (plain, to a file)",
             "change_interval_ms": ms(scale.change_interval),
         },
