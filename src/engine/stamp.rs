@@ -436,12 +436,19 @@ fn observe_env<'a>(workload: &'a Workload, name: &str) -> Observed<'a> {
 
 /// Every container and initContainer of the pod template.
 fn containers(workload: &Workload) -> impl Iterator<Item = &Container> {
+    containers_by_role(workload).map(|(_, container)| container)
+}
+
+/// Every container, then every initContainer, each with whether it is an init
+/// container.
+fn containers_by_role(workload: &Workload) -> impl Iterator<Item = (bool, &Container)> {
     let spec = workload.template.spec.as_ref();
     let main = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
     let init = spec
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
-    main.iter().chain(init)
+    let main = main.iter().map(|c| (false, c));
+    main.chain(init.iter().map(|c| (true, c)))
 }
 
 #[cfg(test)]

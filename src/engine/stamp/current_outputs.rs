@@ -66,15 +66,7 @@ impl CurrentOutputs {
     /// The values of `outputs` on `workload`.
     pub fn new<'a>(workload: &Workload, outputs: impl IntoIterator<Item = &'a Output>) -> Self {
         let keys = OutputKeys::of(outputs);
-        let spec = workload.template.spec.as_ref();
-        let main = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-        let init = spec
-            .and_then(|s| s.init_containers.as_deref())
-            .unwrap_or_default();
-        let containers = main
-            .iter()
-            .map(|c| (false, c))
-            .chain(init.iter().map(|c| (true, c)))
+        let containers = super::containers_by_role(workload)
             .filter_map(|(init, container)| ContainerOutputs::of(init, container, &keys.env))
             .collect();
         Self {
