@@ -619,7 +619,7 @@ mod tests {
     use super::*;
 
     const VECTORS_PATH: &str =
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/compat-vectors.json");
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/compat-vectors.json");
 
     // --- compat vectors, read at test time ---
 

@@ -5,7 +5,7 @@
 //! and `events.k8s.io`), Deployments, StatefulSets, DaemonSets, Leases and
 //! MutatingWebhookConfigurations, and writes a kubeconfig so that any client
 //! (kube-rs, kubectl) can talk to it. Its behaviour follows recordings of a
-//! real kube-apiserver 1.34 (`shared/apiserver-transcripts/`): status codes,
+//! real kube-apiserver 1.34 (`tests/transcripts/`): status codes,
 //! `Status` bodies, list/watch shapes, resourceVersion semantics, managed
 //! fields and server-side apply conflicts.
 //!

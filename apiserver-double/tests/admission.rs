@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 
 const TRANSCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/apiserver-transcripts/admission_review.json"
+    "/tests/transcripts/admission_review.json"
 );
 
 fn transcript() -> Value {

@@ -1,4 +1,4 @@
-//! Replays the real-apiserver transcripts in `shared/apiserver-transcripts/`
+//! Replays the real-apiserver transcripts in `tests/transcripts/`
 //! against the double and compares status codes, `Status` bodies, field
 //! presence and shapes (per-run values such as uids, resourceVersions,
 //! timestamps and continue tokens are mapped, not compared literally).
@@ -18,7 +18,7 @@ use support::{Http, Resp};
 
 const DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/apiserver-transcripts"
+    "/tests/transcripts"
 );
 
 fn load(name: &str) -> Value {
