@@ -41,7 +41,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::annotations::{self, AnnotationScheme, Dependencies, MUTATOR_LAST_UPDATED};
 use crate::config::Config;
-use crate::engine::stamp::{self, BlockReason, FingerprintLookup};
 use crate::fingerprint::{Algorithm, FingerprintKey, ObjectKind, Observation};
 use crate::model::{
     Input, KeySelection, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked,
@@ -52,6 +51,7 @@ use crate::runtime::metrics::Metrics;
 use crate::scope::NamespaceScope;
 use crate::sources::secret::read_installation_key;
 use crate::sources::{ObjectSourceSettings, Source, SourceError};
+use crate::stamp::{self, BlockReason, FingerprintLookup};
 use crate::targets::{self, TargetError, TargetSettings};
 
 /// Allowance for the second granularity of `managedFields[].time` and for clock

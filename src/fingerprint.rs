@@ -15,37 +15,12 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, Mac};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use md5::Md5;
-use serde::Serialize;
 use sha1::Sha1;
 use sha2::digest::Update;
 use sha2::{Digest, Sha256};
 
+pub use crate::model::Algorithm;
 use crate::model::{KeySelection, SourceName};
-
-/// How a source turns content into a [`Fingerprint`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum Algorithm {
-    /// nudge's own format: `sha256-<hex>` of the canonical encoding, or
-    /// `hmac-sha256-<hex>` keyed by the installation key for sources holding secrets.
-    Native,
-    /// k8s-consul-mutator: `md5-<hex>` of the raw value bytes.
-    Md5,
-    /// Reloader: lowercase hex SHA-1 of the sorted `key=value` strings joined by `;`.
-    Reloader,
-    /// Wave: the object's part of Wave's hash document (see [`WaveFragment`]).
-    Wave,
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Native => "native",
-            Self::Md5 => "md5",
-            Self::Reloader => "reloader",
-            Self::Wave => "wave",
-        })
-    }
-}
 
 /// The fingerprint of one tracked reference.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -618,8 +593,10 @@ mod tests {
 
     use super::*;
 
-    const VECTORS_PATH: &str =
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/compat-vectors.json");
+    const VECTORS_PATH: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/compat-vectors.json"
+    );
 
     // --- compat vectors, read at test time ---
 

@@ -9,8 +9,6 @@ use std::fmt;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Serialize;
 
-use crate::fingerprint::Algorithm;
-
 /// Longest name part a Kubernetes annotation key may have.
 pub const MAX_ANNOTATION_NAME_LEN: usize = 63;
 
@@ -314,6 +312,31 @@ impl fmt::Display for Reference {
             write!(f, "[{}]", keys.join(","))?;
         }
         Ok(())
+    }
+}
+
+/// How a source turns content into a fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Algorithm {
+    /// nudge's own format: `sha256-<hex>` of the canonical encoding, or
+    /// `hmac-sha256-<hex>` keyed by the installation key for sources holding secrets.
+    Native,
+    /// k8s-consul-mutator: `md5-<hex>` of the raw value bytes.
+    Md5,
+    /// Reloader: lowercase hex SHA-1 of the sorted `key=value` strings joined by `;`.
+    Reloader,
+    /// Wave: the object's part of Wave's hash document (see `fingerprint::WaveFragment`).
+    Wave,
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Native => "native",
+            Self::Md5 => "md5",
+            Self::Reloader => "reloader",
+            Self::Wave => "wave",
+        })
     }
 }
 

@@ -16,10 +16,7 @@ use apiserver_double::{ApiServerDouble, Config};
 use serde_json::{Value, json};
 use support::{Http, Resp};
 
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/transcripts"
-);
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/transcripts");
 
 fn load(name: &str) -> Value {
     let path = format!("{DIR}/{name}");

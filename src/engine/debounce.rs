@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::saturating_add;
+use crate::rate::saturating_add;
 
 /// Pending keys and when each is due.
 #[derive(Debug)]

@@ -11,8 +11,6 @@
 //!
 //! - [`graph`]: the [`DependencyGraph`] from workloads to the [`Tracked`] items they
 //!   depend on and back; it says when a source must start or may stop watching.
-//! - [`stamp`]: the [`FingerprintStore`], the [`desired`] stamp of a workload, the
-//!   value [`current`]ly on it, and the [`diff`] between the two as a [`StampPatch`].
 //! - [`debounce`]: the [`Debouncer`], one stamp per burst of changes with a ceiling.
 //! - [`pacing`]: the global [`TokenBucket`] and the per-workload [`MinInterval`].
 //! - [`schedule`]: the [`Scheduler`] task that joins debounce and pacing and emits
@@ -26,29 +24,9 @@ pub mod graph;
 pub mod pacing;
 pub mod runtime;
 pub mod schedule;
-pub mod stamp;
 
 pub use debounce::Debouncer;
 pub use graph::{DependencyGraph, GraphDelta};
 pub use pacing::{MinInterval, PacingError, TokenBucket};
 pub use runtime::{Engine, EngineError};
 pub use schedule::{Scheduler, SchedulerParts, SchedulerTask};
-pub use stamp::{
-    BlockReason, Blocked, CurrentOutputs, DesiredStamp, FingerprintLookup, FingerprintStore,
-    StampPatch, current, desired, diff,
-};
-
-use std::time::Duration;
-
-use tokio::time::Instant;
-
-/// How far in the future an instant is placed when `at + duration` does not fit.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
-
-/// `at + duration`, clamped instead of panicking when a configured duration is
-/// absurdly large.
-pub(crate) fn saturating_add(at: Instant, duration: Duration) -> Instant {
-    at.checked_add(duration)
-        .or_else(|| at.checked_add(FAR_FUTURE))
-        .unwrap_or(at)
-}

@@ -16,7 +16,6 @@ use tracing::Instrument;
 
 use super::graph::DependencyGraph;
 use super::schedule::Scheduler;
-use super::stamp::{self, BlockReason, CurrentOutputs, FingerprintStore, StampPatch};
 use crate::annotations::{self, AnnotationScheme};
 use crate::config::EngineConfig;
 use crate::events::{EventSink, Notice, Reason};
@@ -26,6 +25,7 @@ use crate::model::{
 use crate::runtime::metrics::{Metrics, StampResult};
 use crate::scope::SelectedNamespaces;
 use crate::sources::{Interest, Source, SourceContext, SourceUpdate};
+use crate::stamp::{self, BlockReason, CurrentOutputs, FingerprintStore, StampPatch};
 use crate::targets::{ApplyOutcome, Target, TargetError, WatchScope, WorkloadEvent};
 
 /// Capacity of the channels from targets and sources.

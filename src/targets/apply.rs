@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::engine::StampPatch;
 use crate::model::{Output, Workload};
+use crate::stamp::StampPatch;
 
 /// k8s-consul-mutator's annotation prefix; its `last-updated` is written beside its
 /// checksums.

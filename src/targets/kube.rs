@@ -18,11 +18,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{ApplyOutcome, Target, TargetError, WatchScope, WorkloadEvent, render_apply_body};
-use crate::engine::StampPatch;
 use crate::model::{Workload, WorkloadId, WorkloadKind};
 use crate::runtime::admin::{Readiness, WatchReady};
 use crate::runtime::metrics::{Metrics, Watch};
 use crate::scope::NamespaceScope;
+use crate::stamp::StampPatch;
 
 /// A workload type with a pod template.
 pub trait PodTemplated:

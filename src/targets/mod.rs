@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::StampPatch;
 use crate::model::{Workload, WorkloadId, WorkloadKind};
+use crate::stamp::StampPatch;
 
 mod apply;
 mod daemonset;

@@ -30,10 +30,11 @@ use tracing::Instrument;
 use super::metrics::{ReviewResult, WebhookCounters};
 use super::patch::{PatchInput, PatchOp, admission_patch};
 use crate::annotations::{self, AnnotationScheme};
-use crate::engine::{Engine, FingerprintLookup, FingerprintStore, stamp};
+use crate::engine::Engine;
 use crate::fingerprint::Observation;
 use crate::model::{SourceCatalog, SourceName, Tracked, Workload, WorkloadKind};
 use crate::sources::Source;
+use crate::stamp::{self, FingerprintLookup, FingerprintStore};
 use crate::targets::to_workload;
 
 /// The AdmissionReview API version nudge answers by default.

@@ -30,8 +30,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::annotations::AnnotationScheme;
-use crate::engine::DesiredStamp;
 use crate::model::{Output, StampSpec};
+use crate::stamp::DesiredStamp;
 
 /// k8s-consul-mutator's annotation prefix; its `last-updated` goes with its checksums.
 const CONSUL_MUTATOR_PREFIX: &str = "k8s-consul-mutator.io/";
@@ -83,7 +83,7 @@ pub struct PatchInput<'a> {
     pub old_object: Option<&'a Value>,
     /// The workload's stamp specs (from [`crate::annotations::dependencies`] on `object`).
     pub specs: &'a [StampSpec],
-    /// The desired stamp (from [`crate::engine::desired`]).
+    /// The desired stamp (from [`crate::stamp::desired`]).
     pub desired: &'a DesiredStamp,
     /// nudge's annotation names.
     pub scheme: &'a AnnotationScheme,

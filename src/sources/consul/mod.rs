@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::engine::TokenBucket;
 use crate::fingerprint::{Algorithm, Observation};
 use crate::model::{KeySelection, Scope, SourceName, Tracked};
+use crate::rate::TokenBucket;
 use crate::sources::{Source, SourceContext, SourceError};
 
 pub mod client;
