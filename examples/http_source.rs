@@ -1,4 +1,4 @@
-//! A custom config source: the body of an HTTP endpoint.
+//! A custom config source: the body of an HTTP endpoint, as a [`PollSource`].
 //!
 //! Workloads reference it like any other source:
 //!
@@ -8,23 +8,23 @@
 //!     nudge.dev/http-motd: "https://config.example.com/motd.txt"
 //! ```
 //!
-//! and are rolled when the body behind the URL changes. Run it like `nudge run`
-//! (kubeconfig or in-cluster, `--config`, `NUDGE_*`):
+//! and are rolled when the body behind the URL changes. The engine polls each
+//! referenced URL (the first time at once), reports only changes, retries failed
+//! reads with backoff and counts the source toward `/ready`. Run it like
+//! `nudge run` (kubeconfig or in-cluster, `--config`, `NUDGE_*`):
 //!
 //! ```sh
 //! cargo run --example http_source -- [config.toml]
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nudge::fingerprint::{self, Algorithm, Observation};
-use nudge::model::{Scope, SourceName, Tracked};
-use nudge::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
+use nudge::fingerprint::Observation;
+use nudge::model::{SourceName, Tracked};
+use nudge::sources::{ObserveContext, PollSource, SourceError, poll};
 
-/// Fingerprints the body of each referenced URL, polling every `interval`.
+/// Fingerprints the body of each referenced URL, read every `interval`.
 pub struct HttpSource {
     name: SourceName,
     client: reqwest::Client,
@@ -34,103 +34,65 @@ pub struct HttpSource {
 impl HttpSource {
     /// A source named `name` (e.g. `http`).
     pub fn new(name: SourceName, interval: Duration) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
         Self {
             name,
-            client: reqwest::Client::new(),
+            client,
             interval,
-        }
-    }
-
-    /// 2xx → the body's fingerprint; 404/410 → absent; anything else is an error,
-    /// and errors are not content.
-    async fn fetch(&self, url: &str) -> Result<Observation, SourceError> {
-        let response = self
-            .client
-            .get(url)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| SourceError::backend(&self.name, format!("GET {url}"), e))?;
-        match response.status() {
-            status if status.is_success() => {
-                let body = response
-                    .bytes()
-                    .await
-                    .map_err(|e| SourceError::backend(&self.name, format!("GET {url}"), e))?;
-                Ok(Observation::Present(fingerprint::native_value(&body)))
-            }
-            reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::GONE => Ok(Observation::Absent),
-            status => Err(SourceError::Backend {
-                source_name: self.name.clone(),
-                message: format!("GET {url} answered {status}"),
-                cause: None,
-            }),
         }
     }
 }
 
 #[async_trait]
-impl Source for HttpSource {
+impl PollSource for HttpSource {
     fn name(&self) -> &SourceName {
         &self.name
     }
 
-    fn scope(&self) -> Scope {
-        Scope::External
+    fn interval(&self) -> Duration {
+        self.interval
     }
 
-    async fn observe(&self, tracked: &Tracked) -> Result<Observation, SourceError> {
-        self.fetch(&tracked.reference.name).await
-    }
-
-    async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
-        let SourceContext {
-            mut interest,
-            updates,
-            shutdown,
-        } = ctx;
-        let mut tracked: BTreeSet<Tracked> = BTreeSet::new();
-        let mut last: HashMap<Tracked, Observation> = HashMap::new();
-        let mut tick = tokio::time::interval(self.interval);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                Some(request) = interest.recv() => match request {
-                    Interest::Track(t) if t.algorithm == Algorithm::Native => { tracked.insert(t); }
-                    Interest::Track(t) => tracing::warn!(%t, "only the native format is supported"),
-                    Interest::Untrack(t) => { tracked.remove(&t); last.remove(&t); }
-                },
-                _ = tick.tick() => {
-                    for t in &tracked {
-                        match self.fetch(&t.reference.name).await {
-                            // Report content changes only; the engine ignores repeats anyway.
-                            Ok(observation) if last.get(t) != Some(&observation) => {
-                                last.insert(t.clone(), observation.clone());
-                                let update = SourceUpdate { tracked: t.clone(), observation };
-                                if updates.send(update).await.is_err() {
-                                    return Ok(());
-                                }
-                            }
-                            Ok(_) => {}
-                            Err(error) => tracing::warn!(%error, "poll failed; keeping the last fingerprint"),
-                        }
-                    }
-                }
+    /// 2xx → the body's fingerprint; 404/410 → absent; anything else is an error,
+    /// and errors are not content. (A body holding secrets would use
+    /// `cx.secret_fingerprint`, keyed with the installation key like Secrets.)
+    async fn observe(
+        &self,
+        tracked: &Tracked,
+        cx: &ObserveContext,
+    ) -> Result<Observation, SourceError> {
+        let url = &tracked.reference.name;
+        let failed = |e| SourceError::backend(&self.name, format!("GET {url}"), e);
+        let response = self.client.get(url).send().await.map_err(failed)?;
+        match response.status() {
+            status if status.is_success() => {
+                let body = response.bytes().await.map_err(failed)?;
+                Ok(Observation::Present(cx.fingerprint(&body)))
             }
+            reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::GONE => Ok(Observation::Absent),
+            status => Err(SourceError::backend_message(
+                &self.name,
+                format!("GET {url} answered {status}"),
+            )),
         }
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
     let file = std::env::args().nth(1).map(std::path::PathBuf::from);
     let config = nudge::config::Config::load(file.as_deref(), &Default::default())?;
-    nudge::telemetry::init_logging(&config.log);
     let client = kube::Client::try_default().await?;
     let http = HttpSource::new(SourceName::new("http")?, Duration::from_secs(30));
     let shutdown = nudge::runtime::shutdown::on_signal();
-    nudge::runtime::Controller::new(config, client)
-        .with_source(Arc::new(http))
+    nudge::runtime::Controller::from_config(config, client)
+        .with_source(poll(http))
         .run(shutdown)
         .await?;
     Ok(())
@@ -138,20 +100,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use nudge::model::Reference;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use std::sync::{Arc, Mutex};
 
-    /// Serves each body once, in order, as `200 OK` (or 404 for `None`).
-    async fn serve(bodies: Vec<Option<&'static str>>) -> String {
+    use nudge::fingerprint::{Algorithm, FingerprintKey};
+    use nudge::health::{Readiness, WatchHealth};
+    use nudge::model::Reference;
+    use nudge::sources::{Interest, SourceContext, SourceUpdate};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// Serves the current body (`None`: 404) to every request.
+    async fn serve(body: Arc<Mutex<Option<&'static str>>>) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/motd", listener.local_addr().unwrap());
         tokio::spawn(async move {
-            for body in bodies {
-                let (mut socket, _) = listener.accept().await.unwrap();
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
                 let mut request = [0u8; 1024];
                 let _ = socket.read(&mut request).await;
-                let response = match body {
+                let current = *body.lock().unwrap();
+                let response = match current {
                     Some(body) => format!(
                         "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
@@ -161,33 +134,86 @@ mod tests {
                             .to_owned()
                     }
                 };
-                socket.write_all(response.as_bytes()).await.unwrap();
+                let _ = socket.write_all(response.as_bytes()).await;
             }
         });
         url
     }
 
+    fn mk_source(interval: Duration) -> HttpSource {
+        HttpSource::new(SourceName::new("http").unwrap(), interval)
+    }
+
+    fn mk_tracked(url: &str) -> Tracked {
+        Tracked::new(
+            Reference::key(SourceName::new("http").unwrap(), url),
+            Algorithm::Native,
+        )
+    }
+
+    fn cx() -> ObserveContext {
+        ObserveContext::new(FingerprintKey::generate())
+    }
+
     #[tokio::test]
     async fn body_changes_change_the_fingerprint_and_404_is_absent() {
-        let url = serve(vec![Some("hello"), Some("hello"), Some("bye"), None]).await;
-        let source = HttpSource::new(SourceName::new("http").unwrap(), Duration::from_secs(1));
-        let tracked = Tracked::new(
-            Reference::key(source.name().clone(), url),
-            Algorithm::Native,
+        let body = Arc::new(Mutex::new(Some("hello")));
+        let url = serve(body.clone()).await;
+        let (source, tracked, cx) = (mk_source(Duration::from_secs(1)), mk_tracked(&url), cx());
+        let first = source.observe(&tracked, &cx).await.unwrap();
+        assert_eq!(source.observe(&tracked, &cx).await.unwrap(), first);
+        *body.lock().unwrap() = Some("bye");
+        assert_ne!(source.observe(&tracked, &cx).await.unwrap(), first);
+        *body.lock().unwrap() = None;
+        assert_eq!(
+            source.observe(&tracked, &cx).await.unwrap(),
+            Observation::Absent
         );
-        let first = source.observe(&tracked).await.unwrap();
-        assert_eq!(source.observe(&tracked).await.unwrap(), first);
-        assert_ne!(source.observe(&tracked).await.unwrap(), first);
-        assert_eq!(source.observe(&tracked).await.unwrap(), Observation::Absent);
     }
 
     #[tokio::test]
     async fn an_unreachable_endpoint_is_an_error_not_absent() {
-        let source = HttpSource::new(SourceName::new("http").unwrap(), Duration::from_secs(1));
-        let reference = Reference::key(source.name().clone(), "http://127.0.0.1:1/x");
-        let result = source
-            .observe(&Tracked::new(reference, Algorithm::Native))
+        let result = mk_source(Duration::from_secs(1))
+            .observe(&mk_tracked("http://127.0.0.1:1/x"), &cx())
             .await;
         assert!(matches!(result, Err(SourceError::Backend { .. })));
+    }
+
+    /// The source as the engine runs it: the first observation comes at once,
+    /// a change is reported at the next poll, an unchanged body never.
+    #[tokio::test]
+    async fn run_reports_the_first_body_at_once_then_each_change() {
+        let body = Arc::new(Mutex::new(Some("v1")));
+        let url = serve(body.clone()).await;
+        let interval = Duration::from_millis(200);
+        let (updates_tx, mut updates) = mpsc::channel::<SourceUpdate>(8);
+        let shutdown = CancellationToken::new();
+        let readiness = Readiness::new(CancellationToken::new());
+        let (ctx, interest) = SourceContext::new(
+            SourceName::new("http").unwrap(),
+            updates_tx,
+            cx(),
+            readiness.register("source http"),
+            WatchHealth::default(),
+            shutdown.clone(),
+        );
+        let task = tokio::spawn(poll(mk_source(interval)).run(ctx));
+        let started = tokio::time::Instant::now();
+        interest.send(Interest::Track(mk_tracked(&url))).unwrap();
+        let first = updates.recv().await.unwrap();
+        assert!(started.elapsed() < interval, "first read waits for no tick");
+        // Several polls of the same body: nothing new.
+        let quiet = tokio::time::timeout(interval * 3, updates.recv()).await;
+        assert!(quiet.is_err(), "unchanged body reported again: {quiet:?}");
+        *body.lock().unwrap() = Some("v2");
+        let second = tokio::time::timeout(interval * 5, updates.recv())
+            .await
+            .expect("the change is reported at the next poll")
+            .unwrap();
+        assert_ne!(second.observation, first.observation);
+        readiness.seal();
+        assert!(readiness.is_ready());
+        shutdown.cancel();
+        task.await.unwrap().unwrap();
     }
 }

@@ -143,6 +143,23 @@ impl AnnotationScheme {
     pub fn ignore(&self) -> String {
         self.key(IGNORE)
     }
+
+    /// The `last-updated` annotations written on the workload's own metadata
+    /// beside `outputs`: `<prefix>/last-updated`, plus k8s-consul-mutator's when
+    /// its checksums are among them.
+    pub fn last_updated_keys<'a>(
+        &self,
+        outputs: impl IntoIterator<Item = &'a Output>,
+    ) -> Vec<String> {
+        let mut keys = vec![self.last_updated()];
+        if outputs
+            .into_iter()
+            .any(|output| output.key().starts_with(MUTATOR_PREFIX))
+        {
+            keys.push(MUTATOR_LAST_UPDATED.to_owned());
+        }
+        keys
+    }
 }
 
 /// `k8s-consul-mutator.io/checksum-<name>`, written for `k8s-consul-mutator.io/key-<name>`.
@@ -1046,7 +1063,8 @@ mod tests {
 
     fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)], spec: PodSpec) -> Workload {
         Workload {
-            id: WorkloadId::new(WorkloadKind::Deployment, NS, "web"),
+            id: WorkloadId::new(WorkloadKind::deployment(), NS, "web"),
+            rollout: crate::model::Rollout::Unknown,
             annotations: mk_map(meta),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -1883,7 +1901,8 @@ mod tests {
     #[test]
     fn template_without_spec_or_metadata_is_fine() {
         let workload = Workload {
-            id: WorkloadId::new(WorkloadKind::StatefulSet, NS, "db"),
+            id: WorkloadId::new(WorkloadKind::stateful_set(), NS, "db"),
+            rollout: crate::model::Rollout::Unknown,
             annotations: mk_map(&[
                 ("nudge.dev/auto", "true"),
                 ("wave.pusher.com/update-on-config-change", "true"),

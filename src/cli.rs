@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{Config, LogFormat, Overrides};
-use crate::model::{WorkloadId, WorkloadKind};
 
 /// Rolls Kubernetes workloads when the ConfigMaps, Secrets or Consul keys they
 /// depend on change.
@@ -32,11 +31,12 @@ enum Command {
     Run,
     /// Show what a workload tracks and why it is or is not in sync.
     Explain {
-        /// The workload, as `<kind>/<name>` (kind: deployment, statefulset, daemonset).
+        /// The workload, as `<kind>/<name>` (kind: deployment, statefulset, daemonset,
+        /// rollout, or the kind of a `[[targets]]` entry).
         workload: String,
-        /// Its namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
+        /// Its namespace (default: the kubeconfig context's namespace, as kubectl).
+        #[arg(short, long)]
+        namespace: Option<String>,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t = ExplainFormat::Table)]
         output: ExplainFormat,
@@ -89,7 +89,7 @@ impl Cli {
                 namespace,
                 output,
                 timeout,
-            } => explain(&config, &workload, &namespace, output, timeout).await,
+            } => explain(&config, &workload, namespace.as_deref(), output, timeout).await,
             Command::Version => unreachable!("handled above"),
         }
     }
@@ -110,57 +110,59 @@ async fn run(config: Config) -> ExitCode {
     match crate::runtime::run(config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = %error_chain(&error), "nudge stopped");
+            let text = crate::error_chain(&error);
+            let hint = error.hint();
+            tracing::error!(error = %text, hint = hint.as_deref().unwrap_or(""), "nudge stopped");
+            eprintln!("nudge: {}", one_line(&text, hint.as_deref()));
             ExitCode::FAILURE
         }
     }
 }
 
-/// An error and its causes on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        cause = inner.source();
+/// A fatal error for people: what happened and, when known, what to do.
+fn one_line(error: &str, hint: Option<&str>) -> String {
+    match hint {
+        Some(hint) => format!("{error}. To fix: {hint}."),
+        None => error.to_owned(),
     }
-    text
 }
 
 async fn explain(
     config: &Config,
     workload: &str,
-    namespace: &str,
+    namespace: Option<&str>,
     output: ExplainFormat,
     timeout: std::time::Duration,
 ) -> ExitCode {
-    let Some((kind, name)) = workload.split_once('/') else {
+    let Some((kind_name, name)) = workload.split_once('/') else {
         eprintln!("nudge explain: expected <kind>/<name>, got {workload:?}");
         return ExitCode::from(2);
     };
-    let Some(kind) = WorkloadKind::parse(kind) else {
-        eprintln!("nudge explain: unknown kind {kind:?} (deployment, statefulset, daemonset)");
+    let Some(kind) = crate::explain::resolve_kind(kind_name, config) else {
+        eprintln!(
+            "nudge explain: unknown kind {kind_name:?} (deployment, statefulset, daemonset, rollout, or a [[targets]] kind)"
+        );
         return ExitCode::from(2);
     };
-    let id = WorkloadId::new(kind, namespace, name);
     let client = match kube::Client::try_default().await {
         Ok(client) => client,
         Err(error) => {
             eprintln!(
                 "nudge explain: cannot configure the Kubernetes client: {}",
-                error_chain(&error)
+                crate::error_chain(&error)
             );
             return ExitCode::FAILURE;
         }
     };
-    let report = match crate::explain::explain(client, config, &id, timeout).await {
-        Ok(report) => report,
-        Err(error) => {
-            eprintln!("nudge explain: {}", error_chain(&error));
-            return ExitCode::FAILURE;
-        }
-    };
+    let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
+    let report =
+        match crate::explain::explain(client, config, &kind, &namespace, name, timeout).await {
+            Ok(report) => report,
+            Err(error) => {
+                eprintln!("nudge explain: {}", crate::error_chain(&error));
+                return ExitCode::FAILURE;
+            }
+        };
     match output {
         ExplainFormat::Table => print!("{}", report.to_table()),
         ExplainFormat::Json => match serde_json::to_string_pretty(&report) {

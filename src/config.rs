@@ -73,6 +73,31 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Leader election: only the Lease holder stamps.
     pub leader_election: LeaderElectionConfig,
+    /// Workload kinds stamped besides the built-in ones (`[[targets]]`), e.g.
+    /// Argo Rollouts or OpenKruise CloneSets: any namespaced kind with a pod
+    /// template.
+    pub targets: Vec<TargetConfig>,
+}
+
+/// One `[[targets]]` entry: a kind with a pod template, served through kube's
+/// dynamic API (its plural is found by API discovery at start-up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// API group, e.g. `apps.kruise.io` (empty: the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version, e.g. `v1alpha1`.
+    pub version: String,
+    /// Kind, e.g. `CloneSet`.
+    pub kind: String,
+    /// Where the pod template is, as dot-separated field names.
+    #[serde(default = "default_template_path")]
+    pub template: String,
+}
+
+fn default_template_path() -> String {
+    "spec.template".to_owned()
 }
 
 /// `[annotations]`
@@ -144,8 +169,9 @@ pub struct KubernetesConfig {
     pub source_label_selector: String,
     /// Field manager of nudge's server-side applies.
     pub field_manager: String,
-    /// The namespace nudge runs in (its key Secret lives there). The manifests set
-    /// it from the pod's namespace.
+    /// The namespace nudge runs in (its key Secret, Lease and webhook Secret live
+    /// there). Empty: the pod's namespace in a cluster, else the current kubeconfig
+    /// context's namespace (as kubectl does). The manifests set it from the pod.
     pub namespace: String,
 }
 
@@ -157,7 +183,7 @@ impl Default for KubernetesConfig {
             namespace_selector: String::new(),
             source_label_selector: String::new(),
             field_manager: "nudge".to_owned(),
-            namespace: "nudge-system".to_owned(),
+            namespace: String::new(),
         }
     }
 }
@@ -603,11 +629,25 @@ impl Config {
                 ));
             }
         }
-        if !is_dns_label(&self.kubernetes.namespace) {
+        if !self.kubernetes.namespace.is_empty() && !is_dns_label(&self.kubernetes.namespace) {
             return Err(invalid(
                 "kubernetes.namespace",
                 format!("{:?} is not a namespace name", self.kubernetes.namespace),
             ));
+        }
+        for (i, target) in self.targets.iter().enumerate() {
+            if target.kind.is_empty() || target.version.is_empty() {
+                return Err(invalid(
+                    "targets",
+                    format!("entry {i}: version and kind must not be empty"),
+                ));
+            }
+            if let Err(error) = crate::model::TemplatePath::parse(&target.template) {
+                return Err(invalid(
+                    "targets",
+                    format!("entry {i} ({}): {error}", target.kind),
+                ));
+            }
         }
         if self.kubernetes.field_manager.is_empty() {
             return Err(invalid(

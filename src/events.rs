@@ -12,6 +12,7 @@ use crate::model::{Reference, WorkloadId};
 
 /// Why an Event is published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reason {
     /// A stamp was written (Normal).
     ConfigChanged,
@@ -55,10 +56,21 @@ pub struct Notice {
 }
 
 /// Where Events go. Publishing is best effort: failures are logged, not retried.
+/// The engine publishes from a task of its own, so a slow sink never delays a
+/// stamp.
 #[async_trait]
 pub trait EventSink: Send + Sync + 'static {
     /// Publishes one Event.
     async fn publish(&self, notice: Notice);
+}
+
+/// A sink that drops every Event (an engine without a cluster to report to).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEvents;
+
+#[async_trait]
+impl EventSink for NoEvents {
+    async fn publish(&self, _notice: Notice) {}
 }
 
 /// Publishes Events through the Kubernetes `events.k8s.io/v1` API, aggregating
@@ -99,7 +111,7 @@ impl EventSink for KubeEvents {
     async fn publish(&self, notice: Notice) {
         let workload = &notice.workload;
         let reference = ObjectReference {
-            api_version: Some("apps/v1".into()),
+            api_version: Some(workload.kind.api_version()),
             kind: Some(workload.kind.as_str().into()),
             namespace: Some(workload.namespace.clone()),
             name: Some(workload.name.clone()),

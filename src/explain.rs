@@ -37,22 +37,25 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta};
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 use crate::annotations::{self, AnnotationScheme, Dependencies, MUTATOR_LAST_UPDATED};
 use crate::config::Config;
+use crate::config::TargetConfig;
+use crate::error_chain;
 use crate::fingerprint::{Algorithm, FingerprintKey, ObjectKind, Observation};
+use crate::model::TemplatePath;
 use crate::model::{
     Input, KeySelection, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked,
     Workload, WorkloadId,
 };
-use crate::runtime::admin::Readiness;
-use crate::runtime::metrics::Metrics;
 use crate::scope::NamespaceScope;
+use crate::sources::consul::ConsulMetrics;
 use crate::sources::secret::read_installation_key;
-use crate::sources::{ObjectSourceSettings, Source, SourceError};
+use crate::sources::{ObjectSourceSettings, ObserveContext, Source, SourceError};
 use crate::stamp::{self, BlockReason, FingerprintLookup};
-use crate::targets::{self, TargetError, TargetSettings};
+use crate::targets::{
+    KubeTarget, Target, TargetError, TargetSettings, TargetSetupError, builtin_kinds,
+};
 
 /// Allowance for the second granularity of `managedFields[].time` and for clock
 /// skew between this machine and the API server, added to debounce and
@@ -772,6 +775,7 @@ fn short(value: &str) -> String {
 
 /// Why `nudge explain` could not explain.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExplainError {
     /// The workload does not exist.
     #[error("{} {}/{} not found", .0.kind, .0.namespace, .0.name)]
@@ -785,9 +789,15 @@ pub enum ExplainError {
         #[source]
         source: TargetError,
     },
-    /// The workload's kind has no built-in target (not expected).
-    #[error("no target handles {0}")]
-    NoTarget(WorkloadId),
+    /// The kind is not one nudge stamps (built in, Argo Rollouts, or a
+    /// `[[targets]]` entry).
+    #[error(
+        "unknown kind {0:?} (deployment, statefulset, daemonset, rollout, or a [[targets]] kind)"
+    )]
+    UnknownKind(String),
+    /// The kind is not served by the API server (its CRD is not installed).
+    #[error(transparent)]
+    NotServed(#[from] TargetSetupError),
     /// A Consul source could not be set up (address, token file, TLS files).
     #[error(transparent)]
     Consul(#[from] crate::sources::consul::SettingsError),
@@ -797,31 +807,71 @@ pub enum ExplainError {
     Fingerprint(#[source] crate::fingerprint::FingerprintError),
 }
 
-/// Explains workload `id`: reads it, observes every input with `config`'s sources
-/// within `timeout`, and builds the [`Report`]. Writes nothing to the cluster.
+/// A kind as `nudge explain` accepts it: `deployment` (`deploy`), `statefulset`
+/// (`sts`), `daemonset` (`ds`), `rollout` (`ro`), or the kind of a `[[targets]]`
+/// entry, in any case. Returns `(group, version, kind, template path)`.
+pub fn resolve_kind(name: &str, config: &Config) -> Option<TargetConfig> {
+    let entry = |group: &str, version: &str, kind: &str| TargetConfig {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        template: "spec.template".into(),
+    };
+    let lower = name.to_ascii_lowercase();
+    match lower.as_str() {
+        "deployment" | "deployments" | "deploy" => Some(entry("apps", "v1", "Deployment")),
+        "statefulset" | "statefulsets" | "sts" => Some(entry("apps", "v1", "StatefulSet")),
+        "daemonset" | "daemonsets" | "ds" => Some(entry("apps", "v1", "DaemonSet")),
+        "rollout" | "rollouts" | "ro" => Some(entry("argoproj.io", "v1alpha1", "Rollout")),
+        _ => config
+            .targets
+            .iter()
+            .find(|t| t.kind.to_ascii_lowercase() == lower)
+            .cloned(),
+    }
+}
+
+/// Explains the workload `name` of `kind` in `namespace`: reads it, observes
+/// every input with `config`'s sources within `timeout`, and builds the
+/// [`Report`]. Writes nothing to the cluster.
 pub async fn explain(
     client: kube::Client,
     config: &Config,
-    id: &WorkloadId,
+    kind: &TargetConfig,
+    namespace: &str,
+    name: &str,
     timeout: Duration,
 ) -> Result<Report, ExplainError> {
     let settings = ExplainSettings::from_config(config);
-    // Registered watches are never run: nothing here waits on readiness or metrics.
-    let readiness = Readiness::new(CancellationToken::new());
-    let metrics = Metrics::new();
     let target_settings = TargetSettings {
         field_manager: config.kubernetes.field_manager.clone(),
-        prefix: settings.scheme.prefix.clone(),
+        scheme: settings.scheme.clone(),
         scope: NamespaceScope::default(),
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
     };
-    let target = targets::builtin(client.clone(), target_settings)
+    let template = TemplatePath::parse(&kind.template)
+        .map_err(|_| ExplainError::UnknownKind(kind.kind.clone()))?;
+    let builtin = builtin_kinds()
         .into_iter()
-        .find(|t| t.kind() == id.kind)
-        .ok_or_else(|| ExplainError::NoTarget(id.clone()))?;
+        .find(|(k, _)| k.group() == kind.group && k.as_str() == kind.kind);
+    let target = match builtin {
+        Some((builtin, plural)) => {
+            KubeTarget::new(client.clone(), builtin, plural, target_settings)
+        }
+        None => {
+            KubeTarget::discover(
+                client.clone(),
+                &kind.group,
+                &kind.version,
+                &kind.kind,
+                template,
+                target_settings,
+            )
+            .await?
+        }
+    };
+    let id = WorkloadId::new(target.kind().clone(), namespace, name);
     let workload = target
-        .get(id)
+        .get(&id)
         .await
         .map_err(|source| ExplainError::Workload {
             id: id.clone(),
@@ -836,6 +886,7 @@ pub async fn explain(
         // absence is reported.
         Err(_) => FingerprintKey::try_generate().map_err(ExplainError::Fingerprint)?,
     };
+    let observe_cx = ObserveContext::new(source_key);
     let source_settings = ObjectSourceSettings {
         scheme: settings.scheme.clone(),
         scope: NamespaceScope {
@@ -843,14 +894,12 @@ pub async fn explain(
             ignore: config.kubernetes.ignore_namespaces.clone(),
         },
         label_selector: config.kubernetes.source_label_selector.clone(),
-        metrics,
-        readiness,
     };
     let sources: BTreeMap<SourceName, Arc<dyn Source>> = crate::runtime::builtin_sources(
         &client,
-        source_key,
         source_settings,
         &config.sources.consul,
+        &ConsulMetrics::default(),
     )?
     .into_iter()
     .map(|s| (s.name().clone(), s))
@@ -870,8 +919,9 @@ pub async fn explain(
     let observing = join_all(tracked.into_iter().map(|tracked| {
         let source = sources.get(&tracked.reference.source).cloned();
         let key = &key;
+        let cx = &observe_cx;
         async move {
-            let state = observe(source, &tracked, key.as_ref().err(), timeout).await;
+            let state = observe(source, &tracked, cx, key.as_ref().err(), timeout).await;
             (tracked, state)
         }
     }));
@@ -904,7 +954,10 @@ pub async fn explain(
 
 /// The installation key, or why Secret fingerprints cannot be computed.
 async fn load_key(client: &kube::Client, config: &Config) -> Result<FingerprintKey, String> {
-    let namespace = &config.kubernetes.namespace;
+    let namespace = match config.kubernetes.namespace.as_str() {
+        "" => client.default_namespace(),
+        namespace => namespace,
+    };
     let name = &config.fingerprint.key_secret;
     match read_installation_key(
         client,
@@ -927,6 +980,7 @@ async fn load_key(client: &kube::Client, config: &Config) -> Result<FingerprintK
 async fn observe(
     source: Option<Arc<dyn Source>>,
     tracked: &Tracked,
+    cx: &ObserveContext,
     key_problem: Option<&String>,
     timeout: Duration,
 ) -> InputState {
@@ -934,7 +988,7 @@ async fn observe(
     let Some(source) = source else {
         return InputState::Failed(format!("no source named {name} is configured"));
     };
-    let result = match tokio::time::timeout(timeout, source.observe(tracked)).await {
+    let result = match tokio::time::timeout(timeout, source.observe(tracked, cx)).await {
         Ok(result) => result,
         Err(_) => {
             return InputState::Failed(format!(
@@ -987,18 +1041,6 @@ async fn object_facts(
         last_write,
         ignored: annotations::is_ignored(&meta.annotations.unwrap_or_default(), scheme),
     })
-}
-
-/// An error and its causes on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        cause = inner.source();
-    }
-    text
 }
 
 #[cfg(test)]

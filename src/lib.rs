@@ -15,6 +15,7 @@ pub mod engine;
 pub mod events;
 pub mod explain;
 pub mod fingerprint;
+pub mod health;
 pub mod model;
 pub mod rate;
 pub mod runtime;
@@ -28,3 +29,19 @@ pub mod webhook;
 
 /// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).
 pub const KUBERNETES_MIN_VERSION: &str = "1.33";
+
+/// An error and its causes on one line (`outer: cause: root cause`), for logs and
+/// Event notes.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let next = inner.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = inner.source();
+    }
+    text
+}

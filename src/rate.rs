@@ -1,5 +1,7 @@
-//! Rate limiting by token bucket, shared by the engine's stamp pacing and the
-//! Consul source's query loops. Pure and synchronous: callers pass the current time.
+//! Rate limiting and retry pacing shared by the engine and the sources: the
+//! [`TokenBucket`] (stamp pacing, Consul query loops) and [`Backoff`] (every
+//! retry: stamps, content fetches, restarted sources). Pure and synchronous:
+//! callers pass the current time.
 
 use std::time::Duration;
 
@@ -94,6 +96,50 @@ impl TokenBucket {
     }
 }
 
+/// Delays between retries: exponential from `first` (doubling), with random jitter
+/// so that many retries do not fall into step, and never above `cap`.
+/// [`backon`]'s exponential backoff, without an attempt limit.
+#[derive(Debug)]
+pub struct Backoff {
+    delays: backon::ExponentialBackoff,
+    cap: Duration,
+}
+
+impl Backoff {
+    /// Delays starting at `first`, at most `cap`.
+    pub fn new(first: Duration, cap: Duration) -> Self {
+        Self::build(first, cap, None)
+    }
+
+    /// Like [`new`](Self::new), with a fixed jitter seed (reproducible tests).
+    pub fn seeded(first: Duration, cap: Duration, seed: u64) -> Self {
+        Self::build(first, cap, Some(seed))
+    }
+
+    fn build(first: Duration, cap: Duration, seed: Option<u64>) -> Self {
+        use backon::BackoffBuilder as _;
+        let builder = backon::ExponentialBuilder::new()
+            .with_min_delay(first)
+            .with_max_delay(cap)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
+        let builder = match seed {
+            Some(seed) => builder.with_jitter_seed(seed),
+            None => builder,
+        };
+        Self {
+            delays: builder.build(),
+            cap,
+        }
+    }
+
+    /// The delay before the next retry.
+    pub fn next_delay(&mut self) -> Duration {
+        self.delays.next().unwrap_or(self.cap).min(self.cap)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +217,21 @@ mod tests {
             TokenBucket::with_period(ms(1), 0).unwrap_err(),
             PacingError::ZeroBurst
         );
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_stays_under_the_cap() {
+        let mut backoff = Backoff::seeded(ms(500), Duration::from_secs(60), 7);
+        let delays: Vec<Duration> = (0..12).map(|_| backoff.next_delay()).collect();
+        assert!(delays[0] >= ms(500) && delays[0] < ms(1000), "{delays:?}");
+        assert!(delays[3] >= ms(4000), "{delays:?}");
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_secs(60)),
+            "{delays:?}"
+        );
+        assert_eq!(delays[11], Duration::from_secs(60));
+        let mut other = Backoff::seeded(ms(500), Duration::from_secs(60), 8);
+        let other: Vec<Duration> = (0..3).map(|_| other.next_delay()).collect();
+        assert_ne!(other, delays[..3], "jitter differs between retries");
     }
 }

@@ -9,8 +9,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 /// The namespaces watch streams cover.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,54 +64,61 @@ impl NamespaceScope {
     }
 }
 
-/// The namespaces matching `namespace_selector`, kept up to date. `None` until the
-/// first list completed: nothing is stamped before nudge knows where it may stamp.
-pub type SelectedNamespaces = watch::Receiver<Option<BTreeSet<String>>>;
-
-/// Watches Namespaces matching the label `selector` until `shutdown`, publishing
-/// the matching set after every change.
-pub fn watch_selected_namespaces(
+/// The namespaces matching the label `selector`: the whole set after the first
+/// list and after every change. A watch error is logged and the watch resumes
+/// with backoff. The engine polls the stream itself, so no task is left behind.
+pub fn selected_namespaces(
     client: Client,
     selector: &str,
-    shutdown: CancellationToken,
-) -> (SelectedNamespaces, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(None);
+) -> impl futures::Stream<Item = BTreeSet<String>> + Send + 'static {
     let config = watcher::Config::default().labels(selector);
-    let stream = watcher(Api::<Namespace>::all(client), config).default_backoff();
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        let mut listing = BTreeSet::new();
-        let mut current = BTreeSet::new();
-        loop {
-            let event = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                event = stream.next() => event,
-            };
-            let Some(event) = event else { return };
-            match event {
-                Ok(watcher::Event::Init) => listing.clear(),
-                Ok(watcher::Event::InitApply(ns)) => {
-                    listing.insert(ns.name_any());
-                }
-                Ok(watcher::Event::InitDone) => {
-                    current = std::mem::take(&mut listing);
-                    tx.send_replace(Some(current.clone()));
-                }
-                Ok(watcher::Event::Apply(ns)) => {
-                    if current.insert(ns.name_any()) {
-                        tx.send_replace(Some(current.clone()));
-                    }
-                }
-                Ok(watcher::Event::Delete(ns)) => {
-                    if current.remove(&ns.name_any()) {
-                        tx.send_replace(Some(current.clone()));
-                    }
-                }
-                Err(error) => tracing::warn!(%error, "namespace watch failed; retrying"),
+    let events = watcher(Api::<Namespace>::all(client), config).default_backoff();
+    let mut selection = Selection::default();
+    events.filter_map(move |event| futures::future::ready(selection.apply(event)))
+}
+
+/// The state behind [`selected_namespaces`].
+#[derive(Default)]
+struct Selection {
+    listing: BTreeSet<String>,
+    current: BTreeSet<String>,
+    listed: bool,
+}
+
+impl Selection {
+    /// Applies one watch event; the new set when it changed (or was first listed).
+    fn apply(
+        &mut self,
+        event: Result<watcher::Event<Namespace>, watcher::Error>,
+    ) -> Option<BTreeSet<String>> {
+        match event {
+            Ok(watcher::Event::Init) => {
+                self.listing.clear();
+                None
+            }
+            Ok(watcher::Event::InitApply(ns)) => {
+                self.listing.insert(ns.name_any());
+                None
+            }
+            Ok(watcher::Event::InitDone) => {
+                let listed = std::mem::take(&mut self.listing);
+                let changed = !self.listed || listed != self.current;
+                self.listed = true;
+                self.current = listed;
+                changed.then(|| self.current.clone())
+            }
+            Ok(watcher::Event::Apply(ns)) => {
+                (self.current.insert(ns.name_any()) && self.listed).then(|| self.current.clone())
+            }
+            Ok(watcher::Event::Delete(ns)) => {
+                (self.current.remove(&ns.name_any()) && self.listed).then(|| self.current.clone())
+            }
+            Err(error) => {
+                tracing::warn!(%error, "namespace watch failed; retrying");
+                None
             }
         }
-    });
-    (rx, task)
+    }
 }
 
 #[cfg(test)]

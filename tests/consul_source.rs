@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use consul_support::{
-    ConnectionSampler, ConsulAgent, Driver, fast_watch, put_at, source, source_with, tracked,
+    ConnectionSampler, ConsulAgent, Driver, cx, fast_watch, put_at, source, source_with, tracked,
 };
 use nudge::fingerprint::{Algorithm, Observation, md5_value, native_value};
 use nudge::sources::consul::{ClientSettings, TlsSettings, WatchSettings};
@@ -446,7 +446,7 @@ async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
     assert!(denied.source.query_errors() > 0);
     let err = denied
         .source
-        .observe(&tracked("secret/key", Algorithm::Native))
+        .observe(&tracked("secret/key", Algorithm::Native), &cx())
         .await
         .unwrap_err();
     assert!(matches!(err, SourceError::Backend { .. }), "{err}");
@@ -471,30 +471,38 @@ async fn observe_reads_once_and_refuses_what_it_cannot_fingerprint() -> Result<(
     let source = source(&agent.addr(), fast_watch());
     assert_eq!(
         source
-            .observe(&tracked("one/off", Algorithm::Native))
+            .observe(&tracked("one/off", Algorithm::Native), &cx())
             .await?,
         native(b"x")
     );
     assert_eq!(
-        source.observe(&tracked("one/off", Algorithm::Md5)).await?,
+        source
+            .observe(&tracked("one/off", Algorithm::Md5), &cx())
+            .await?,
         md5(b"x")
     );
     assert_eq!(
-        source.observe(&tracked("empty", Algorithm::Native)).await?,
+        source
+            .observe(&tracked("empty", Algorithm::Native), &cx())
+            .await?,
         native(b"")
     );
     assert_eq!(
-        source.observe(&tracked("nope", Algorithm::Native)).await?,
+        source
+            .observe(&tracked("nope", Algorithm::Native), &cx())
+            .await?,
         Observation::Absent
     );
     assert_eq!(source.blocking_queries_started(), 0);
     assert!(matches!(
-        source.observe(&tracked("one/off", Algorithm::Wave)).await,
+        source
+            .observe(&tracked("one/off", Algorithm::Wave), &cx())
+            .await,
         Err(SourceError::UnsupportedAlgorithm { .. })
     ));
     assert!(matches!(
         source
-            .observe(&tracked("../agent/self", Algorithm::Native))
+            .observe(&tracked("../agent/self", Algorithm::Native), &cx())
             .await,
         Err(SourceError::InvalidReference { .. })
     ));
@@ -504,7 +512,8 @@ async fn observe_reads_once_and_refuses_what_it_cannot_fingerprint() -> Result<(
     drop(agent);
     let down = consul_support::source(&format!("http://127.0.0.1:{port}"), fast_watch());
     assert!(matches!(
-        down.observe(&tracked("one/off", Algorithm::Native)).await,
+        down.observe(&tracked("one/off", Algorithm::Native), &cx())
+            .await,
         Err(SourceError::Backend { .. })
     ));
     Ok(())
@@ -534,7 +543,7 @@ async fn tls_with_a_private_ca_client_certificate_and_server_name() -> Result<()
     let item = tracked("tls/key", Algorithm::Native);
 
     let good = source_with(settings(true, "server.dc1.consul"), fast_watch());
-    assert_eq!(good.observe(&item).await?, native(b"t"));
+    assert_eq!(good.observe(&item, &cx()).await?, native(b"t"));
     let mut driver = Driver::run(good, 16);
     driver.track(item.clone());
     assert_eq!(driver.next(SOON).await?.observation, native(b"t"));
@@ -545,13 +554,13 @@ async fn tls_with_a_private_ca_client_certificate_and_server_name() -> Result<()
     // The server name is what the certificate is checked against.
     let wrong_name = source_with(settings(true, "evil.example.com"), fast_watch());
     assert!(matches!(
-        wrong_name.observe(&item).await,
+        wrong_name.observe(&item, &cx()).await,
         Err(SourceError::Backend { .. })
     ));
     // The agent requires a client certificate.
     let anonymous = source_with(settings(false, "server.dc1.consul"), fast_watch());
     assert!(matches!(
-        anonymous.observe(&item).await,
+        anonymous.observe(&item, &cx()).await,
         Err(SourceError::Backend { .. })
     ));
     drop(agent);

@@ -169,7 +169,7 @@ mod tests {
     use crate::model::{Combine, Input, Output, Reference, SourceName, WorkloadKind};
 
     fn mk_id(name: &str) -> WorkloadId {
-        WorkloadId::new(WorkloadKind::Deployment, "ns", name)
+        WorkloadId::new(WorkloadKind::deployment(), "ns", name)
     }
 
     fn mk_tracked(name: &str) -> Tracked {

@@ -30,7 +30,8 @@ fn mk_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// annotations `template` (where stamps live).
 fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
     Workload {
-        id: WorkloadId::new(WorkloadKind::Deployment, NS, "web"),
+        id: WorkloadId::new(WorkloadKind::deployment(), NS, "web"),
+        rollout: crate::model::Rollout::Unknown,
         annotations: mk_map(meta),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {

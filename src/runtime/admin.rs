@@ -7,9 +7,7 @@
 //!   Leadership does not matter: followers keep warm caches and serve the webhook.
 //! - `/metrics` is the [`Metrics`] registry in the OpenMetrics text format.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -20,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::{self, Metrics};
+pub use crate::health::{Readiness, ReadyStatus, WatchReady};
 
 /// Why the admin server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -36,127 +35,6 @@ pub enum AdminError {
     /// The listener failed while serving.
     #[error("admin server failed")]
     Serve(#[source] std::io::Error),
-}
-
-// === Readiness ===
-
-/// Whether nudge is ready: every registered watch has listed once and shutdown has
-/// not started. Cheap to clone; clones share state.
-///
-/// Watches register while the controller is assembled ([`register`](Self::register));
-/// [`seal`](Self::seal) says that all have, so that readiness cannot turn true while
-/// some watch is yet to register.
-#[derive(Clone)]
-pub struct Readiness {
-    inner: Arc<ReadinessInner>,
-}
-
-struct ReadinessInner {
-    state: Mutex<ReadinessState>,
-    shutdown: CancellationToken,
-}
-
-#[derive(Default)]
-struct ReadinessState {
-    sealed: bool,
-    next_id: u64,
-    /// Registered watches that have not listed yet, by id, with their names.
-    pending: BTreeMap<u64, String>,
-}
-
-/// One watch's part of [`Readiness`]: call [`listed`](Self::listed) when its initial
-/// list completes (every relist may call it again; only the first counts).
-#[derive(Clone)]
-pub struct WatchReady {
-    readiness: Readiness,
-    id: u64,
-}
-
-impl std::fmt::Debug for Readiness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Readiness")
-            .field("status", &self.status())
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for WatchReady {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WatchReady").field("id", &self.id).finish()
-    }
-}
-
-/// What `/ready` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadyStatus {
-    /// Every watch has listed once.
-    Ready,
-    /// Still assembling, or these watches have not listed yet.
-    Waiting(Vec<String>),
-    /// Shutdown has started.
-    ShuttingDown,
-}
-
-impl Readiness {
-    /// Readiness that turns false for good once `shutdown` is cancelled.
-    pub fn new(shutdown: CancellationToken) -> Self {
-        Self {
-            inner: Arc::new(ReadinessInner {
-                state: Mutex::default(),
-                shutdown,
-            }),
-        }
-    }
-
-    /// Registers a watch that must list once before nudge is ready; `name` is shown
-    /// by `/ready` while it has not.
-    pub fn register(&self, name: impl Into<String>) -> WatchReady {
-        let mut state = self.lock();
-        let id = state.next_id;
-        state.next_id += 1;
-        state.pending.insert(id, name.into());
-        WatchReady {
-            readiness: self.clone(),
-            id,
-        }
-    }
-
-    /// Every watch has registered; readiness now depends on them listing.
-    pub fn seal(&self) {
-        self.lock().sealed = true;
-    }
-
-    /// The current status.
-    pub fn status(&self) -> ReadyStatus {
-        if self.inner.shutdown.is_cancelled() {
-            return ReadyStatus::ShuttingDown;
-        }
-        let state = self.lock();
-        if !state.sealed {
-            return ReadyStatus::Waiting(vec!["startup".to_owned()]);
-        }
-        if state.pending.is_empty() {
-            ReadyStatus::Ready
-        } else {
-            ReadyStatus::Waiting(state.pending.values().cloned().collect())
-        }
-    }
-
-    /// Whether `/ready` answers 200.
-    pub fn is_ready(&self) -> bool {
-        self.status() == ReadyStatus::Ready
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, ReadinessState> {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl WatchReady {
-    /// The watch has delivered its initial list.
-    pub fn listed(&self) {
-        self.readiness.lock().pending.remove(&self.id);
-    }
 }
 
 // === server ===
@@ -218,19 +96,21 @@ async fn live() -> &'static str {
 }
 
 async fn ready(State(state): State<AdminState>) -> Response {
-    match state.readiness.status() {
-        ReadyStatus::Ready => (StatusCode::OK, "ready\n".to_owned()).into_response(),
+    let (status, mut body) = match state.readiness.status() {
+        ReadyStatus::Ready => (StatusCode::OK, "ready\n".to_owned()),
         ReadyStatus::Waiting(watches) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("waiting for: {}\n", watches.join(", ")),
-        )
-            .into_response(),
+        ),
         ReadyStatus::ShuttingDown => (
             StatusCode::SERVICE_UNAVAILABLE,
             "shutting down\n".to_owned(),
-        )
-            .into_response(),
+        ),
+    };
+    for note in state.readiness.notes() {
+        body.push_str(&format!("note: {note}\n"));
     }
+    (status, body).into_response()
 }
 
 async fn serve_metrics(State(state): State<AdminState>) -> Response {
@@ -249,8 +129,6 @@ mod tests {
     use tokio::net::TcpStream;
 
     use super::*;
-    use crate::model::WorkloadKind;
-    use crate::runtime::metrics::Watch;
 
     /// A minimal HTTP/1.1 GET: status code, headers (lower-cased names), body.
     async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
@@ -278,39 +156,6 @@ mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn(server.serve(stop.clone()));
         Running { addr, stop, task }
-    }
-
-    #[test]
-    fn readiness_waits_for_seal_and_every_watch() {
-        let readiness = Readiness::new(CancellationToken::new());
-        let deployments = readiness.register("Deployment/*");
-        let configmaps = readiness.register("configmap/*");
-        assert_eq!(
-            readiness.status(),
-            ReadyStatus::Waiting(vec!["startup".into()])
-        );
-        readiness.seal();
-        deployments.listed();
-        assert_eq!(
-            readiness.status(),
-            ReadyStatus::Waiting(vec!["configmap/*".into()])
-        );
-        configmaps.listed();
-        configmaps.listed();
-        assert!(readiness.is_ready());
-    }
-
-    #[test]
-    fn readiness_is_lost_for_good_when_shutdown_starts() {
-        let shutdown = CancellationToken::new();
-        let readiness = Readiness::new(shutdown.clone());
-        readiness.seal();
-        assert!(readiness.is_ready());
-        shutdown.cancel();
-        assert_eq!(readiness.status(), ReadyStatus::ShuttingDown);
-        // A relist during shutdown does not make it ready again.
-        readiness.register("late").listed();
-        assert!(!readiness.is_ready());
     }
 
     #[tokio::test]
@@ -341,7 +186,7 @@ mod tests {
     #[tokio::test]
     async fn metrics_are_served_as_openmetrics_text() {
         let metrics = Metrics::new();
-        metrics.watch_restarted(Watch::Workload(WorkloadKind::Deployment));
+        metrics.watches().restarted("deployment");
         let server = start(Readiness::new(CancellationToken::new()), metrics).await;
         let (status, head, body) = get(server.addr, "/metrics").await;
         assert_eq!(status, 200);

@@ -1,38 +1,46 @@
-//! Assembling and running the controller: client, key, sources, targets, engine,
-//! admin server, leader election, shutdown.
+//! Assembling and running the controller: the [`Controller`] builder composes the
+//! engine, the built-in and custom sources and targets, the admin server, leader
+//! election and the admission webhook. Nothing below imports this module.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::annotations::AnnotationScheme;
-use crate::config::{Config, ConsulConfig};
+use crate::config::{Config, ConsulConfig, TargetConfig};
 use crate::engine::{Engine, EngineError};
 use crate::events::KubeEvents;
 use crate::fingerprint::FingerprintKey;
-use crate::model::SourceName;
-use crate::scope::{NamespaceScope, watch_selected_namespaces};
-use crate::sources::consul::SettingsError;
+use crate::health::Readiness;
+use crate::model::{SourceName, TemplatePath, WorkloadKind};
+use crate::scope::{NamespaceScope, selected_namespaces};
+use crate::sources::consul::{ConsulMetrics, SettingsError};
 use crate::sources::secret::{KeyError, installation_key};
 use crate::sources::{ObjectSource, ObjectSourceSettings, Source};
-use crate::targets::{self, TargetSettings};
-use crate::webhook::{self, Admission, AdmissionSettings, WebhookCounters, WebhookError};
+use crate::targets::{KubeTarget, Target, TargetSettings, TargetSetupError, builtin_kinds};
+use crate::webhook::{self, Admission, AdmissionParts, AdmissionSettings, WebhookError};
 
 pub mod admin;
 pub mod lease;
 pub mod metrics;
 pub mod shutdown;
 
-use self::admin::{AdminError, AdminServer, Readiness};
+use self::admin::{AdminError, AdminServer};
 use self::lease::{LeaderElector, LeaseSettings};
 use self::metrics::Metrics;
 
+/// Argo Rollouts: stamped like Deployments when their CRD is installed.
+const ARGO_ROLLOUT: (&str, &str, &str) = ("argoproj.io", "v1alpha1", "Rollout");
+
 /// Why the controller could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// No kubeconfig or in-cluster configuration could be loaded.
     #[error("cannot configure the Kubernetes client")]
@@ -42,7 +50,7 @@ pub enum RunError {
     Key(#[from] KeyError),
     /// A Consul source could not be set up (address, token file, TLS files).
     #[error(transparent)]
-    Consul(#[from] crate::sources::consul::SettingsError),
+    Consul(#[from] SettingsError),
     /// The engine could not be assembled.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -54,13 +62,32 @@ pub enum RunError {
     Admin(#[from] AdminError),
 }
 
+impl RunError {
+    /// What an operator should do about it, when nudge can tell.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::Key(error) => error.hint(),
+            Self::Client(_) => Some(
+                "point KUBECONFIG at a cluster (or run in a pod with a service account)".into(),
+            ),
+            Self::Admin(AdminError::Bind { .. }) => {
+                Some("choose another admin.bind (NUDGE_ADMIN__BIND)".into())
+            }
+            Self::Webhook(WebhookError::Bind { .. }) => {
+                Some("choose another webhook.bind (NUDGE_WEBHOOK__BIND)".into())
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Runs the controller until `shutdown` is cancelled, with the in-cluster
 /// configuration or the current kubeconfig context.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
-    Controller::new(config, client).run(shutdown).await
+    Controller::from_config(config, client).run(shutdown).await
 }
 
 /// Runs the controller with `client` until `shutdown` is cancelled.
@@ -69,7 +96,7 @@ pub async fn run_with_client(
     client: kube::Client,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    Controller::new(config, client).run(shutdown).await
+    Controller::from_config(config, client).run(shutdown).await
 }
 
 /// Like [`run_with_client`], recording into `metrics` (which the admin server
@@ -80,7 +107,7 @@ pub async fn run_with_metrics(
     shutdown: CancellationToken,
     metrics: Metrics,
 ) -> Result<(), RunError> {
-    Controller::new(config, client)
+    Controller::from_config(config, client)
         .with_metrics(metrics)
         .run(shutdown)
         .await
@@ -94,36 +121,110 @@ pub async fn run_with_client_reporting(
     shutdown: CancellationToken,
     webhook_addr: Option<oneshot::Sender<SocketAddr>>,
 ) -> Result<(), RunError> {
-    let mut controller = Controller::new(config, client);
+    let mut controller = Controller::from_config(config, client);
     controller.webhook_addr = webhook_addr;
     controller.run(shutdown).await
 }
 
-/// The controller with the built-in sources and targets, plus any custom
-/// [`Source`] a library user adds.
+/// The controller: the built-in sources and targets plus any a library user adds.
+///
+/// ```no_run
+/// # async fn demo(client: kube::Client, my_source: std::sync::Arc<dyn nudge::sources::Source>)
+/// # -> Result<(), nudge::runtime::RunError> {
+/// use nudge::runtime::Controller;
+/// let shutdown = nudge::runtime::shutdown::on_signal();
+/// Controller::new(client)
+///     .with_source(my_source)
+///     .run(shutdown)
+///     .await
+/// # }
+/// ```
 pub struct Controller {
     config: Config,
     client: kube::Client,
-    custom_sources: Vec<Arc<dyn crate::sources::Source>>,
+    sources: Vec<Arc<dyn Source>>,
+    targets: Vec<Arc<dyn Target>>,
+    key: Option<FingerprintKey>,
     metrics: Metrics,
     webhook_addr: Option<oneshot::Sender<SocketAddr>>,
 }
 
 impl Controller {
-    /// A controller for `config` talking to the cluster through `client`.
-    pub fn new(config: Config, client: kube::Client) -> Self {
+    /// A controller with the default settings (see `config.example.toml`)
+    /// talking to the cluster through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self::from_config(Config::default(), client)
+    }
+
+    /// A controller with every setting from `config`.
+    pub fn from_config(config: Config, client: kube::Client) -> Self {
         Self {
             config,
             client,
-            custom_sources: Vec::new(),
+            sources: Vec::new(),
+            targets: Vec::new(),
+            key: None,
             metrics: Metrics::new(),
             webhook_addr: None,
         }
     }
 
+    /// Timing and pacing of stamps (`[engine]`).
+    pub fn engine(mut self, engine: crate::config::EngineConfig) -> Self {
+        self.config.engine = engine;
+        self
+    }
+
+    /// What part of the cluster nudge works on (`[kubernetes]`).
+    pub fn kubernetes(mut self, kubernetes: crate::config::KubernetesConfig) -> Self {
+        self.config.kubernetes = kubernetes;
+        self
+    }
+
+    /// The annotation prefix (`nudge.dev` by default).
+    pub fn annotation_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.annotations.prefix = prefix.into();
+        self
+    }
+
+    /// Leader election (`[leader_election]`).
+    pub fn leader_election(mut self, election: crate::config::LeaderElectionConfig) -> Self {
+        self.config.leader_election = election;
+        self
+    }
+
+    /// The admission webhook (`[webhook]`).
+    pub fn webhook(mut self, webhook: crate::config::WebhookConfig) -> Self {
+        self.config.webhook = webhook;
+        self
+    }
+
+    /// Where `/live`, `/ready` and `/metrics` are served.
+    pub fn admin_bind(mut self, addr: SocketAddr) -> Self {
+        self.config.admin.bind = addr;
+        self
+    }
+
+    /// The installation key for secret fingerprints, instead of loading it from
+    /// `fingerprint.key_file` or the key Secret.
+    pub fn fingerprint_key(mut self, key: FingerprintKey) -> Self {
+        self.key = Some(key);
+        self
+    }
+
     /// Adds a custom source; workloads reference it as `<prefix>/<name>-<slot>`.
-    pub fn with_source(mut self, source: Arc<dyn crate::sources::Source>) -> Self {
-        self.custom_sources.push(source);
+    /// It gets the installation key and counts toward `/ready` like the
+    /// built-in sources.
+    pub fn with_source(mut self, source: Arc<dyn Source>) -> Self {
+        self.sources.push(source);
+        self
+    }
+
+    /// Adds a target for a workload kind nudge was not built for (or replaces how
+    /// a built-in kind is written: a target registered here wins over the
+    /// built-in one for its kind).
+    pub fn with_target(mut self, target: Arc<dyn Target>) -> Self {
+        self.targets.push(target);
         self
     }
 
@@ -136,16 +237,13 @@ impl Controller {
     /// Runs until `shutdown` is cancelled. The admin server answers (`/ready`:
     /// 503) until everything else has drained.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
-        let Controller {
-            config,
-            client,
-            custom_sources,
-            metrics,
-            webhook_addr,
-        } = self;
         let readiness = Readiness::new(shutdown.clone());
-        let admin =
-            AdminServer::bind(config.admin.bind, readiness.clone(), metrics.clone()).await?;
+        let admin = AdminServer::bind(
+            self.config.admin.bind,
+            readiness.clone(),
+            self.metrics.clone(),
+        )
+        .await?;
         tracing::info!(addr = %admin.local_addr()?, "admin server listening");
         let admin_stop = CancellationToken::new();
         let admin_task = tokio::spawn(
@@ -153,14 +251,7 @@ impl Controller {
                 .serve(admin_stop.clone())
                 .instrument(tracing::info_span!("admin")),
         );
-        let parts = Parts {
-            client,
-            custom_sources,
-            metrics,
-            readiness,
-            webhook_addr,
-        };
-        let result = run_controller(config, parts, shutdown).await;
+        let result = self.assemble_and_run(readiness, shutdown).await;
         admin_stop.cancel();
         let served = admin_task.await;
         result?;
@@ -170,181 +261,256 @@ impl Controller {
         tracing::info!("stopped");
         Ok(())
     }
-}
 
-/// What the controller is assembled from besides its configuration.
-struct Parts {
-    client: kube::Client,
-    custom_sources: Vec<Arc<dyn crate::sources::Source>>,
-    metrics: Metrics,
-    readiness: Readiness,
-    webhook_addr: Option<oneshot::Sender<SocketAddr>>,
-}
-
-async fn run_controller(
-    config: Config,
-    parts: Parts,
-    shutdown: CancellationToken,
-) -> Result<(), RunError> {
-    let Parts {
-        client,
-        custom_sources,
-        metrics,
-        readiness,
-        webhook_addr,
-    } = parts;
-    let Config {
-        annotations,
-        engine,
-        kubernetes,
-        fingerprint,
-        sources,
-        log: _,
-        admin: _,
-        leader_election,
-        webhook: webhook_config,
-    } = config;
-    let stamp_on_delete = engine.stamp_on_delete;
-    let key = installation_key(
-        &client,
-        fingerprint.key_file.as_deref(),
-        &kubernetes.namespace,
-        &fingerprint.key_secret,
-    )
-    .await?;
-    let scheme = AnnotationScheme::new(annotations.prefix);
-    let scheme_prefix = scheme.prefix.clone();
-    let scope = NamespaceScope {
-        namespaces: kubernetes.namespaces.clone(),
-        ignore: kubernetes.ignore_namespaces.clone(),
-    };
-    let source_settings = ObjectSourceSettings {
-        scheme: scheme.clone(),
-        scope: scope.clone(),
-        label_selector: kubernetes.source_label_selector.clone(),
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
-    };
-    let target_settings = TargetSettings {
-        field_manager: kubernetes.field_manager.clone(),
-        prefix: scheme.prefix.clone(),
-        scope: scope.clone(),
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
-    };
-    let instance = std::env::var("POD_NAME").ok();
-    let events = Arc::new(KubeEvents::new(client.clone(), instance));
-    let mut engine = Engine::new(engine, scheme, events).with_metrics(metrics.clone());
-    for source in builtin_sources(&client, key, source_settings, &sources.consul)? {
-        engine = engine.with_source(source)?;
-    }
-    for source in custom_sources {
-        engine = engine.with_source(source)?;
-    }
-    let targets = targets::builtin(client.clone(), target_settings);
-    let kinds: Vec<&str> = targets.iter().map(|t| t.kind().as_str()).collect();
-    tracing::info!(
-        namespaces = %scope_description(&kubernetes.namespaces),
-        kinds = ?kinds,
-        sources = ?engine.catalog().0.keys().map(SourceName::as_str).collect::<Vec<_>>(),
-        "watching"
-    );
-    for target in targets {
-        engine = engine.with_target(target)?;
-    }
-    if !kubernetes.namespace_selector.is_empty() {
-        let (selected, _task) = watch_selected_namespaces(
-            client.clone(),
-            &kubernetes.namespace_selector,
-            shutdown.clone(),
-        );
-        engine = engine.with_selected_namespaces(selected);
-    }
-    readiness.seal();
-    let election = if leader_election.enabled {
-        let settings = LeaseSettings::from_config(&leader_election);
-        let span =
-            tracing::info_span!("lease", lease = %settings.name, identity = %settings.identity);
-        let elector = LeaderElector::new(
-            client.clone(),
-            &kubernetes.namespace,
-            settings,
-            metrics.clone(),
-        );
-        engine = engine.with_leadership(elector.subscribe());
-        Some(tokio::spawn(elector.run(shutdown.clone()).instrument(span)))
-    } else {
-        metrics.set_leader(true);
-        None
-    };
-    // Every replica serves the webhook, leader or not.
-    let webhook = if webhook_config.enabled {
-        let settings = AdmissionSettings {
-            scheme: AnnotationScheme::new(scheme_prefix.clone()),
-            stamp_on_delete,
-            scope: scope.clone(),
-            observe_timeout: webhook_config.observe_timeout,
-        };
-        let admission = Arc::new(Admission::new(
-            &engine,
-            settings,
-            Arc::new(WebhookCounters::with_metrics(metrics.clone())),
-        ));
-        let running = webhook::start(
-            &webhook_config,
-            admission,
+    async fn assemble_and_run(
+        self,
+        readiness: Readiness,
+        shutdown: CancellationToken,
+    ) -> Result<(), RunError> {
+        let Controller {
+            config,
             client,
-            &kubernetes.namespace,
-            &scheme_prefix,
-            shutdown.clone(),
-        )
-        .await?;
-        if let Some(tx) = webhook_addr {
-            let _ = tx.send(running.addr);
+            sources: custom_sources,
+            targets: custom_targets,
+            key,
+            metrics,
+            webhook_addr,
+        } = self;
+        let Config {
+            annotations,
+            engine: engine_config,
+            kubernetes,
+            fingerprint,
+            sources,
+            log: _,
+            admin: _,
+            leader_election,
+            webhook: webhook_config,
+            targets: target_configs,
+        } = config;
+        let namespace = if kubernetes.namespace.is_empty() {
+            client.default_namespace().to_owned()
+        } else {
+            kubernetes.namespace.clone()
+        };
+        let stamp_on_delete = engine_config.stamp_on_delete;
+        let key = match key {
+            Some(key) => key,
+            None => {
+                installation_key(
+                    &client,
+                    fingerprint.key_file.as_deref(),
+                    &namespace,
+                    &fingerprint.key_secret,
+                )
+                .await?
+            }
+        };
+        let scheme = AnnotationScheme::new(annotations.prefix);
+        let scope = NamespaceScope {
+            namespaces: kubernetes.namespaces.clone(),
+            ignore: kubernetes.ignore_namespaces.clone(),
+        };
+        let source_settings = ObjectSourceSettings {
+            scheme: scheme.clone(),
+            scope: scope.clone(),
+            label_selector: kubernetes.source_label_selector.clone(),
+        };
+        let target_settings = TargetSettings {
+            field_manager: kubernetes.field_manager.clone(),
+            scheme: scheme.clone(),
+            scope: scope.clone(),
+        };
+        let instance = std::env::var("POD_NAME").ok();
+        let events = Arc::new(KubeEvents::new(client.clone(), instance));
+        let mut engine = Engine::new(engine_config, scheme.clone(), key)
+            .with_events(events)
+            .with_metrics(metrics.engine())
+            .with_health(readiness.clone(), metrics.watches());
+        let sources =
+            builtin_sources(&client, source_settings, &sources.consul, &metrics.consul())?;
+        for source in sources.into_iter().chain(custom_sources) {
+            engine = engine.with_source(source)?;
         }
-        Some(running)
-    } else {
-        None
-    };
-    let result = engine.run(shutdown).await;
-    if let Some(election) = election {
-        // Returns once it has released the lease (when it led).
-        let _ = election.await;
+        let targets = targets(
+            &client,
+            target_settings,
+            &target_configs,
+            custom_targets,
+            &readiness,
+        )
+        .await;
+        tracing::info!(
+            namespaces = %scope_description(&kubernetes.namespaces),
+            kinds = ?targets.iter().map(|t| t.kind().to_string()).collect::<Vec<_>>(),
+            sources = ?engine.catalog().0.keys().map(SourceName::as_str).collect::<Vec<_>>(),
+            "watching"
+        );
+        for target in targets {
+            engine = engine.with_target(target)?;
+        }
+        if !kubernetes.namespace_selector.is_empty() {
+            let feed = selected_namespaces(client.clone(), &kubernetes.namespace_selector);
+            engine = engine.with_namespace_feed(feed.boxed());
+        }
+        let election = if leader_election.enabled {
+            let settings = LeaseSettings::from_config(&leader_election);
+            let span =
+                tracing::info_span!("lease", lease = %settings.name, identity = %settings.identity);
+            let elector = LeaderElector::new(client.clone(), &namespace, settings, metrics.clone());
+            engine = engine.with_leadership(elector.subscribe());
+            Some(tokio::spawn(elector.run(shutdown.clone()).instrument(span)))
+        } else {
+            metrics.set_leader(true);
+            None
+        };
+        // Every replica serves the webhook, leader or not.
+        let webhook = if webhook_config.enabled {
+            let prefix = scheme.prefix.clone();
+            let settings = AdmissionSettings {
+                scheme,
+                stamp_on_delete,
+                scope,
+                observe_timeout: webhook_config.observe_timeout,
+            };
+            let parts = AdmissionParts {
+                catalog: engine.catalog(),
+                kinds: engine.kinds(),
+                fingerprints: engine.fingerprints(),
+                reader: engine.reader(),
+            };
+            let admission = Arc::new(Admission::new(settings, parts, metrics.webhook()));
+            let running = webhook::start(
+                &webhook_config,
+                admission,
+                client,
+                &namespace,
+                &prefix,
+                shutdown.clone(),
+            )
+            .await?;
+            if let Some(tx) = webhook_addr {
+                let _ = tx.send(running.addr);
+            }
+            Some(running)
+        } else {
+            None
+        };
+        let result = engine.run(shutdown).await;
+        if let Some(election) = election {
+            // Returns once it has released the lease (when it led).
+            let _ = election.await;
+        }
+        if let Some(webhook) = webhook {
+            webhook.join().await;
+        }
+        Ok(result?)
     }
-    if let Some(webhook) = webhook {
-        webhook.join().await;
-    }
-    Ok(result?)
 }
 
-/// The built-in sources `config` asks for: ConfigMaps, Secrets (fingerprinted with
-/// `key`) and every enabled Consul instance. `nudge run` and `nudge explain` both
-/// build their sources here, so they observe references the same way.
+/// The built-in sources `config` asks for: ConfigMaps, Secrets and every enabled
+/// Consul instance. `nudge run` and `nudge explain` both build their sources here,
+/// so they observe references the same way.
 pub fn builtin_sources(
     client: &kube::Client,
-    key: FingerprintKey,
     settings: ObjectSourceSettings,
     consul: &ConsulConfig,
+    consul_metrics: &ConsulMetrics,
 ) -> Result<Vec<Arc<dyn Source>>, SettingsError> {
-    let metrics = settings.metrics.clone();
     let mut sources: Vec<Arc<dyn Source>> = vec![
         Arc::new(ObjectSource::<ConfigMap>::new(
             SourceName::configmap(),
             client.clone(),
-            key.clone(),
             settings.clone(),
         )),
         Arc::new(ObjectSource::<Secret>::new(
             SourceName::secret(),
             client.clone(),
-            key,
             settings,
         )),
     ];
     for source in crate::sources::consul::settings::sources_from_config(consul)? {
-        sources.push(Arc::new(source.with_metrics(metrics.clone())));
+        sources.push(Arc::new(source.with_metrics(consul_metrics.clone())));
     }
     Ok(sources)
+}
+
+/// Every target: the built-in kinds, Argo Rollouts when served, the `[[targets]]`
+/// entries the API server serves, and the custom ones (which win for their kind).
+/// Kinds that are not served are logged and noted in `/ready`, once.
+pub async fn targets(
+    client: &kube::Client,
+    settings: TargetSettings,
+    configured: &[TargetConfig],
+    custom: Vec<Arc<dyn Target>>,
+    readiness: &Readiness,
+) -> Vec<Arc<dyn Target>> {
+    let custom_kinds: BTreeSet<WorkloadKind> = custom.iter().map(|t| t.kind().clone()).collect();
+    let mut targets: Vec<Arc<dyn Target>> = builtin_kinds()
+        .into_iter()
+        .filter(|(kind, _)| !custom_kinds.contains(kind))
+        .map(|(kind, plural)| {
+            Arc::new(KubeTarget::new(
+                client.clone(),
+                kind,
+                plural,
+                settings.clone(),
+            )) as Arc<dyn Target>
+        })
+        .collect();
+    let (group, version, kind) = ARGO_ROLLOUT;
+    let mut wanted = vec![(
+        TargetConfig {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            template: "spec.template".into(),
+        },
+        false,
+    )];
+    wanted.extend(configured.iter().map(|c| (c.clone(), true)));
+    let mut seen: BTreeSet<WorkloadKind> = targets.iter().map(|t| t.kind().clone()).collect();
+    seen.extend(custom_kinds);
+    for (entry, required) in wanted {
+        let Ok(template) = TemplatePath::parse(&entry.template) else {
+            continue;
+        };
+        let kind = WorkloadKind::new(&entry.group, &entry.version, &entry.kind, template.clone());
+        if seen.contains(&kind) {
+            continue;
+        }
+        match KubeTarget::discover(
+            client.clone(),
+            &entry.group,
+            &entry.version,
+            &entry.kind,
+            template,
+            settings.clone(),
+        )
+        .await
+        {
+            Ok(target) => {
+                seen.insert(kind);
+                targets.push(Arc::new(target));
+            }
+            Err(error) => report_unserved(&error, required, readiness),
+        }
+    }
+    targets.extend(custom);
+    targets
+}
+
+/// A kind that cannot be stamped: a warning (configured) or an info line (Argo
+/// Rollouts without their CRD), and a note in `/ready`.
+fn report_unserved(error: &TargetSetupError, required: bool, readiness: &Readiness) {
+    let text = crate::error_chain(error);
+    if required {
+        tracing::warn!(error = %text, "not stamping this kind; install its CRD (or fix the [[targets]] entry) and restart nudge");
+        readiness.note(format!("not stamping: {text}"));
+    } else {
+        tracing::info!(error = %text, "not stamping this kind");
+        readiness.note(format!("not stamping: {error}"));
+    }
 }
 
 fn scope_description(namespaces: &[String]) -> String {

@@ -2,7 +2,8 @@
 //!
 //! Objects are watched metadata-only; content is fetched (GET) only for objects some
 //! workload references, fingerprinted, and dropped. Memory therefore grows with what
-//! is referenced, not with the cluster.
+//! is referenced, not with the cluster. Fetches run in a `JoinSet` the run loop
+//! owns; a failed fetch is retried with exponential backoff and jitter.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
@@ -17,24 +18,27 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::time::DelayQueue;
 use tracing::Instrument;
 
-use super::{Interest, Source, SourceContext, SourceError, SourceUpdate};
-use crate::annotations::{AnnotationScheme, is_ignored};
-use crate::fingerprint::{
-    self, Algorithm, Fingerprint, FingerprintKey, ObjectData, ObjectKind, Observation,
+use super::{
+    ContextParts, Interest, ObserveContext, Source, SourceContext, SourceError, SourceUpdate,
 };
+use crate::annotations::{AnnotationScheme, is_ignored};
+use crate::fingerprint::{self, Algorithm, Fingerprint, ObjectData, ObjectKind, Observation};
+use crate::health::WatchHealth;
 use crate::model::{Scope, SourceName, Tracked};
-use crate::runtime::admin::{Readiness, WatchReady};
-use crate::runtime::metrics::{Metrics, Watch};
+use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
 use crate::small::SmallSet;
 
 /// How many content GETs run at once.
 const FETCH_CONCURRENCY: usize = 16;
-/// Delay before retrying a failed GET.
-const FETCH_RETRY: Duration = Duration::from_secs(2);
+/// First delay before retrying a failed GET; doubles (with jitter) up to
+/// [`MAX_FETCH_RETRY`]. A 403 on a Secret is retried forever, but rarely.
+const FIRST_FETCH_RETRY: Duration = Duration::from_secs(1);
+const MAX_FETCH_RETRY: Duration = Duration::from_secs(300);
 
 /// A Kubernetes object kind whose content nudge fingerprints.
 pub trait ContentObject:
@@ -62,20 +66,13 @@ pub struct ObjectSourceSettings {
     pub scope: NamespaceScope,
     /// Server-side label selector for the watch (empty: none).
     pub label_selector: String,
-    /// Where watch restarts are counted.
-    pub metrics: Metrics,
-    /// Each metadata stream registers here and marks its first complete list.
-    pub readiness: Readiness,
 }
 
 /// A [`Source`] for ConfigMaps or Secrets.
 pub struct ObjectSource<K> {
     name: SourceName,
     client: Client,
-    key: FingerprintKey,
     settings: ObjectSourceSettings,
-    /// Per metadata stream (`None`: all namespaces), its part of readiness.
-    ready: HashMap<Option<String>, WatchReady>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -93,6 +90,8 @@ struct Watched {
     applied: u64,
     /// Whether an observation was ever reported (ignored objects freeze after it).
     reported: bool,
+    /// Set while fetches fail.
+    backoff: Option<Box<Backoff>>,
 }
 
 /// The result of one content GET.
@@ -119,30 +118,12 @@ enum MetaEvent {
 // === impl ObjectSource ===
 
 impl<K: ContentObject> ObjectSource<K> {
-    /// A source named `name` (`configmap`, `secret`) fingerprinting with `key`;
-    /// registers each of its metadata streams with `settings.readiness`.
-    pub fn new(
-        name: SourceName,
-        client: Client,
-        key: FingerprintKey,
-        settings: ObjectSourceSettings,
-    ) -> Self {
-        let ready = settings
-            .scope
-            .streams()
-            .into_iter()
-            .map(|ns| {
-                let watch = format!("{name}/{}", ns.as_deref().unwrap_or("*"));
-                let ready = settings.readiness.register(watch);
-                (ns, ready)
-            })
-            .collect();
+    /// A source named `name` (`configmap`, `secret`).
+    pub fn new(name: SourceName, client: Client, settings: ObjectSourceSettings) -> Self {
         Self {
             name,
             client,
-            key,
             settings,
-            ready,
             kind: PhantomData,
         }
     }
@@ -152,6 +133,7 @@ impl<K: ContentObject> ObjectSource<K> {
         &self,
         tracked: &Tracked,
         object: Option<&K>,
+        cx: &ObserveContext,
     ) -> Result<Observation, SourceError> {
         let Some(object) = object else {
             return Ok(Observation::Absent);
@@ -160,7 +142,7 @@ impl<K: ContentObject> ObjectSource<K> {
         let keys = &tracked.reference.keys;
         let fingerprint = match tracked.algorithm {
             Algorithm::Native => {
-                fingerprint::native_object(K::KIND, &data.narrowed(keys), &self.key)
+                fingerprint::native_object(K::KIND, &data.narrowed(keys), cx.key())
             }
             Algorithm::Wave => Fingerprint::Wave(fingerprint::wave_fragment(&data.narrowed(keys))),
             Algorithm::Reloader => fingerprint::reloader_object(K::KIND, &data),
@@ -180,7 +162,11 @@ impl<K: ContentObject> ObjectSource<K> {
             .await
     }
 
-    fn meta_streams(&self) -> Vec<futures::stream::BoxStream<'static, MetaEvent>> {
+    /// One metadata watch per namespace stream; `health` counts their restarts.
+    fn meta_streams(
+        &self,
+        health: &WatchHealth,
+    ) -> Vec<futures::stream::BoxStream<'static, MetaEvent>> {
         self.settings
             .scope
             .streams()
@@ -197,21 +183,15 @@ impl<K: ContentObject> ObjectSource<K> {
                 }
                 let scheme = self.settings.scheme.clone();
                 let source = self.name.clone();
-                let metrics = self.settings.metrics.clone();
-                let ready = self.ready.get(&ns).cloned();
+                let health = health.clone();
                 watcher(api, config)
                     .default_backoff()
                     .filter_map(move |event| {
                         let event = match event {
-                            Ok(event) => {
-                                if let (watcher::Event::InitDone, Some(ready)) = (&event, &ready) {
-                                    ready.listed();
-                                }
-                                to_meta_event(event, &scheme, &ns)
-                            }
+                            Ok(event) => to_meta_event(event, &scheme, &ns),
                             Err(error) => {
                                 tracing::warn!(%source, %error, "metadata watch failed; retrying");
-                                metrics.watch_restarted(Watch::Source(source.clone()));
+                                health.restarted(source.as_str());
                                 None
                             }
                         };
@@ -252,12 +232,18 @@ fn to_meta_event<K: Resource>(
 /// The running state of one [`ObjectSource`].
 struct Runner<K> {
     source: Arc<ObjectSource<K>>,
+    cx: ObserveContext,
     watched: HashMap<ObjectKey, Watched>,
     /// Per metadata stream being relisted, the objects it has listed so far.
     relisting: HashMap<Option<String>, HashSet<ObjectKey>>,
-    fetch_tx: mpsc::UnboundedSender<Fetched<K>>,
-    fetch_slots: Arc<Semaphore>,
-    updates: mpsc::Sender<SourceUpdate>,
+    /// Metadata streams that have listed once, of how many.
+    listed: HashSet<Option<String>>,
+    streams: usize,
+    fetches: JoinSet<Fetched<K>>,
+    /// Fetches waiting for a slot, and retries waiting for their time.
+    queued: std::collections::VecDeque<(ObjectKey, u64)>,
+    retries: DelayQueue<ObjectKey>,
+    updates: tokio::sync::mpsc::Sender<SourceUpdate>,
 }
 
 impl<K: ContentObject> Runner<K> {
@@ -288,58 +274,78 @@ impl<K: ContentObject> Runner<K> {
         }
     }
 
+    /// GETs the object, within the fetch concurrency limit; the result comes back
+    /// through the join set tagged with a new sequence number.
     fn fetch(&mut self, key: ObjectKey) {
-        self.fetch_after(key, Duration::ZERO);
-    }
-
-    /// GETs the object after `delay`, within the fetch concurrency limit; the
-    /// result comes back through `fetch_tx` tagged with a new sequence number.
-    fn fetch_after(&mut self, key: ObjectKey, delay: Duration) {
         let Some(watched) = self.watched.get_mut(&key) else {
             return;
         };
         watched.started += 1;
         let seq = watched.started;
+        if self.fetches.len() >= FETCH_CONCURRENCY {
+            self.queued.push_back((key, seq));
+            return;
+        }
+        self.spawn_fetch(key, seq);
+    }
+
+    fn spawn_fetch(&mut self, key: ObjectKey, seq: u64) {
         let source = self.source.clone();
-        let slots = self.fetch_slots.clone();
-        let tx = self.fetch_tx.clone();
         let span = tracing::debug_span!("fetch", namespace = %key.0, name = %key.1);
-        tokio::spawn(
+        self.fetches.spawn(
             async move {
-                tokio::time::sleep(delay).await;
-                let Ok(_slot) = slots.acquire_owned().await else {
-                    return;
-                };
                 let result = source.get(&key.0, &key.1).await;
-                let _ = tx.send(Fetched { key, seq, result });
+                Fetched { key, seq, result }
             }
             .instrument(span),
         );
     }
 
-    async fn on_fetched(&mut self, fetched: Fetched<K>) {
+    /// Starts the next queued fetch whose object is still watched.
+    fn next_queued(&mut self) {
+        while self.fetches.len() < FETCH_CONCURRENCY {
+            let Some((key, seq)) = self.queued.pop_front() else {
+                return;
+            };
+            if self.watched.get(&key).is_some_and(|w| w.started == seq) {
+                self.spawn_fetch(key, seq);
+            }
+        }
+    }
+
+    async fn on_fetched(&mut self, fetched: Fetched<K>) -> bool {
+        self.next_queued();
         let Fetched { key, seq, result } = fetched;
+        let Some(watched) = self.watched.get_mut(&key) else {
+            return true;
+        };
         let object = match result {
             Ok(object) => object,
             Err(error) => {
-                tracing::warn!(namespace = %key.0, name = %key.1, %error, "fetch failed; retrying");
-                self.fetch_after(key, FETCH_RETRY);
-                return;
+                if seq == watched.started {
+                    let delay = watched
+                        .backoff
+                        .get_or_insert_with(|| {
+                            Box::new(Backoff::new(FIRST_FETCH_RETRY, MAX_FETCH_RETRY))
+                        })
+                        .next_delay();
+                    tracing::warn!(namespace = %key.0, name = %key.1, %error, retry_in = ?delay, "fetch failed; retrying");
+                    self.retries.insert(key, delay);
+                }
+                return true;
             }
         };
-        let Some(watched) = self.watched.get_mut(&key) else {
-            return;
-        };
+        watched.backoff = None;
         // A later GET started after this one answers with newer content.
         if seq <= watched.applied {
-            return;
+            return true;
         }
         watched.applied = seq;
         watched.fetched = object.as_ref().and_then(|o| o.resource_version());
         watched.reported = true;
         let mut updates = Vec::with_capacity(watched.items.len());
         for tracked in &watched.items {
-            match self.source.observation(tracked, object.as_ref()) {
+            match self.source.observation(tracked, object.as_ref(), &self.cx) {
                 Ok(observation) => updates.push(SourceUpdate {
                     tracked: tracked.clone(),
                     observation,
@@ -349,9 +355,10 @@ impl<K: ContentObject> Runner<K> {
         }
         for update in updates {
             if self.updates.send(update).await.is_err() {
-                return;
+                return false;
             }
         }
+        true
     }
 
     async fn on_meta(&mut self, event: MetaEvent) {
@@ -382,6 +389,7 @@ impl<K: ContentObject> Runner<K> {
             }
             MetaEvent::Deleted(key) => self.report_absent(&key).await,
             MetaEvent::InitDone(stream) => {
+                self.listed.insert(stream.clone());
                 let Some(seen) = self.relisting.remove(&stream) else {
                     return;
                 };
@@ -444,7 +452,11 @@ impl<K: ContentObject> Source for ObjectSource<K> {
         algorithm != Algorithm::Md5
     }
 
-    async fn observe(&self, tracked: &Tracked) -> Result<Observation, SourceError> {
+    async fn observe(
+        &self,
+        tracked: &Tracked,
+        cx: &ObserveContext,
+    ) -> Result<Observation, SourceError> {
         let (namespace, name) =
             namespaced_key(tracked).ok_or_else(|| SourceError::InvalidReference {
                 source_name: self.name.clone(),
@@ -455,33 +467,51 @@ impl<K: ContentObject> Source for ObjectSource<K> {
             .get(&namespace, &name)
             .await
             .map_err(|e| SourceError::backend(&self.name, format!("GET {namespace}/{name}"), e))?;
-        self.observation(tracked, object.as_ref())
+        self.observation(tracked, object.as_ref(), cx)
     }
 
     async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
-        let SourceContext {
+        let (parts, health) = ctx.into_parts();
+        let ContextParts {
             mut interest,
             updates,
+            observe,
+            ready,
             shutdown,
-        } = ctx;
-        let (fetch_tx, mut fetch_rx) = mpsc::unbounded_channel();
-        let mut meta = futures::stream::select_all(self.meta_streams());
+        } = parts;
+        let streams = self.meta_streams(&health);
         let mut runner = Runner {
             source: self.clone(),
+            cx: observe,
             watched: HashMap::new(),
             relisting: HashMap::new(),
-            fetch_tx,
-            fetch_slots: Arc::new(Semaphore::new(FETCH_CONCURRENCY)),
+            listed: HashSet::new(),
+            streams: streams.len(),
+            fetches: JoinSet::new(),
+            queued: std::collections::VecDeque::new(),
+            retries: DelayQueue::new(),
             updates,
         };
+        let mut meta = futures::stream::select_all(streams);
         loop {
+            if runner.listed.len() == runner.streams {
+                ready.listed();
+            }
             tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
+                _ = shutdown.cancelled() => break,
                 Some(request) = interest.recv() => runner.on_interest(request),
-                Some(fetched) = fetch_rx.recv() => runner.on_fetched(fetched).await,
+                Some(done) = runner.fetches.join_next() => {
+                    let Ok(fetched) = done else { continue };
+                    if !runner.on_fetched(fetched).await {
+                        break;
+                    }
+                }
+                Some(retry) = runner.retries.next() => runner.fetch(retry.into_inner()),
                 Some(event) = meta.next() => runner.on_meta(event).await,
-                else => return Ok(()),
+                else => break,
             }
         }
+        runner.fetches.shutdown().await;
+        Ok(())
     }
 }

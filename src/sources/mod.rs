@@ -1,8 +1,26 @@
 //! Config sources: where configuration lives and how nudge learns that it changed.
 //!
-//! A [`Source`] is told which references to track ([`Interest`]) and reports the
-//! current [`Observation`] of each ([`SourceUpdate`]). The built-in sources are
-//! ConfigMaps, Secrets and Consul KV; library users can register their own.
+//! The engine owns interest tracking, deduplication, restarts and backoff; a source
+//! author writes the least code that fits, in one of three forms:
+//!
+//! - [`PollSource`]: `observe` one reference, plus an interval. Wrap it with
+//!   [`poll`]. The engine polls each tracked reference (the first time at once),
+//!   concurrently, reports only changes and backs off on errors.
+//! - [`WatchSource`]: a stream of observations per reference, cancelled by dropping
+//!   it. Wrap it with [`watch`]. The engine restarts a stream that ends or fails,
+//!   with backoff, and reports only changes.
+//! - [`Source`]: the low-level batched form the built-in sources use (Consul
+//!   prefix queries, Kubernetes metadata watches): it is told what to track
+//!   ([`Interest`]) through its [`SourceContext`] and reports observations itself.
+//!
+//! Every form gets an [`ObserveContext`] carrying the installation's
+//! [`FingerprintKey`], so a source that holds secrets fingerprints them keyed
+//! ([`ObserveContext::secret_fingerprint`]) exactly like Secrets are, and a
+//! readiness signal that counts toward `/ready`.
+//!
+//! This layer imports only the bottom contracts (`model`, `fingerprint`,
+//! `annotations`, `health`, `rate`, `scope`, `config`), never the engine, targets,
+//! the webhook or the runtime.
 
 use std::sync::Arc;
 
@@ -10,18 +28,24 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::fingerprint::{Algorithm, Observation};
+use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
+use crate::health::{WatchHealth, WatchReady};
 use crate::model::{Scope, SourceName, Tracked};
 
 mod configmap;
 pub mod consul;
 pub mod kube;
+mod polled;
 pub mod secret;
+mod watched;
 
 pub use self::kube::{ContentObject, ObjectSource, ObjectSourceSettings};
+pub use self::polled::{PollSource, Polled, poll};
+pub use self::watched::{ObservationStream, WatchSource, Watched, watch};
 
 /// The engine's request to start or stop tracking a reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Interest {
     /// Some workload now depends on this; report its observation and every change.
     Track(Tracked),
@@ -38,21 +62,157 @@ pub struct SourceUpdate {
     pub observation: Observation,
 }
 
-/// The channels a running source works with.
+/// What every observation needs besides the reference: the installation key.
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ObserveContext {
+    key: FingerprintKey,
+}
+
+impl ObserveContext {
+    /// A context fingerprinting secrets with `key`.
+    pub fn new(key: FingerprintKey) -> Self {
+        Self { key }
+    }
+
+    /// The installation key.
+    pub fn key(&self) -> &FingerprintKey {
+        &self.key
+    }
+
+    /// The fingerprint of secret content: `hmac-sha256-<hex>` keyed with the
+    /// installation key, never a plain hash (design §3).
+    pub fn secret_fingerprint(&self, content: &[u8]) -> Fingerprint {
+        crate::fingerprint::native_value_keyed(content, &self.key)
+    }
+
+    /// The fingerprint of non-secret content: `sha256-<hex>`.
+    pub fn fingerprint(&self, content: &[u8]) -> Fingerprint {
+        crate::fingerprint::native_value(content)
+    }
+}
+
+/// What a running low-level [`Source`] works with: the engine's interest, where
+/// observations go, the observe context, its readiness and restart signals, and
+/// shutdown.
 #[derive(Debug)]
 pub struct SourceContext {
-    /// Track/untrack requests, in the order the engine made them.
-    pub interest: mpsc::UnboundedReceiver<Interest>,
-    /// Where observations go. Sending waits when the engine is behind, which is
-    /// the backpressure a source should feel.
-    pub updates: mpsc::Sender<SourceUpdate>,
-    /// Cancelled when nudge shuts down; `run` should return soon after.
-    pub shutdown: CancellationToken,
+    name: SourceName,
+    interest: mpsc::UnboundedReceiver<Interest>,
+    updates: mpsc::Sender<SourceUpdate>,
+    observe: ObserveContext,
+    ready: WatchReady,
+    health: WatchHealth,
+    shutdown: CancellationToken,
+}
+
+/// The parts of a [`SourceContext`], for built-in sources that select over them.
+pub(crate) struct ContextParts {
+    pub(crate) interest: mpsc::UnboundedReceiver<Interest>,
+    pub(crate) updates: mpsc::Sender<SourceUpdate>,
+    pub(crate) observe: ObserveContext,
+    pub(crate) ready: WatchReady,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl SourceContext {
+    /// A context for source `name`: the engine sends interest on the returned
+    /// sender and reads observations from `updates`. Built by the engine; public
+    /// so that a source can be driven in its own tests.
+    pub fn new(
+        name: SourceName,
+        updates: mpsc::Sender<SourceUpdate>,
+        observe: ObserveContext,
+        ready: WatchReady,
+        health: WatchHealth,
+        shutdown: CancellationToken,
+    ) -> (Self, mpsc::UnboundedSender<Interest>) {
+        let (interest_tx, interest) = mpsc::unbounded_channel();
+        let ctx = Self {
+            name,
+            interest,
+            updates,
+            observe,
+            ready,
+            health,
+            shutdown,
+        };
+        (ctx, interest_tx)
+    }
+
+    /// The next request to track or untrack, in the order the engine made them;
+    /// `None` once nudge shuts down (the source should return).
+    pub async fn next_interest(&mut self) -> Option<Interest> {
+        tokio::select! {
+            () = self.shutdown.cancelled() => None,
+            interest = self.interest.recv() => interest,
+        }
+    }
+
+    /// The next request if one is waiting (to take a burst of requests at once).
+    pub fn try_next_interest(&mut self) -> Option<Interest> {
+        self.interest.try_recv().ok()
+    }
+
+    /// Reports the current observation of `tracked`. Waits when the engine is
+    /// behind (the backpressure a source should feel); `false` once the engine is
+    /// gone or nudge shuts down (the source should return).
+    pub async fn report(&self, tracked: Tracked, observation: Observation) -> bool {
+        let update = SourceUpdate {
+            tracked,
+            observation,
+        };
+        tokio::select! {
+            () = self.shutdown.cancelled() => false,
+            sent = self.updates.send(update) => sent.is_ok(),
+        }
+    }
+
+    /// The observe context (installation key).
+    pub fn observe_context(&self) -> &ObserveContext {
+        &self.observe
+    }
+
+    /// The source has its initial state (repeat calls are harmless): it counts
+    /// as ready in `/ready` from now on.
+    pub fn ready(&self) {
+        self.ready.listed();
+    }
+
+    /// A watch of the source failed and is being restarted
+    /// (`nudge_watch_restarts_total{watch="<source name>"}`).
+    pub fn watch_restarted(&self) {
+        self.health.restarted(self.name.as_str());
+    }
+
+    /// Resolves when nudge shuts down.
+    pub async fn cancelled(&self) {
+        self.shutdown.cancelled().await;
+    }
+
+    /// Whether nudge is shutting down.
+    pub fn is_cancelled(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    pub(crate) fn into_parts(self) -> (ContextParts, WatchHealth) {
+        (
+            ContextParts {
+                interest: self.interest,
+                updates: self.updates,
+                observe: self.observe,
+                ready: self.ready,
+                shutdown: self.shutdown,
+            },
+            self.health,
+        )
+    }
 }
 
 /// Why a source could not observe something. Never content: an error must not be
 /// reported as [`Observation::Absent`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SourceError {
     /// The backend (API server, Consul agent, HTTP endpoint) failed or could not be
     /// reached; nudge keeps the last known fingerprints and retries.
@@ -116,9 +276,20 @@ impl SourceError {
             cause: Some(Box::new(cause)),
         }
     }
+
+    /// A backend error without an underlying error value (e.g. an unexpected
+    /// HTTP status).
+    pub fn backend_message(source_name: &SourceName, message: impl Into<String>) -> Self {
+        Self::Backend {
+            source_name: source_name.clone(),
+            message: message.into(),
+            cause: None,
+        }
+    }
 }
 
-/// A place configuration lives, able to tell when it changes.
+/// A place configuration lives, able to tell when it changes: the low-level form
+/// (most custom sources want [`PollSource`] or [`WatchSource`] instead).
 ///
 /// # What an implementation must guarantee
 ///
@@ -131,11 +302,14 @@ impl SourceError {
 ///   (log it, back off, retry). Report [`Observation::Absent`] only when the backend
 ///   positively says the object or key does not exist.
 /// - **Initial state.** After [`Interest::Track`], report the current observation as
-///   soon as it is known, then every change until [`Interest::Untrack`].
+///   soon as it is known, then every change until [`Interest::Untrack`]. Call
+///   [`SourceContext::ready`] once the source's initial state is known.
 /// - **Bounded memory.** Keep fingerprints of tracked references, not content
 ///   (Wave's format is the exception: its fragment is the fingerprint).
-/// - **No secrets in logs.** Never log or put content into errors.
-/// - **Stops on shutdown.** `run` returns soon after `ctx.shutdown` is cancelled.
+/// - **No secrets in logs.** Never log or put content into errors; fingerprint
+///   secret content with [`ObserveContext::secret_fingerprint`].
+/// - **Stops on shutdown.** `run` returns soon after shutdown, and every task it
+///   started has stopped by then.
 #[async_trait]
 pub trait Source: Send + Sync + 'static {
     /// The name annotations use for this source (`configmap`, `consul.eu`, …).
@@ -151,12 +325,16 @@ pub trait Source: Send + Sync + 'static {
     }
 
     /// Reads the current observation of one reference now. Used by the admission
-    /// webhook for references nudge has not observed yet; callers put a deadline
-    /// around it.
-    async fn observe(&self, tracked: &Tracked) -> Result<Observation, SourceError>;
+    /// webhook and `nudge explain` for references the engine has not observed;
+    /// callers put a deadline around it.
+    async fn observe(
+        &self,
+        tracked: &Tracked,
+        cx: &ObserveContext,
+    ) -> Result<Observation, SourceError>;
 
-    /// Watches tracked references until shutdown, following `ctx.interest` and
-    /// sending every observation to `ctx.updates`. Returns `Ok` on shutdown; an
-    /// error return is logged and the source is restarted with backoff.
+    /// Watches tracked references until shutdown, following the context's interest
+    /// and reporting every observation. Returns `Ok` on shutdown; an error return
+    /// is logged and the engine restarts the source with backoff.
     async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError>;
 }

@@ -51,6 +51,36 @@ pub enum KeyError {
     },
 }
 
+impl KeyError {
+    /// What an operator should do about it, when it can be told.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::File { path, .. } => Some(format!(
+                "check fingerprint.key_file ({}) or unset it to keep the key in a Secret",
+                path.display()
+            )),
+            Self::Invalid { .. } => Some(
+                "the key must be at least 32 bytes; replace it (every Secret workload rolls once)"
+                    .into(),
+            ),
+            Self::Api {
+                namespace,
+                name,
+                source: kube::Error::Api(status),
+            } => match status.code {
+                404 => Some(format!(
+                    "namespace {namespace:?} does not exist: create it (kubectl create namespace {namespace}) or set kubernetes.namespace (NUDGE_KUBERNETES__NAMESPACE) to the namespace nudge runs in"
+                )),
+                401 | 403 => Some(format!(
+                    "nudge needs get and create on Secrets in namespace {namespace:?} (Secret {name}; see deploy/base/rbac-own-namespace.yaml), or set fingerprint.key_file"
+                )),
+                _ => None,
+            },
+            Self::Api { .. } => None,
+        }
+    }
+}
+
 /// Loads the installation key: from `key_file` when configured, otherwise from the
 /// Secret `namespace/name`, which is created with a fresh random key the first time.
 /// Replicas starting together converge on whichever create wins.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::{Output, Workload, WorkloadId};
+use crate::model::{Output, Rollout, Workload, WorkloadId};
 
 /// The current values of a workload's outputs, and nothing else.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +109,7 @@ impl CurrentOutputs {
                 }),
                 spec,
             },
+            rollout: Rollout::Unknown,
         }
     }
 }

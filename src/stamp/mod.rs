@@ -1,11 +1,16 @@
-//! The desired stamp of a workload, the value currently on it, and the patch between
-//! the two (design §2–§5).
+//! The stamp decision (design §2–§6): the desired stamp of a workload, the value
+//! currently on it, and what to write. Kube-free: plain data in, plain data out.
 //!
 //! [`desired`] computes each output's value from the fingerprints a
 //! [`FingerprintLookup`] knows; outputs whose inputs are unknown, missing or
 //! unusable are [`Blocked`] and keep their current value. [`diff`] compares with the
 //! workload and returns a [`StampPatch`] only when something would change, so an
-//! identical stamp is never written.
+//! identical stamp is never written; [`decide_admission`] makes the same decision
+//! for an object under admission review.
+//!
+//! Two small renderers write a decision: [`apply_body`] (the controller's
+//! server-side apply) and [`admission_patch`] (the webhook's JSON patch). Every
+//! annotation name comes from [`AnnotationScheme`](crate::annotations::AnnotationScheme).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,8 +19,12 @@ use k8s_openapi::api::core::v1::Container;
 use crate::fingerprint::{ABSENT, Fingerprint, ObjectKind, Observation, combine_native, wave_hash};
 use crate::model::{Combine, Input, Output, Reference, StampSpec, Tracked, Workload, WorkloadId};
 
+mod admission;
+mod apply;
 mod current_outputs;
 
+pub use admission::admission_patch;
+pub use apply::apply_body;
 pub use current_outputs::CurrentOutputs;
 
 /// Read access to what sources currently know about tracked items.
@@ -67,6 +76,27 @@ impl FingerprintLookup for FingerprintStore {
     fn observation(&self, tracked: &Tracked) -> Option<&Observation> {
         self.observations.get(tracked)
     }
+}
+
+/// Reads the current observation of one input on demand: how the admission
+/// webhook and `nudge explain` get what the [`FingerprintStore`] lacks. The runtime
+/// implements it over the configured sources, so the layers that use it never
+/// import them.
+#[async_trait::async_trait]
+pub trait InputReader: Send + Sync + 'static {
+    /// The observation of `tracked` now. Errors are not content: an error must
+    /// never be reported as [`Observation::Absent`].
+    async fn read(&self, tracked: &Tracked) -> Result<Observation, ReadError>;
+}
+
+/// Why an input could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ReadError {
+    /// A low-cardinality label (the source error's category).
+    pub category: &'static str,
+    /// What went wrong, without content.
+    pub message: String,
 }
 
 /// Why an output cannot be computed now. The output keeps its current value.
@@ -196,16 +226,72 @@ pub fn current(workload: &Workload, output: &Output) -> Option<String> {
 }
 
 /// The patch that brings `workload` to `desired`, or `None` when every output that
-/// is not blocked already has its desired value.
+/// is not blocked already has its desired value. The controller's decision; the
+/// [`apply_body`] renderer writes it.
 pub fn diff(
     workload: &Workload,
     specs: &[StampSpec],
     desired: &DesiredStamp,
 ) -> Option<StampPatch> {
+    let (changed, values) = plan(workload, None, specs, desired);
+    (!changed.is_empty()).then(|| StampPatch {
+        id: workload.id.clone(),
+        changed,
+        values,
+    })
+}
+
+/// The admission webhook's decision on an object under review (design §6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionDecision {
+    /// Every value nudge owns on the object once admitted: desired values, and for
+    /// blocked outputs the incoming value or, when the request dropped it, the
+    /// stored object's (a GitOps re-apply must not drop the stamp).
+    pub values: BTreeMap<Output, String>,
+    /// Every output of the workload's specs, deduplicated, in spec order.
+    pub outputs: Vec<Output>,
+    /// Whether a desired value differs from the stored object's (UPDATE) or the
+    /// incoming one's (CREATE): only then do the `last-updated` annotations move.
+    pub stamp_changed: bool,
+}
+
+/// Decides what an admitted object carries: `incoming` is the object under review,
+/// `stored` the object before an UPDATE (`None` on CREATE). The
+/// [`admission_patch`] renderer writes it.
+pub fn decide_admission(
+    incoming: &Workload,
+    stored: Option<&Workload>,
+    specs: &[StampSpec],
+    desired: &DesiredStamp,
+) -> AdmissionDecision {
+    let (_, values) = plan(incoming, stored, specs, desired);
+    let (changed, _) = plan(stored.unwrap_or(incoming), None, specs, desired);
+    let mut outputs: Vec<Output> = Vec::new();
+    for spec in specs {
+        if !outputs.contains(&spec.output) {
+            outputs.push(spec.output.clone());
+        }
+    }
+    AdmissionDecision {
+        values,
+        outputs,
+        stamp_changed: !changed.is_empty(),
+    }
+}
+
+/// The one decision both renderers rest on: for each output, its value after the
+/// stamp (the desired one; for a blocked output the value `workload` holds, else
+/// `fallback`'s), and which outputs change on `workload`.
+fn plan(
+    workload: &Workload,
+    fallback: Option<&Workload>,
+    specs: &[StampSpec],
+    desired: &DesiredStamp,
+) -> (Vec<Output>, BTreeMap<Output, String>) {
     let mut changed = Vec::new();
     let mut values = BTreeMap::new();
     for output in specs.iter().map(|spec| &spec.output) {
-        if values.contains_key(output) {
+        if values.contains_key(output) || changed.contains(output) {
             continue;
         }
         let observed = observe(workload, output);
@@ -216,17 +302,15 @@ pub fn diff(
                 }
                 Some(want.as_str())
             }
-            None => observed.keep(),
+            None => observed
+                .keep()
+                .or_else(|| fallback.and_then(|f| observe(f, output).consistent())),
         };
         if let Some(value) = value {
             values.insert(output.clone(), value.to_owned());
         }
     }
-    (!changed.is_empty()).then(|| StampPatch {
-        id: workload.id.clone(),
-        changed,
-        values,
-    })
+    (changed, values)
 }
 
 // === desired ===

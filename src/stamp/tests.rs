@@ -97,7 +97,8 @@ fn mk_workload(
             .collect()
     };
     Workload {
-        id: WorkloadId::new(WorkloadKind::Deployment, "ns", "web"),
+        id: WorkloadId::new(WorkloadKind::deployment(), "ns", "web"),
+        rollout: crate::model::Rollout::Unknown,
         annotations: map(own),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {
@@ -702,6 +703,7 @@ fn current_outputs_diff_and_apply_like_the_full_workload() {
     ];
     let outputs: Vec<&Output> = specs.iter().map(|s| &s.output).collect();
     let mut patches = 0;
+    let scheme = crate::annotations::AnnotationScheme::default();
     for workload in &workloads {
         let kept = CurrentOutputs::new(workload, outputs.iter().copied());
         assert_eq!(kept.id(), &workload.id);
@@ -713,8 +715,8 @@ fn current_outputs_diff_and_apply_like_the_full_workload() {
             if let Some(patch) = full {
                 patches += 1;
                 assert_eq!(
-                    crate::targets::render_apply_body(&rebuilt, &patch, "nudge.dev", "now"),
-                    crate::targets::render_apply_body(workload, &patch, "nudge.dev", "now"),
+                    crate::stamp::apply_body(&rebuilt, &patch, &scheme, "now"),
+                    crate::stamp::apply_body(workload, &patch, &scheme, "now"),
                 );
             }
         }

@@ -1,178 +1,184 @@
-//! The Kubernetes-backed target shared by Deployment, StatefulSet and DaemonSet.
+//! [`KubeTarget`]: any namespaced kind with a pod template, through kube's
+//! dynamic API. Workloads are read with [`Workload::from_object`] at the kind's
+//! template path and stamped by server-side apply of
+//! [`stamp::apply_body`](crate::stamp::apply_body).
 
-use std::fmt::Debug;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::PodTemplateSpec;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
 use tracing::Instrument;
 
-use super::{ApplyOutcome, Target, TargetError, WatchScope, WorkloadEvent, render_apply_body};
-use crate::model::{Workload, WorkloadId, WorkloadKind};
-use crate::runtime::admin::{Readiness, WatchReady};
-use crate::runtime::metrics::{Metrics, Watch};
+use super::{ApplyOutcome, Target, TargetContext, TargetError, WatchScope, WorkloadEvent};
+use crate::annotations::AnnotationScheme;
+use crate::model::{TemplatePath, Workload, WorkloadId, WorkloadKind};
 use crate::scope::NamespaceScope;
-use crate::stamp::StampPatch;
+use crate::stamp::{self, StampPatch};
 
-/// A workload type with a pod template.
-pub trait PodTemplated:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + Debug
-    + Send
-    + Sync
-    + 'static
-{
-    /// nudge's name for the kind.
-    const KIND: WorkloadKind;
-
-    /// `spec.template`, when the object has a spec.
-    fn pod_template(&self) -> Option<&PodTemplateSpec>;
-}
-
-/// What all built-in targets share.
+/// What every [`KubeTarget`] shares.
 #[derive(Debug, Clone)]
 pub struct TargetSettings {
     /// Server-side apply field manager (`nudge`).
     pub field_manager: String,
-    /// nudge's annotation prefix, for `<prefix>/last-updated`.
-    pub prefix: String,
+    /// nudge's annotation names, for the `last-updated` annotations.
+    pub scheme: AnnotationScheme,
     /// Which namespaces are watched.
     pub scope: NamespaceScope,
-    /// Where watch restarts are counted.
-    pub metrics: Metrics,
-    /// Each watch scope registers here and marks its first complete list.
-    pub readiness: Readiness,
 }
 
-/// A [`Target`] for any [`PodTemplated`] kind.
-pub struct KubeTarget<K> {
+/// Why a target could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetSetupError {
+    /// The API server does not serve the kind (its CRD is not installed, or the
+    /// group/version/kind is misspelled).
+    #[error("the API server does not serve {api_version} {kind}")]
+    NotServed {
+        /// `group/version`.
+        api_version: String,
+        /// The kind.
+        kind: String,
+        /// What discovery answered.
+        #[source]
+        source: kube::Error,
+    },
+    /// The kind exists but is cluster-scoped; nudge stamps namespaced workloads.
+    #[error("{api_version} {kind} is cluster-scoped; nudge stamps namespaced kinds only")]
+    ClusterScoped {
+        /// `group/version`.
+        api_version: String,
+        /// The kind.
+        kind: String,
+    },
+}
+
+/// The built-in kinds nudge stamps without configuration, with their plurals:
+/// Deployment, StatefulSet and DaemonSet (`apps/v1`, `spec.template`).
+pub fn builtin_kinds() -> Vec<(WorkloadKind, &'static str)> {
+    vec![
+        (WorkloadKind::deployment(), "deployments"),
+        (WorkloadKind::stateful_set(), "statefulsets"),
+        (WorkloadKind::daemon_set(), "daemonsets"),
+    ]
+}
+
+/// A [`Target`] for any namespaced kind with a pod template.
+pub struct KubeTarget {
     client: Client,
+    kind: WorkloadKind,
+    resource: ApiResource,
     settings: TargetSettings,
-    /// Per watch scope (`None`: all namespaces), its part of readiness.
-    ready: Vec<(Option<String>, WatchReady)>,
-    kind: PhantomData<fn() -> K>,
 }
 
 // === impl KubeTarget ===
 
-impl<K: PodTemplated> KubeTarget<K> {
-    /// A target for kind `K` using `client`; registers each of its watch scopes
-    /// with `settings.readiness`.
-    pub fn new(client: Client, settings: TargetSettings) -> Self {
-        let ready = settings
-            .scope
-            .streams()
-            .into_iter()
-            .map(|ns| {
-                let name = format!("{}/{}", K::KIND, ns.as_deref().unwrap_or("*"));
-                let ready = settings.readiness.register(name);
-                (ns, ready)
-            })
-            .collect();
+impl KubeTarget {
+    /// A target for `kind`, served under `plural` (no discovery request).
+    pub fn new(client: Client, kind: WorkloadKind, plural: &str, settings: TargetSettings) -> Self {
+        let gvk = GroupVersionKind::gvk(kind.group(), kind.version(), kind.as_str());
         Self {
+            resource: ApiResource::from_gvk_with_plural(&gvk, plural),
             client,
+            kind,
             settings,
-            ready,
-            kind: PhantomData,
         }
     }
 
-    fn api(&self, namespace: Option<&str>) -> Api<K> {
+    /// A target for `group/version` `kind` with its pod template at `template`,
+    /// its plural resolved by API discovery. Fails when the API server does not
+    /// serve the kind (e.g. its CRD is not installed).
+    pub async fn discover(
+        client: Client,
+        group: &str,
+        version: &str,
+        kind: &str,
+        template: TemplatePath,
+        settings: TargetSettings,
+    ) -> Result<Self, TargetSetupError> {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, capabilities) =
+            kube::discovery::pinned_kind(&client, &gvk)
+                .await
+                .map_err(|source| TargetSetupError::NotServed {
+                    api_version: gvk.api_version(),
+                    kind: kind.to_owned(),
+                    source,
+                })?;
+        if capabilities.scope != kube::discovery::Scope::Namespaced {
+            return Err(TargetSetupError::ClusterScoped {
+                api_version: gvk.api_version(),
+                kind: kind.to_owned(),
+            });
+        }
+        let kind = WorkloadKind::new(group, version, kind, template);
+        Ok(Self {
+            client,
+            kind,
+            resource,
+            settings,
+        })
+    }
+
+    /// The plural resource name the target uses (`deployments`, `rollouts`).
+    pub fn plural(&self) -> &str {
+        &self.resource.plural
+    }
+
+    fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
         match namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &self.resource),
+            None => Api::all_with(self.client.clone(), &self.resource),
         }
     }
 
-    async fn watch_scope(
+    /// Reads a workload from a dynamic object; malformed ones are logged and
+    /// skipped (a bad object must not stop the stream).
+    fn workload(&self, object: DynamicObject) -> Option<Workload> {
+        let name = object.name_any();
+        match Workload::from_object(&self.kind, to_value(object)) {
+            Ok(workload) => Some(workload),
+            Err(error) => {
+                tracing::warn!(kind = %self.kind, %name, %error, "cannot read workload; skipping it");
+                None
+            }
+        }
+    }
+
+    fn workload_id(&self, object: &DynamicObject) -> Option<WorkloadId> {
+        Some(WorkloadId::new(
+            self.kind.clone(),
+            object.namespace()?,
+            object.metadata.name.clone()?,
+        ))
+    }
+
+    fn to_event(
         &self,
-        namespace: Option<String>,
-        events: mpsc::Sender<WorkloadEvent>,
-        shutdown: CancellationToken,
-    ) {
-        let scope = WatchScope {
-            kind: K::KIND,
-            namespace: namespace.clone(),
-        };
-        let ready = self
-            .ready
-            .iter()
-            .find(|(ns, _)| *ns == namespace)
-            .map(|(_, ready)| ready.clone());
-        let config = self.settings.scope.watcher_config(&namespace);
-        let stream = watcher(self.api(namespace.as_deref()), config).default_backoff();
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            let event = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                event = stream.next() => event,
-            };
-            let Some(event) = event else { return };
-            let event = match event {
-                Ok(event) => event,
-                Err(error) => {
-                    tracing::warn!(%error, "workload watch failed; retrying");
-                    self.settings
-                        .metrics
-                        .watch_restarted(Watch::Workload(K::KIND));
-                    continue;
-                }
-            };
-            let listed = matches!(event, watcher::Event::InitDone);
-            let Some(event) = to_workload_event(event, &scope) else {
-                continue;
-            };
-            if events.send(event).await.is_err() {
-                return;
-            }
-            if let (true, Some(ready)) = (listed, &ready) {
-                ready.listed();
-            }
-        }
+        event: watcher::Event<DynamicObject>,
+        scope: &WatchScope,
+    ) -> Option<WorkloadEvent> {
+        Some(match event {
+            watcher::Event::Init => WorkloadEvent::Init(scope.clone()),
+            watcher::Event::InitDone => WorkloadEvent::InitDone(scope.clone()),
+            watcher::Event::InitApply(obj) => WorkloadEvent::InitApply(self.workload(obj)?),
+            watcher::Event::Apply(obj) => WorkloadEvent::Apply(self.workload(obj)?),
+            watcher::Event::Delete(obj) => WorkloadEvent::Delete(self.workload_id(&obj)?),
+        })
     }
 }
 
-fn to_workload_event<K: PodTemplated>(
-    event: watcher::Event<K>,
-    scope: &WatchScope,
-) -> Option<WorkloadEvent> {
-    Some(match event {
-        watcher::Event::Init => WorkloadEvent::Init(scope.clone()),
-        watcher::Event::InitDone => WorkloadEvent::InitDone(scope.clone()),
-        watcher::Event::InitApply(obj) => WorkloadEvent::InitApply(to_workload(&obj)?),
-        watcher::Event::Apply(obj) => WorkloadEvent::Apply(to_workload(&obj)?),
-        watcher::Event::Delete(obj) => WorkloadEvent::Delete(workload_id(&obj)?),
-    })
-}
-
-fn workload_id<K: PodTemplated>(obj: &K) -> Option<WorkloadId> {
-    Some(WorkloadId::new(
-        K::KIND,
-        obj.namespace()?,
-        obj.meta().name.clone()?,
-    ))
-}
-
-/// Keeps only what nudge reads: annotations and the pod template.
-pub(crate) fn to_workload<K: PodTemplated>(obj: &K) -> Option<Workload> {
-    Some(Workload {
-        id: workload_id(obj)?,
-        annotations: obj.meta().annotations.clone().unwrap_or_default(),
-        template: obj.pod_template().cloned().unwrap_or_default(),
-    })
+/// The object as JSON, without `managedFields` (large, and never read).
+fn to_value(mut object: DynamicObject) -> Value {
+    object.metadata.managed_fields = None;
+    let metadata = serde_json::to_value(&object.metadata).unwrap_or_default();
+    let mut value = object.data;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("metadata".into(), metadata);
+    }
+    value
 }
 
 fn classify(id: &WorkloadId, error: kube::Error) -> TargetError {
@@ -206,24 +212,30 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
 }
 
 #[async_trait]
-impl<K: PodTemplated> Target for KubeTarget<K> {
-    fn kind(&self) -> WorkloadKind {
-        K::KIND
+impl Target for KubeTarget {
+    fn kind(&self) -> &WorkloadKind {
+        &self.kind
     }
 
-    async fn run(
-        self: Arc<Self>,
-        events: mpsc::Sender<WorkloadEvent>,
-        shutdown: CancellationToken,
-    ) {
-        let watches = self.settings.scope.streams().into_iter().map(|namespace| {
+    async fn run(self: Arc<Self>, ctx: TargetContext) {
+        let streams = self.settings.scope.streams();
+        let listed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let total = streams.len();
+        let ctx = Arc::new(ctx);
+        let watches = streams.into_iter().map(|namespace| {
             let span = tracing::info_span!(
                 "watch",
-                kind = %K::KIND,
+                kind = %self.kind,
                 namespace = namespace.as_deref().unwrap_or("*")
             );
-            self.watch_scope(namespace, events.clone(), shutdown.clone())
-                .instrument(span)
+            let this = self.clone();
+            let ctx = ListedContext {
+                inner: ctx.clone(),
+                listed: listed.clone(),
+                total,
+                counted: std::sync::atomic::AtomicBool::new(false),
+            };
+            async move { this.watch_listed(namespace, &ctx).await }.instrument(span)
         });
         futures::future::join_all(watches).await;
     }
@@ -235,11 +247,12 @@ impl<K: PodTemplated> Target for KubeTarget<K> {
     ) -> Result<ApplyOutcome, TargetError> {
         let id = &current.id;
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let body = render_apply_body(current, patch, &self.settings.prefix, &now);
+        let body = stamp::apply_body(current, patch, &self.settings.scheme, &now);
         let params = PatchParams::apply(&self.settings.field_manager).force();
         let api = self.api(Some(&id.namespace));
         match api.patch(&id.name, &params, &Patch::Apply(&body)).await {
-            Ok(obj) => Ok(to_workload(&obj)
+            Ok(obj) => Ok(self
+                .workload(obj)
                 .map_or(ApplyOutcome::Gone, |w| ApplyOutcome::Applied(Box::new(w)))),
             Err(error) if is_status(&error, 404) => Ok(ApplyOutcome::Gone),
             // Apply is an upsert: on a workload deleted meanwhile the server tries to
@@ -258,6 +271,63 @@ impl<K: PodTemplated> Target for KubeTarget<K> {
             .get_opt(&id.name)
             .await
             .map_err(|e| classify(id, e))?;
-        Ok(obj.as_ref().and_then(to_workload))
+        Ok(obj.and_then(|obj| self.workload(obj)))
+    }
+}
+
+/// One watch stream's view of the target context: it marks the target ready
+/// once every stream has listed.
+struct ListedContext {
+    inner: Arc<TargetContext>,
+    listed: Arc<std::sync::atomic::AtomicUsize>,
+    total: usize,
+    counted: std::sync::atomic::AtomicBool,
+}
+
+impl ListedContext {
+    fn stream_listed(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.counted.swap(true, Ordering::Relaxed)
+            && self.listed.fetch_add(1, Ordering::Relaxed) + 1 == self.total
+        {
+            self.inner.ready();
+        }
+    }
+}
+
+impl KubeTarget {
+    async fn watch_listed(&self, namespace: Option<String>, ctx: &ListedContext) {
+        let scope = WatchScope {
+            kind: self.kind.clone(),
+            namespace: namespace.clone(),
+        };
+        let config = self.settings.scope.watcher_config(&namespace);
+        let stream = watcher(self.api(namespace.as_deref()), config).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let event = tokio::select! {
+                () = ctx.inner.cancelled() => return,
+                event = stream.next() => event,
+            };
+            let Some(event) = event else { return };
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => {
+                    tracing::warn!(%error, "workload watch failed; retrying");
+                    ctx.inner.watch_restarted(self.kind.label());
+                    continue;
+                }
+            };
+            let listed = matches!(event, watcher::Event::InitDone);
+            let Some(event) = self.to_event(event, &scope) else {
+                continue;
+            };
+            if !ctx.inner.report(event).await {
+                return;
+            }
+            if listed {
+                ctx.stream_listed();
+            }
+        }
     }
 }

@@ -1,8 +1,14 @@
-//! Targets: the workload kinds nudge stamps (Deployment, StatefulSet, DaemonSet).
+//! Targets: the workload kinds nudge stamps.
 //!
 //! A [`Target`] reports the workloads of its kind ([`WorkloadEvent`]) and applies
-//! stamps to them. The three built-in targets share one implementation,
-//! [`KubeTarget`], over a small per-kind [`PodTemplated`] accessor.
+//! stamps to them. Any kind with a pod template is served by one implementation,
+//! [`KubeTarget`], over kube's dynamic API: the built-in kinds
+//! ([`builtin_kinds`]) and kinds named in `[[targets]]` configuration alike.
+//! Kinds that need more than a server-side apply implement [`Target`] themselves
+//! and are registered with `Controller::with_target`.
+//!
+//! This layer imports only the bottom contracts (`model`, `stamp`, `health`,
+//! `scope`, `annotations`), never the engine, sources, the webhook or the runtime.
 
 use std::sync::Arc;
 
@@ -10,18 +16,13 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::{WatchHealth, WatchReady};
 use crate::model::{Workload, WorkloadId, WorkloadKind};
 use crate::stamp::StampPatch;
 
-mod apply;
-mod daemonset;
-mod deployment;
 mod kube;
-mod statefulset;
 
-pub use apply::{ApplyBody, render_apply_body};
-pub(crate) use kube::to_workload;
-pub use kube::{KubeTarget, PodTemplated, TargetSettings};
+pub use self::kube::{KubeTarget, TargetSettings, TargetSetupError, builtin_kinds};
 
 /// One watch stream of a target: a kind, in one namespace or all of them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -44,6 +45,7 @@ impl WatchScope {
 /// `Delete` as workloads change. Workloads known before `Init` and not re-listed
 /// before `InitDone` are gone.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum WorkloadEvent {
     /// A (re)list of one watch stream starts.
     Init(WatchScope),
@@ -59,6 +61,7 @@ pub enum WorkloadEvent {
 
 /// The result of applying a stamp.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ApplyOutcome {
     /// The stamp was written; this is the workload as stored afterwards.
     Applied(Box<Workload>),
@@ -68,6 +71,7 @@ pub enum ApplyOutcome {
 
 /// Why a stamp could not be applied.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TargetError {
     /// The API server answered 409 Conflict; retry.
     #[error("conflict writing {id}: {message}")]
@@ -112,13 +116,69 @@ impl TargetError {
     }
 }
 
+/// What a running target works with: where its events go, its part of
+/// readiness, its watch-restart counter, and shutdown.
+#[derive(Debug)]
+pub struct TargetContext {
+    events: mpsc::Sender<WorkloadEvent>,
+    ready: WatchReady,
+    health: WatchHealth,
+    shutdown: CancellationToken,
+}
+
+impl TargetContext {
+    /// A context sending events to `events`. Built by the engine; public so that
+    /// a target can be driven in its own tests.
+    pub fn new(
+        events: mpsc::Sender<WorkloadEvent>,
+        ready: WatchReady,
+        health: WatchHealth,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            events,
+            ready,
+            health,
+            shutdown,
+        }
+    }
+
+    /// Reports one event; waits when the engine is behind (backpressure).
+    /// `false` once the engine is gone: the target should return.
+    pub async fn report(&self, event: WorkloadEvent) -> bool {
+        self.events.send(event).await.is_ok()
+    }
+
+    /// Every watch of the target has listed once (repeat calls are harmless).
+    pub fn ready(&self) {
+        self.ready.listed();
+    }
+
+    /// A watch stream failed and is being restarted (`nudge_watch_restarts_total`
+    /// with the kind's label).
+    pub fn watch_restarted(&self, watch: &str) {
+        self.health.restarted(watch);
+    }
+
+    /// Resolves when nudge shuts down.
+    pub async fn cancelled(&self) {
+        self.shutdown.cancelled().await;
+    }
+
+    /// Whether nudge is shutting down.
+    pub fn is_cancelled(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+}
+
 /// A kind of workload nudge can stamp.
 ///
 /// # What an implementation must guarantee
 ///
 /// - **Complete view.** `run` reports every workload of its kind in scope, with the
-///   relist protocol of [`WorkloadEvent`], and keeps reporting changes until
-///   shutdown, recovering from watch errors by itself (backoff, relist).
+///   relist protocol of [`WorkloadEvent`], calls [`TargetContext::ready`] once every
+///   watch has listed, and keeps reporting changes until shutdown, recovering from
+///   watch errors by itself (backoff, relist).
 /// - **Only nudge's fields.** `apply` writes exactly the values in the patch (and
 ///   the `last-updated` annotations), as field manager `nudge`, so that GitOps tools
 ///   and nudge never fight over other fields. Every value nudge owns is in the
@@ -128,34 +188,19 @@ impl TargetError {
 #[async_trait]
 pub trait Target: Send + Sync + 'static {
     /// The kind this target handles.
-    fn kind(&self) -> WorkloadKind;
+    fn kind(&self) -> &WorkloadKind;
 
-    /// Watches the workloads of this kind until `shutdown` is cancelled.
-    async fn run(self: Arc<Self>, events: mpsc::Sender<WorkloadEvent>, shutdown: CancellationToken);
+    /// Watches the workloads of this kind until shutdown.
+    async fn run(self: Arc<Self>, ctx: TargetContext);
 
-    /// Writes `patch` onto the workload `current` (the last version nudge saw).
+    /// Writes `patch` onto the workload `current` (the last version nudge saw, or
+    /// the part of it the patch needs).
     async fn apply(
         &self,
         current: &Workload,
         patch: &StampPatch,
     ) -> Result<ApplyOutcome, TargetError>;
 
-    /// Reads one workload now (for `nudge explain` and the webhook).
+    /// Reads one workload now (for `nudge explain`).
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError>;
-}
-
-/// The three built-in targets, sharing one client.
-pub fn builtin(client: ::kube::Client, settings: TargetSettings) -> Vec<Arc<dyn Target>> {
-    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-    vec![
-        Arc::new(KubeTarget::<Deployment>::new(
-            client.clone(),
-            settings.clone(),
-        )),
-        Arc::new(KubeTarget::<StatefulSet>::new(
-            client.clone(),
-            settings.clone(),
-        )),
-        Arc::new(KubeTarget::<DaemonSet>::new(client, settings)),
-    ]
 }

@@ -1,44 +1,38 @@
-//! The admission handler: an `AdmissionReview` in, an `AdmissionReview` out.
+//! The admission handler: an `AdmissionReview` in, an `AdmissionReview` out, through
+//! kube's admission types.
 //!
 //! It computes the desired stamp with the controller's own code
 //! ([`annotations::dependencies`] → [`stamp::desired`]) over the engine's shared
-//! [`FingerprintStore`], reads what the store lacks straight from the sources
-//! ([`Source::observe`]) within a deadline, and turns the result into a JSON patch
-//! with the pure [`admission_patch`]. Observations read here are *not* written into
-//! the store: the engine owns tracking, and an observation of something nobody
-//! tracks yet would never be refreshed.
+//! [`FingerprintStore`], reads what the store lacks through an [`InputReader`]
+//! within a deadline, decides with [`stamp::decide_admission`] and renders the
+//! decision with [`stamp::admission_patch`]. Observations read here are *not*
+//! written into the store: the engine owns tracking, and an observation of
+//! something nobody tracks yet would never be refreshed.
 //!
 //! It never denies. Every answer is `allowed: true`; malformed reviews, other kinds,
 //! timeouts and internal errors answer without a patch (see [`ReviewResult`]). The
 //! one exception is a body with no `request.uid` to answer to (not JSON, not a
 //! review): that gets HTTP 400, which the kube-apiserver treats as a failed webhook
-//! call, so `failurePolicy: Ignore` admits the request unchanged (and `Fail` would
-//! reject it — another reason the manifests use `Ignore`). A real apiserver never
-//! sends such a body.
+//! call, so `failurePolicy: Ignore` admits the request unchanged. A real apiserver
+//! never sends such a body.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use base64::Engine as _;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::metrics::{ReviewResult, WebhookCounters};
-use super::patch::{PatchInput, PatchOp, admission_patch};
 use crate::annotations::{self, AnnotationScheme};
-use crate::engine::Engine;
 use crate::fingerprint::Observation;
-use crate::model::{SourceCatalog, SourceName, Tracked, Workload, WorkloadKind};
-use crate::sources::Source;
-use crate::stamp::{self, FingerprintLookup, FingerprintStore};
-use crate::targets::to_workload;
+use crate::model::{SourceCatalog, Tracked, Workload, WorkloadKind};
+use crate::stamp::{self, FingerprintLookup, FingerprintStore, InputReader};
 
-/// The AdmissionReview API version nudge answers by default.
-const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
 /// Time kept back from the apiserver's `?timeout=` for answering.
 const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 /// Extra time after the observe deadline before the whole review is abandoned.
@@ -69,12 +63,23 @@ pub struct ReviewAnswer {
     pub result: ReviewResult,
 }
 
+/// What the handler decides with: the configured sources as annotations see them,
+/// the kinds nudge stamps, the engine's fingerprints and a reader for the rest.
+pub struct AdmissionParts {
+    /// The configured sources (annotations naming others are invalid).
+    pub catalog: SourceCatalog,
+    /// The kinds with a registered target; reviews of other kinds are skipped.
+    pub kinds: Vec<WorkloadKind>,
+    /// The engine's fingerprints.
+    pub fingerprints: Arc<RwLock<FingerprintStore>>,
+    /// Reads inputs the store lacks.
+    pub reader: Arc<dyn InputReader>,
+}
+
 /// The admission handler. Cheap to share (`Arc`); one per process.
 pub struct Admission {
     settings: AdmissionSettings,
-    catalog: SourceCatalog,
-    sources: BTreeMap<SourceName, Arc<dyn Source>>,
-    fingerprints: Arc<RwLock<FingerprintStore>>,
+    parts: AdmissionParts,
     counters: Arc<WebhookCounters>,
 }
 
@@ -82,32 +87,21 @@ impl std::fmt::Debug for Admission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admission")
             .field("settings", &self.settings)
-            .field("sources", &self.sources.keys().collect::<Vec<_>>())
+            .field("kinds", &self.parts.kinds)
             .finish_non_exhaustive()
     }
 }
 
-/// What the review is about, once parsed.
-struct Request {
-    operation: String,
-    kind: Option<WorkloadKind>,
-    namespace: String,
-    name: String,
-    object: Option<Value>,
-    old_object: Option<Value>,
-    subresource: String,
-}
-
 /// The outcome of deciding on a request.
 struct Decision {
-    ops: Vec<PatchOp>,
+    patch: json_patch::Patch,
     result: ReviewResult,
 }
 
 impl Decision {
     fn without_patch(result: ReviewResult) -> Self {
         Self {
-            ops: Vec::new(),
+            patch: json_patch::Patch(Vec::new()),
             result,
         }
     }
@@ -116,34 +110,15 @@ impl Decision {
 // === impl Admission ===
 
 impl Admission {
-    /// A handler sharing `engine`'s sources and fingerprint store.
+    /// A handler deciding with `parts`, counting into `counters`.
     pub fn new(
-        engine: &Engine,
         settings: AdmissionSettings,
-        counters: Arc<WebhookCounters>,
-    ) -> Self {
-        Self::from_parts(
-            settings,
-            engine.catalog(),
-            engine.sources(),
-            engine.fingerprints(),
-            counters,
-        )
-    }
-
-    /// A handler over explicit parts (for embedding without an [`Engine`], and tests).
-    pub fn from_parts(
-        settings: AdmissionSettings,
-        catalog: SourceCatalog,
-        sources: BTreeMap<SourceName, Arc<dyn Source>>,
-        fingerprints: Arc<RwLock<FingerprintStore>>,
+        parts: AdmissionParts,
         counters: Arc<WebhookCounters>,
     ) -> Self {
         Self {
             settings,
-            catalog,
-            sources,
-            fingerprints,
+            parts,
             counters,
         }
     }
@@ -170,33 +145,16 @@ impl Admission {
         body: &[u8],
         apiserver_timeout: Option<Duration>,
     ) -> ReviewAnswer {
-        let review: Value = match serde_json::from_slice(body) {
-            Ok(v) => v,
-            Err(error) => {
-                tracing::warn!(%error, "admission body is not JSON");
-                return bad_request("the body is not JSON");
-            }
+        let request = match parse_review(body) {
+            Ok(request) => request,
+            Err(answer) => return answer,
         };
-        let Some(uid) = review
-            .pointer("/request/uid")
-            .and_then(Value::as_str)
-            .filter(|u| !u.is_empty())
-            .map(str::to_owned)
-        else {
-            tracing::warn!("admission body has no request.uid");
-            return bad_request("the body is not an AdmissionReview with request.uid");
-        };
-        let api_version = match review.get("apiVersion").and_then(Value::as_str) {
-            Some(v @ "admission.k8s.io/v1beta1") => v.to_owned(),
-            _ => REVIEW_API_VERSION.to_owned(),
-        };
-        let request = parse_request(review);
         let span = tracing::info_span!(
             "admission",
-            uid = %uid,
-            operation = %request.operation,
-            kind = request.kind.map_or("other", WorkloadKind::as_str),
-            namespace = %request.namespace,
+            uid = %request.uid,
+            operation = ?request.operation,
+            kind = %request.kind.kind,
+            namespace = request.namespace.as_deref().unwrap_or(""),
             name = %request.name,
         );
         let budget = match apiserver_timeout {
@@ -206,6 +164,7 @@ impl Admission {
                 .min(t.saturating_sub(ANSWER_MARGIN)),
             None => self.settings.observe_timeout,
         };
+        let response = AdmissionResponse::from(&request);
         let this = self.clone();
         // A task of its own: a panic (a bug) becomes an `error` answer, not a dropped
         // connection; the hard deadline bounds everything, whatever hangs.
@@ -230,37 +189,64 @@ impl Admission {
         span.in_scope(|| {
             tracing::debug!(
                 result = decision.result.as_str(),
-                ops = decision.ops.len(),
+                ops = decision.patch.0.len(),
                 "answered"
             )
         });
-        allowed(&api_version, &uid, &decision.ops, decision.result)
+        respond(response, decision)
     }
 
-    async fn decide(&self, request: Request, budget: Duration) -> Decision {
-        let Some(kind) = request.kind else {
+    async fn decide(&self, request: AdmissionRequest<DynamicObject>, budget: Duration) -> Decision {
+        let Some(kind) = self.kind_of(&request) else {
             return Decision::without_patch(ReviewResult::Skipped);
         };
-        if !matches!(request.operation.as_str(), "CREATE" | "UPDATE")
-            || !request.subresource.is_empty()
+        let operation_matters = matches!(request.operation, Operation::Create | Operation::Update);
+        if !operation_matters
+            || request
+                .sub_resource
+                .as_deref()
+                .is_some_and(|s| !s.is_empty())
         {
             return Decision::without_patch(ReviewResult::Skipped);
         }
-        if !self.settings.scope.contains(&request.namespace) {
+        let namespace = request
+            .namespace
+            .clone()
+            .or_else(|| {
+                request
+                    .object
+                    .as_ref()
+                    .and_then(|o| o.metadata.namespace.clone())
+            })
+            .unwrap_or_default();
+        if !self.settings.scope.contains(&namespace) {
             return Decision::without_patch(ReviewResult::Skipped);
         }
-        let Some(object) = request.object.as_ref().filter(|o| o.is_object()) else {
+        let Some(object) = request.object.as_ref().map(to_value) else {
             tracing::warn!("admission request has no object");
             return Decision::without_patch(ReviewResult::Malformed);
         };
-        let workload = match parse_workload(kind, object, &request.namespace, &request.name) {
-            Ok(w) => w,
+        let name = Some(request.name.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                request
+                    .object
+                    .as_ref()
+                    .and_then(|o| o.metadata.generate_name.clone())
+            })
+            .unwrap_or_default();
+        let incoming = match workload_of(&kind, &object, &namespace, &name) {
+            Ok(workload) => workload,
             Err(error) => {
-                tracing::warn!(%error, "cannot parse the object under review");
+                tracing::warn!(%error, "cannot read the object under review");
                 return Decision::without_patch(ReviewResult::Malformed);
             }
         };
-        let deps = annotations::dependencies(&workload, &self.settings.scheme, &self.catalog);
+        let stored_object = request.old_object.as_ref().map(to_value);
+        let stored = stored_object
+            .as_ref()
+            .and_then(|old| workload_of(&kind, old, &namespace, &name).ok());
+        let deps = annotations::dependencies(&incoming, &self.settings.scheme, &self.parts.catalog);
         if deps.stamps.is_empty() {
             return Decision::without_patch(ReviewResult::Skipped);
         }
@@ -270,26 +256,45 @@ impl Admission {
         for blocked in &desired.blocked {
             tracing::debug!(output = %blocked.output, reason = %blocked.reason, "output left as it is");
         }
+        let decision = stamp::decide_admission(&incoming, stored.as_ref(), &deps.stamps, &desired);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let ops = admission_patch(&PatchInput {
-            object,
-            old_object: request.old_object.as_ref().filter(|o| o.is_object()),
-            specs: &deps.stamps,
-            desired: &desired,
-            scheme: &self.settings.scheme,
-            now: &now,
-        });
+        let patch = stamp::admission_patch(
+            &object,
+            stored_object.as_ref(),
+            &kind,
+            &decision,
+            &self.settings.scheme,
+            &now,
+        );
         let result = if timed_out {
             ReviewResult::Timeout
-        } else if ops.is_empty() {
+        } else if patch.0.is_empty() {
             ReviewResult::Unchanged
         } else {
             ReviewResult::Patched
         };
-        Decision { ops, result }
+        Decision { patch, result }
     }
 
-    /// The observations of `needed`: from the store, then from the sources for what
+    /// The registered kind the request is about (same group and kind; the
+    /// version the object is served at is the request's).
+    fn kind_of(&self, request: &AdmissionRequest<DynamicObject>) -> Option<WorkloadKind> {
+        let gvk = &request.kind;
+        self.parts
+            .kinds
+            .iter()
+            .find(|kind| kind.group() == gvk.group && kind.as_str() == gvk.kind)
+            .map(|kind| {
+                WorkloadKind::new(
+                    kind.group(),
+                    gvk.version.clone(),
+                    kind.as_str(),
+                    kind.template_path().clone(),
+                )
+            })
+    }
+
+    /// The observations of `needed`: from the store, then from the reader for what
     /// it lacks, until `budget` runs out. Returns whether the budget ran out.
     async fn observations(
         &self,
@@ -299,7 +304,11 @@ impl Admission {
         let mut known = HashMap::new();
         let mut missing = Vec::new();
         {
-            let store = self.fingerprints.read().unwrap_or_else(|e| e.into_inner());
+            let store = self
+                .parts
+                .fingerprints
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
             for tracked in needed {
                 match store.observation(&tracked) {
                     Some(observation) => {
@@ -311,12 +320,12 @@ impl Admission {
         }
         let mut reads: FuturesUnordered<_> = missing
             .into_iter()
-            .filter_map(|tracked| {
-                let source = self.sources.get(&tracked.reference.source)?.clone();
-                Some(async move {
-                    let result = source.observe(&tracked).await;
+            .map(|tracked| {
+                let reader = self.parts.reader.clone();
+                async move {
+                    let result = reader.read(&tracked).await;
                     (tracked, result)
-                })
+                }
             })
             .collect();
         let deadline = tokio::time::sleep(budget);
@@ -329,7 +338,7 @@ impl Admission {
                         known.insert(tracked, observation);
                     }
                     Err(error) => {
-                        tracing::debug!(%tracked, %error, category = error.category(), "cannot read input; its outputs stay as they are");
+                        tracing::debug!(%tracked, %error, category = error.category, "cannot read input; its outputs stay as they are");
                     }
                 },
                 _ = &mut deadline => {
@@ -352,58 +361,56 @@ impl FingerprintLookup for Observations {
     }
 }
 
-fn parse_request(mut review: Value) -> Request {
-    let mut request = review
-        .get_mut("request")
-        .map(Value::take)
-        .unwrap_or_default();
-    let str_at = |v: &Value, p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
+/// The request of a review body, or the answer to give when there is none to
+/// decide on: 400 without a uid, `allowed` without a patch when the review is
+/// malformed but names its uid.
+fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewAnswer> {
+    let review: Value = serde_json::from_slice(body).map_err(|error| {
+        tracing::warn!(%error, "admission body is not JSON");
+        bad_request("the body is not JSON")
+    })?;
+    let Some(uid) = review
+        .pointer("/request/uid")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+    else {
+        tracing::warn!("admission body has no request.uid");
+        return Err(bad_request(
+            "the body is not an AdmissionReview with request.uid",
+        ));
     };
-    let kind = (str_at(&request, "/kind/group") == "apps"
-        && str_at(&request, "/kind/version") == "v1")
-        .then(|| WorkloadKind::parse(&str_at(&request, "/kind/kind")))
-        .flatten()
-        .filter(|k| k.as_str() == str_at(&request, "/kind/kind"));
-    let object = request
-        .get_mut("object")
-        .map(Value::take)
-        .filter(|o| !o.is_null());
-    let namespace = Some(str_at(&request, "/namespace"))
-        .filter(|n| !n.is_empty())
-        .or_else(|| object.as_ref().map(|o| str_at(o, "/metadata/namespace")))
-        .unwrap_or_default();
-    let name = Some(str_at(&request, "/name"))
-        .filter(|n| !n.is_empty())
-        .or_else(|| object.as_ref().map(|o| str_at(o, "/metadata/name")))
-        .filter(|n| !n.is_empty())
-        .or_else(|| object.as_ref().map(|o| str_at(o, "/metadata/generateName")))
-        .unwrap_or_default();
-    Request {
-        operation: str_at(&request, "/operation"),
-        kind,
-        subresource: str_at(&request, "/subResource"),
-        old_object: request
-            .get_mut("oldObject")
-            .map(Value::take)
-            .filter(|o| !o.is_null()),
-        namespace,
-        name,
-        object,
+    let api_version = match review.get("apiVersion").and_then(Value::as_str) {
+        Some(v @ "admission.k8s.io/v1beta1") => v.to_owned(),
+        _ => "admission.k8s.io/v1".to_owned(),
+    };
+    let typed: Result<AdmissionReview<DynamicObject>, _> = serde_json::from_value(review);
+    match typed.map(TryInto::<AdmissionRequest<DynamicObject>>::try_into) {
+        Ok(Ok(request)) => Ok(request),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "admission review without a usable request; allowing without patch");
+            Err(allowed_malformed(&api_version, &uid))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "malformed admission review; allowing without patch");
+            Err(allowed_malformed(&api_version, &uid))
+        }
     }
 }
 
-/// The object as nudge's [`Workload`], with namespace and name filled in from the
+/// The object of a review as JSON.
+fn to_value(object: &DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or_default()
+}
+
+/// The object as a [`Workload`], with namespace and name filled in from the
 /// request when the object lacks them (a CREATE with `generateName`).
-fn parse_workload(
-    kind: WorkloadKind,
+fn workload_of(
+    kind: &WorkloadKind,
     object: &Value,
     namespace: &str,
     name: &str,
-) -> Result<Workload, serde_json::Error> {
+) -> Result<Workload, crate::model::WorkloadError> {
     let mut object = object.clone();
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         for (key, value) in [("namespace", namespace), ("name", name)] {
@@ -416,37 +423,69 @@ fn parse_workload(
             }
         }
     }
-    let workload = match kind {
-        WorkloadKind::Deployment => to_workload(&serde_json::from_value::<Deployment>(object)?),
-        WorkloadKind::StatefulSet => to_workload(&serde_json::from_value::<StatefulSet>(object)?),
-        WorkloadKind::DaemonSet => to_workload(&serde_json::from_value::<DaemonSet>(object)?),
-    };
-    workload.ok_or_else(|| serde::de::Error::custom("the object has no namespace or name"))
+    Workload::from_object(kind, object)
 }
 
-/// An `allowed: true` review answer, with the patch when there is one.
-fn allowed(api_version: &str, uid: &str, ops: &[PatchOp], result: ReviewResult) -> ReviewAnswer {
-    let mut response = json!({ "uid": uid, "allowed": true });
-    if !ops.is_empty() {
-        match serde_json::to_vec(ops) {
-            Ok(bytes) => {
-                response["patchType"] = json!("JSONPatch");
-                response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
-            }
+/// The review answer for `decision`: allowed, with the patch when there is one.
+fn respond(response: AdmissionResponse, decision: Decision) -> ReviewAnswer {
+    let Decision { patch, result } = decision;
+    let (response, result) = if patch.0.is_empty() {
+        (response, result)
+    } else {
+        match response.clone().with_patch(patch) {
+            Ok(patched) => (patched, result),
             Err(error) => {
                 tracing::error!(%error, "cannot serialize the patch; allowing without patch");
-                return allowed(api_version, uid, &[], ReviewResult::Error);
+                (response, ReviewResult::Error)
             }
         }
+    };
+    match serde_json::to_value(response.into_review()) {
+        Ok(mut body) => {
+            base64_patch(&mut body);
+            ReviewAnswer {
+                status: 200,
+                body,
+                result,
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot serialize the review answer");
+            bad_request("internal error")
+        }
     }
+}
+
+/// kube serializes `response.patch` (Go `[]byte`) as an array of numbers, which
+/// Go's decoder accepts; webhooks conventionally send the base64 string Go's own
+/// encoder writes, and so does nudge.
+fn base64_patch(review: &mut Value) {
+    use base64::Engine as _;
+    let Some(patch) = review.pointer_mut("/response/patch") else {
+        return;
+    };
+    let bytes: Option<Vec<u8>> = patch.as_array().and_then(|items| {
+        items
+            .iter()
+            .map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+            .collect()
+    });
+    if let Some(bytes) = bytes {
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+}
+
+/// `allowed: true` without a patch, for a review that names its uid but cannot be
+/// decided on.
+fn allowed_malformed(api_version: &str, uid: &str) -> ReviewAnswer {
     ReviewAnswer {
         status: 200,
         body: json!({
             "apiVersion": api_version,
             "kind": "AdmissionReview",
-            "response": response,
+            "response": { "uid": uid, "allowed": true },
         }),
-        result,
+        result: ReviewResult::Malformed,
     }
 }
 
@@ -463,5 +502,100 @@ fn bad_request(message: &str) -> ReviewAnswer {
             "message": message,
         }),
         result: ReviewResult::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::stamp::ReadError;
+
+    /// A reader that cannot read anything.
+    struct Unreachable;
+
+    #[async_trait]
+    impl InputReader for Unreachable {
+        async fn read(&self, _tracked: &Tracked) -> Result<Observation, ReadError> {
+            Err(ReadError {
+                category: "backend",
+                message: "unreachable".into(),
+            })
+        }
+    }
+
+    fn mk_admission() -> Arc<Admission> {
+        Arc::new(Admission::new(
+            AdmissionSettings {
+                scheme: AnnotationScheme::default(),
+                stamp_on_delete: false,
+                scope: crate::scope::NamespaceScope::default(),
+                observe_timeout: Duration::from_secs(1),
+            },
+            AdmissionParts {
+                catalog: SourceCatalog(BTreeMap::new()),
+                kinds: vec![WorkloadKind::deployment()],
+                fingerprints: Arc::default(),
+                reader: Arc::new(Unreachable),
+            },
+            Arc::default(),
+        ))
+    }
+
+    /// The review the real apiserver sent (transcript), with `nudge.dev/auto`.
+    fn transcript_review() -> Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/apiserver-double/tests/transcripts/admission_review.json"
+        );
+        let transcript: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut review = transcript["webhook_received"][1]["review"].clone();
+        review["request"]["object"]["metadata"]["annotations"] = json!({"nudge.dev/auto": "true"});
+        review
+    }
+
+    #[tokio::test]
+    async fn the_transcript_review_is_answered_with_a_patch_adding_the_stamp() {
+        let review = transcript_review();
+        let answer = mk_admission()
+            .review(&serde_json::to_vec(&review).unwrap(), None)
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.result, ReviewResult::Patched, "{}", answer.body);
+        let response = &answer.body["response"];
+        assert_eq!(response["uid"], review["request"]["uid"]);
+        assert_eq!(response["allowed"], true);
+        assert_eq!(response["patchType"], "JSONPatch");
+        use base64::Engine as _;
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(response["patch"].as_str().expect("a base64 string"))
+            .unwrap();
+        let patch: Value = serde_json::from_slice(&patch).unwrap();
+        assert_eq!(patch[0]["path"], "/spec/template/metadata/annotations");
+        assert_eq!(answer.body["apiVersion"], "admission.k8s.io/v1");
+    }
+
+    #[tokio::test]
+    async fn garbage_without_a_uid_is_a_400_and_malformed_with_one_is_allowed() {
+        let admission = mk_admission();
+        assert_eq!(admission.review(b"not json", None).await.status, 400);
+        assert_eq!(admission.review(b"{}", None).await.status, 400);
+        let malformed = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "object": "not an object"}});
+        let answer = admission
+            .review(&serde_json::to_vec(&malformed).unwrap(), None)
+            .await;
+        assert_eq!(
+            (answer.status, answer.result),
+            (200, ReviewResult::Malformed)
+        );
+        assert_eq!(
+            answer.body["response"],
+            json!({"uid": "u1", "allowed": true})
+        );
     }
 }

@@ -1,8 +1,15 @@
-//! Counters of the admission webhook, as plain atomics. The Prometheus registry
-//! registers them later (`webhook_reviews_total{result}` and friends); until then
-//! they are readable through [`WebhookCounters::reviews`].
+//! Counters of the admission webhook. Reviews by result are a prometheus-client
+//! family the webhook registers itself ([`WebhookCounters::register`]:
+//! `requests_total{result}`, `nudge_webhook_requests_total` under nudge's
+//! registry); TLS and certificate counters are plain atomics for tests and logs.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 
 /// How one admission review ended. Every review is counted under exactly one result;
 /// all of them answer `allowed: true`.
@@ -47,25 +54,23 @@ impl ReviewResult {
             Self::Error => "error",
         }
     }
+}
 
-    fn index(self) -> usize {
-        match self {
-            Self::Patched => 0,
-            Self::Unchanged => 1,
-            Self::Skipped => 2,
-            Self::Malformed => 3,
-            Self::Timeout => 4,
-            Self::Error => 5,
-        }
+impl EncodeLabelValue for ReviewResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+        fmt::Write::write_str(encoder, self.as_str())
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReviewLabels {
+    result: ReviewResult,
 }
 
 /// What the webhook counts. Shared (`Arc`) between the server and whoever exports it.
 #[derive(Debug, Default)]
 pub struct WebhookCounters {
-    reviews: [AtomicU64; 6],
-    /// Where reviews are also exported (`nudge_webhook_requests_total`).
-    metrics: Option<crate::runtime::metrics::Metrics>,
+    reviews: Family<ReviewLabels, Counter>,
     /// TLS handshakes that failed (client gave up, wrong CA, garbage on the port).
     pub tls_handshake_failures: AtomicU64,
     /// Times the serving certificate was (re)loaded: from files, or from the
@@ -76,25 +81,29 @@ pub struct WebhookCounters {
 }
 
 impl WebhookCounters {
-    /// Counters that also export every review to `metrics`.
-    pub fn with_metrics(metrics: crate::runtime::metrics::Metrics) -> Self {
-        Self {
-            metrics: Some(metrics),
-            ..Self::default()
+    /// Counters whose reviews are registered into `registry` as `requests`
+    /// (give it the `webhook` sub-registry), every result exposed at zero.
+    pub fn register(registry: &mut Registry) -> Self {
+        let counters = Self::default();
+        for result in ReviewResult::ALL {
+            drop(counters.reviews.get_or_create(&ReviewLabels { result }));
         }
+        registry.register(
+            "requests",
+            "Admission webhook requests by result",
+            counters.reviews.clone(),
+        );
+        counters
     }
 
     /// Counts one review.
     pub fn record(&self, result: ReviewResult) {
-        self.reviews[result.index()].fetch_add(1, Ordering::Relaxed);
-        if let Some(metrics) = &self.metrics {
-            metrics.webhook_request(result);
-        }
+        self.reviews.get_or_create(&ReviewLabels { result }).inc();
     }
 
     /// Reviews answered with `result` so far.
     pub fn reviews(&self, result: ReviewResult) -> u64 {
-        self.reviews[result.index()].load(Ordering::Relaxed)
+        self.reviews.get_or_create(&ReviewLabels { result }).get()
     }
 
     /// Reviews answered so far, whatever the result.

@@ -6,8 +6,9 @@
 //! GitOps re-apply that drops nudge's annotations gets them back in the same
 //! request. It never denies.
 //!
-//! - [`patch`]: the pure core, object + desired stamp → JSON patch.
-//! - [`admission`]: the review handler around it ([`Admission`]).
+//! - [`admission`]: the review handler ([`Admission`]); the decision and the JSON
+//!   patch are the stamp module's ([`crate::stamp::decide_admission`],
+//!   [`crate::stamp::admission_patch`]).
 //! - [`server`]: HTTPS on its own port (rustls, HTTP/1.1).
 //! - [`tls`]: serving certificate from files, re-read when they change.
 //! - [`certificates`]: the self-managed CA and certificate in a Secret, and the
@@ -17,7 +18,6 @@
 pub mod admission;
 pub mod certificates;
 pub mod metrics;
-pub mod patch;
 pub mod server;
 pub mod tls;
 
@@ -30,10 +30,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use admission::{Admission, AdmissionSettings, ReviewAnswer};
+pub use admission::{Admission, AdmissionParts, AdmissionSettings, ReviewAnswer};
 pub use certificates::{CertificateBundle, CertificateError, ManagedCertificateSettings};
 pub use metrics::{ReviewResult, WebhookCounters};
-pub use patch::{PatchInput, PatchOp, PatchOpKind, admission_patch, escape_pointer_token};
 pub use tls::{CertificateSource, TlsError};
 
 use crate::config::WebhookConfig;

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use base64::Engine as _;
-use nudge::fingerprint::Algorithm;
+use nudge::fingerprint::{Algorithm, FingerprintKey};
+use nudge::health::{Readiness, WatchHealth};
 use nudge::model::{Reference, SourceName, Tracked};
 use nudge::sources::consul::{ClientSettings, ConsulSource, WatchSettings};
-use nudge::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
+use nudge::sources::{Interest, ObserveContext, Source, SourceContext, SourceError, SourceUpdate};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -467,6 +468,11 @@ pub fn source_with(client: ClientSettings, watch: WatchSettings) -> Arc<ConsulSo
     Arc::new(ConsulSource::new(SourceName::consul(), &client, watch).expect("valid settings"))
 }
 
+/// An observe context with a fresh installation key.
+pub fn cx() -> ObserveContext {
+    ObserveContext::new(FingerprintKey::generate())
+}
+
 /// A tracked Consul key.
 pub fn tracked(key: &str, algorithm: Algorithm) -> Tracked {
     Tracked::new(Reference::key(SourceName::consul(), key), algorithm)
@@ -485,14 +491,17 @@ pub struct Driver {
 impl Driver {
     /// Runs `source` with an updates channel of `capacity`.
     pub fn run(source: Arc<ConsulSource>, capacity: usize) -> Self {
-        let (interest_tx, interest_rx) = mpsc::unbounded_channel();
         let (updates_tx, updates_rx) = mpsc::channel(capacity);
         let shutdown = CancellationToken::new();
-        let ctx = SourceContext {
-            interest: interest_rx,
-            updates: updates_tx,
-            shutdown: shutdown.clone(),
-        };
+        let readiness = Readiness::new(CancellationToken::new());
+        let (ctx, interest_tx) = SourceContext::new(
+            source.name().clone(),
+            updates_tx,
+            ObserveContext::new(FingerprintKey::generate()),
+            readiness.register("source consul"),
+            WatchHealth::default(),
+            shutdown.clone(),
+        );
         let task = tokio::spawn(source.clone().run(ctx));
         Self {
             source,

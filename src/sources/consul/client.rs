@@ -335,8 +335,7 @@ pub struct ConsulClient {
     timeout: Duration,
     stats: ClientStats,
     /// Where failed requests are also exported, once set.
-    error_metrics:
-        std::sync::OnceLock<(crate::runtime::metrics::Metrics, crate::model::SourceName)>,
+    error_metrics: std::sync::OnceLock<(super::ConsulMetrics, crate::model::SourceName)>,
 }
 
 impl fmt::Debug for ConsulClient {
@@ -437,11 +436,7 @@ impl ConsulClient {
 
     /// Also counts failed requests in `metrics` under source `name`; the first
     /// call wins.
-    pub fn report_errors_to(
-        &self,
-        metrics: crate::runtime::metrics::Metrics,
-        name: crate::model::SourceName,
-    ) {
+    pub fn report_errors_to(&self, metrics: super::ConsulMetrics, name: crate::model::SourceName) {
         let _ = self.error_metrics.set((metrics, name));
     }
 
@@ -506,7 +501,7 @@ impl ConsulClient {
         if result.is_err() {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
             if let Some((metrics, name)) = self.error_metrics.get() {
-                metrics.consul_query_failed(name);
+                metrics.query_failed(name);
             }
         }
         result

@@ -21,11 +21,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 
 use crate::fingerprint::{Algorithm, Observation};
 use crate::model::{KeySelection, Scope, SourceName, Tracked};
 use crate::rate::TokenBucket;
-use crate::sources::{Source, SourceContext, SourceError};
+use crate::sources::{ObserveContext, Source, SourceContext, SourceError};
 
 pub mod client;
 pub mod plan;
@@ -79,6 +83,41 @@ impl WatchSettings {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SourceLabels {
+    source: String,
+}
+
+/// Failed Consul queries by source, shared by every Consul instance. Clones share
+/// the counters.
+#[derive(Debug, Clone, Default)]
+pub struct ConsulMetrics {
+    query_errors: Family<SourceLabels, Counter>,
+}
+
+impl ConsulMetrics {
+    /// Counters registered into `registry` as `query_errors` (give it the
+    /// `consul` sub-registry: `nudge_consul_query_errors_total`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "query_errors",
+            "Consul queries that failed, by source",
+            metrics.query_errors.clone(),
+        );
+        metrics
+    }
+
+    /// A query of `source` failed.
+    pub fn query_failed(&self, source: &SourceName) {
+        self.query_errors
+            .get_or_create(&SourceLabels {
+                source: source.as_str().to_owned(),
+            })
+            .inc();
+    }
+}
+
 /// One Consul cluster as a [`Source`].
 pub struct ConsulSource {
     name: SourceName,
@@ -127,7 +166,7 @@ impl ConsulSource {
     }
 
     /// Exports failed queries to `metrics` (`nudge_consul_query_errors_total`).
-    pub fn with_metrics(self, metrics: crate::runtime::metrics::Metrics) -> Self {
+    pub fn with_metrics(self, metrics: ConsulMetrics) -> Self {
         self.client.report_errors_to(metrics, self.name.clone());
         self
     }
@@ -206,7 +245,11 @@ impl Source for ConsulSource {
         state::supports(algorithm)
     }
 
-    async fn observe(&self, tracked: &Tracked) -> Result<Observation, SourceError> {
+    async fn observe(
+        &self,
+        tracked: &Tracked,
+        _cx: &ObserveContext,
+    ) -> Result<Observation, SourceError> {
         self.check(tracked)?;
         let _permit = self
             .limits

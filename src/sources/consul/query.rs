@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::WatchSettings;
@@ -180,6 +181,8 @@ pub(crate) struct QueryLoop {
     pub stop: CancellationToken,
     /// Cancelled when nudge shuts down.
     pub shutdown: CancellationToken,
+    /// Where the loop and its requests are spawned (owned by the source's run).
+    pub tasks: TaskTracker,
 }
 
 impl QueryLoop {
@@ -193,7 +196,8 @@ impl QueryLoop {
                 tracing::info_span!("consul_watch", source, prefix = %prefix, query = self.id)
             }
         };
-        tokio::spawn(self.run().instrument(span));
+        let tasks = self.tasks.clone();
+        tasks.spawn(self.run().instrument(span));
     }
 
     async fn run(self) {
@@ -299,8 +303,9 @@ impl QueryLoop {
             lingering: self.limits.lingering.clone(),
             stop: self.stop.clone(),
             shutdown: self.shutdown.clone(),
+            tasks: self.tasks.clone(),
         };
-        let mut handle = tokio::spawn(request.run().in_current_span());
+        let mut handle = self.tasks.spawn(request.run().in_current_span());
         tokio::select! {
             joined = &mut handle => joined.ok().flatten(),
             () = self.stop.cancelled() => None,
@@ -318,6 +323,7 @@ struct BlockingRequest {
     lingering: Arc<Semaphore>,
     stop: CancellationToken,
     shutdown: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl BlockingRequest {
@@ -337,7 +343,7 @@ impl BlockingRequest {
         match self.lingering.try_acquire_owned() {
             Ok(slot) => {
                 let shutdown = self.shutdown.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     tokio::select! {
                         () = tokio::time::sleep_until(server_deadline) => {}
                         () = shutdown.cancelled() => {}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::ConsulSource;
@@ -25,11 +26,17 @@ const ANSWER_BUFFER: usize = 64;
 
 /// Runs the source until shutdown (see [`crate::sources::Source::run`]).
 pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result<(), SourceError> {
-    let SourceContext {
+    let (parts, _health) = ctx.into_parts();
+    let crate::sources::ContextParts {
         mut interest,
         updates,
+        ready,
         shutdown,
-    } = ctx;
+        ..
+    } = parts;
+    // Consul being unreachable does not make nudge unready: the Kubernetes side
+    // still works, and the last known fingerprints stay in force.
+    ready.listed();
     let (answers_tx, mut answers_rx) = mpsc::channel(ANSWER_BUFFER);
     let mut watch = Watch {
         source: source.clone(),
@@ -39,8 +46,10 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
         assignment: HashMap::new(),
         next_id: 0,
         answers: answers_tx,
-        shutdown: shutdown.clone(),
+        // The source's own tasks stop when it returns, shutdown or not.
+        shutdown: shutdown.child_token(),
         pending_reads: BTreeSet::new(),
+        tasks: TaskTracker::new(),
     };
     let mut replan_at: Option<Instant> = None;
     let mut interest_open = true;
@@ -79,6 +88,9 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
         }
     }
     watch.stop_all();
+    watch.shutdown.cancel();
+    watch.tasks.close();
+    watch.tasks.wait().await;
     tracing::info!(source = %source.name(), "Consul source stopped");
     Ok(())
 }
@@ -123,6 +135,8 @@ struct Watch {
     shutdown: CancellationToken,
     /// Keys already watched that gained an item needing its first observation.
     pending_reads: BTreeSet<String>,
+    /// Every task the source started: query loops, their requests, one-off reads.
+    tasks: TaskTracker,
 }
 
 impl Watch {
@@ -222,6 +236,7 @@ impl Watch {
             answers: self.answers.clone(),
             stop: stop.clone(),
             shutdown: self.shutdown.clone(),
+            tasks: self.tasks.clone(),
         }
         .spawn(self.source.name().as_str());
         self.running.insert(
@@ -247,7 +262,7 @@ impl Watch {
         let answers = self.answers.clone();
         let shutdown = self.shutdown.clone();
         let span = tracing::debug_span!("consul_read", source = %source.name(), key = %key);
-        tokio::spawn(
+        self.tasks.spawn(
             async move {
                 let target = WatchTarget::Key(key);
                 let mut delay = Duration::from_millis(500);
@@ -396,6 +411,7 @@ mod tests {
             answers,
             shutdown: CancellationToken::new(),
             pending_reads: BTreeSet::new(),
+            tasks: TaskTracker::new(),
         }
     }
 

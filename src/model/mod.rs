@@ -6,8 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Serialize;
+
+mod kind;
+mod workload;
+
+pub use kind::{TemplatePath, TemplatePathError, WorkloadKind};
+pub use workload::{Rollout, Workload, WorkloadError};
 
 /// Longest name part a Kubernetes annotation key may have.
 pub const MAX_ANNOTATION_NAME_LEN: usize = 63;
@@ -146,48 +151,6 @@ impl Slot {
 impl fmt::Display for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-/// The workload kinds nudge can stamp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum WorkloadKind {
-    /// `apps/v1` Deployment.
-    Deployment,
-    /// `apps/v1` StatefulSet.
-    StatefulSet,
-    /// `apps/v1` DaemonSet.
-    DaemonSet,
-}
-
-impl WorkloadKind {
-    /// All kinds, in a stable order.
-    pub const ALL: [WorkloadKind; 3] = [Self::Deployment, Self::StatefulSet, Self::DaemonSet];
-
-    /// The Kubernetes `kind` string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Deployment => "Deployment",
-            Self::StatefulSet => "StatefulSet",
-            Self::DaemonSet => "DaemonSet",
-        }
-    }
-
-    /// Parses a kind as users type it on the command line (`deployment`, `deploy`,
-    /// `sts`, `ds`, any case).
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.to_ascii_lowercase().as_str() {
-            "deployment" | "deployments" | "deploy" => Some(Self::Deployment),
-            "statefulset" | "statefulsets" | "sts" => Some(Self::StatefulSet),
-            "daemonset" | "daemonsets" | "ds" => Some(Self::DaemonSet),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for WorkloadKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -443,31 +406,6 @@ pub struct StampSpec {
     /// Where each input's reference was found; a reference found in several places
     /// has several entries.
     pub origins: Vec<(Reference, Origin)>,
-}
-
-/// The parts of a workload nudge reads: what annotations and discovery look at, and
-/// what the stamp diff compares against. Targets build it; `managedFields`, status
-/// and everything else are dropped.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Workload {
-    /// Which workload.
-    pub id: WorkloadId,
-    /// `metadata.annotations` of the workload itself.
-    pub annotations: BTreeMap<String, String>,
-    /// `spec.template`.
-    pub template: PodTemplateSpec,
-}
-
-impl Workload {
-    /// `spec.template.metadata.annotations`, or an empty map.
-    pub fn template_annotations(&self) -> &BTreeMap<String, String> {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        self.template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.annotations.as_ref())
-            .unwrap_or(&EMPTY)
-    }
 }
 
 /// Whether a source's references name objects in the workload's namespace.

@@ -1,29 +1,23 @@
-//! The server-side apply body of a stamp: only nudge's fields.
+//! The server-side apply renderer of a [`StampPatch`]: only nudge's fields.
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use super::StampPatch;
+use crate::annotations::AnnotationScheme;
 use crate::model::{Output, Workload};
-use crate::stamp::StampPatch;
-
-/// k8s-consul-mutator's annotation prefix; its `last-updated` is written beside its
-/// checksums.
-const CONSUL_MUTATOR_PREFIX: &str = "k8s-consul-mutator.io/";
-
-/// A rendered server-side apply configuration.
-pub type ApplyBody = Value;
 
 /// Renders the apply configuration for `patch` on `current`: every annotation and
-/// env var nudge owns, plus `<prefix>/last-updated` (and k8s-consul-mutator's
-/// `last-updated` when its checksums are present) set to `now` on the workload's
-/// own metadata, never on the pod template.
-pub fn render_apply_body(
+/// env var nudge owns, plus the `last-updated` annotations (from `scheme`) set to
+/// `now` on the workload's own metadata, never on the pod template. The pod
+/// template is placed at the kind's template path.
+pub fn apply_body(
     current: &Workload,
     patch: &StampPatch,
-    prefix: &str,
+    scheme: &AnnotationScheme,
     now: &str,
-) -> ApplyBody {
+) -> Value {
     let mut template_annotations = BTreeMap::new();
     let mut workload_annotations = BTreeMap::new();
     let mut env = BTreeMap::new();
@@ -41,22 +35,14 @@ pub fn render_apply_body(
             }
         }
     }
-    workload_annotations.insert(format!("{prefix}/last-updated"), now.to_owned());
-    if patch
-        .values
-        .keys()
-        .any(|o| o.key().starts_with(CONSUL_MUTATOR_PREFIX))
-    {
-        workload_annotations.insert(
-            format!("{CONSUL_MUTATOR_PREFIX}last-updated"),
-            now.to_owned(),
-        );
+    for key in scheme.last_updated_keys(patch.values.keys()) {
+        workload_annotations.insert(key, now.to_owned());
     }
 
     let mut template = json!({ "metadata": { "annotations": template_annotations } });
     let (containers, init_containers) = containers_with_env(current, &env);
     if !containers.is_empty() || !init_containers.is_empty() {
-        let mut spec = serde_json::Map::new();
+        let mut spec = Map::new();
         if !containers.is_empty() {
             spec.insert("containers".into(), Value::Array(containers));
         }
@@ -65,16 +51,24 @@ pub fn render_apply_body(
         }
         template["spec"] = Value::Object(spec);
     }
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": current.id.kind.as_str(),
+    let kind = &current.id.kind;
+    let mut body = json!({
+        "apiVersion": kind.api_version(),
+        "kind": kind.as_str(),
         "metadata": {
             "name": current.id.name,
             "namespace": current.id.namespace,
             "annotations": workload_annotations,
         },
-        "spec": { "template": template },
-    })
+    });
+    let segments: Vec<&str> = kind.template_path().segments().collect();
+    let nested = segments
+        .iter()
+        .skip(1)
+        .rev()
+        .fold(template, |inner, segment| json!({ *segment: inner }));
+    body[segments[0]] = nested;
+    body
 }
 
 /// For each container and init container that already carries one of `env`'s
@@ -115,7 +109,7 @@ fn containers_with_env(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{WorkloadId, WorkloadKind};
+    use crate::model::{Rollout, TemplatePath, WorkloadId, WorkloadKind};
     use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
 
     fn mk_container(name: &str, env: &[(&str, &str)]) -> Container {
@@ -134,9 +128,13 @@ mod tests {
         }
     }
 
-    fn mk_workload(containers: Vec<Container>, init: Vec<Container>) -> Workload {
+    fn mk_workload(
+        kind: WorkloadKind,
+        containers: Vec<Container>,
+        init: Vec<Container>,
+    ) -> Workload {
         Workload {
-            id: WorkloadId::new(WorkloadKind::Deployment, "ns", "web"),
+            id: WorkloadId::new(kind, "ns", "web"),
             annotations: BTreeMap::new(),
             template: PodTemplateSpec {
                 metadata: None,
@@ -146,12 +144,13 @@ mod tests {
                     ..Default::default()
                 }),
             },
+            rollout: Rollout::Unknown,
         }
     }
 
     fn mk_patch(values: &[(Output, &str)]) -> StampPatch {
         StampPatch {
-            id: WorkloadId::new(WorkloadKind::Deployment, "ns", "web"),
+            id: WorkloadId::new(WorkloadKind::deployment(), "ns", "web"),
             changed: values.iter().map(|(o, _)| o.clone()).collect(),
             values: values
                 .iter()
@@ -160,14 +159,23 @@ mod tests {
         }
     }
 
+    fn scheme() -> AnnotationScheme {
+        AnnotationScheme::default()
+    }
+
     #[test]
     fn template_annotations_and_last_updated_on_metadata_only() {
-        let workload = mk_workload(vec![mk_container("app", &[])], vec![]);
+        let workload = mk_workload(
+            WorkloadKind::deployment(),
+            vec![mk_container("app", &[])],
+            vec![],
+        );
         let patch = mk_patch(&[(
             Output::PodTemplateAnnotation("nudge.dev/checksum-config".into()),
             "sha256-1",
         )]);
-        let body = render_apply_body(&workload, &patch, "nudge.dev", "2026-11-22T00:00:00Z");
+        let body = apply_body(&workload, &patch, &scheme(), "2026-11-22T00:00:00Z");
+        assert_eq!(body["apiVersion"], "apps/v1");
         assert_eq!(body["kind"], "Deployment");
         assert_eq!(body["metadata"]["name"], "web");
         assert_eq!(
@@ -182,14 +190,38 @@ mod tests {
     }
 
     #[test]
+    fn the_template_goes_to_the_kinds_template_path() {
+        let cron = WorkloadKind::new(
+            "batch",
+            "v1",
+            "CronJob",
+            TemplatePath::parse("spec.jobTemplate.spec.template").unwrap(),
+        );
+        let workload = mk_workload(cron, vec![], vec![]);
+        let key = "nudge.dev/config-hash";
+        let patch = mk_patch(&[(Output::PodTemplateAnnotation(key.into()), "sha256-1")]);
+        let body = apply_body(&workload, &patch, &scheme(), "T");
+        assert_eq!(body["apiVersion"], "batch/v1");
+        assert_eq!(
+            body["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["annotations"][key],
+            "sha256-1"
+        );
+        assert!(body["spec"].get("template").is_none());
+    }
+
+    #[test]
     fn consul_mutator_checksums_go_on_both_and_get_their_own_last_updated() {
-        let workload = mk_workload(vec![mk_container("app", &[])], vec![]);
+        let workload = mk_workload(
+            WorkloadKind::deployment(),
+            vec![mk_container("app", &[])],
+            vec![],
+        );
         let key = "k8s-consul-mutator.io/checksum-db";
         let patch = mk_patch(&[(
             Output::PodTemplateAndWorkloadAnnotation(key.into()),
             "md5-1",
         )]);
-        let body = render_apply_body(&workload, &patch, "nudge.dev", "T");
+        let body = apply_body(&workload, &patch, &scheme(), "T");
         assert_eq!(
             body["spec"]["template"]["metadata"]["annotations"][key],
             "md5-1"
@@ -205,6 +237,7 @@ mod tests {
     fn env_vars_are_updated_in_every_container_that_carries_them() {
         let var = "STAKATER_APP_CONFIG_CONFIGMAP";
         let workload = mk_workload(
+            WorkloadKind::deployment(),
             vec![
                 mk_container("app", &[(var, "old"), ("OTHER", "x")]),
                 mk_container("sidecar", &[("OTHER", "x")]),
@@ -212,7 +245,7 @@ mod tests {
             vec![mk_container("init", &[(var, "old")])],
         );
         let patch = mk_patch(&[(Output::ContainerEnv(var.into()), "new")]);
-        let body = render_apply_body(&workload, &patch, "nudge.dev", "T");
+        let body = apply_body(&workload, &patch, &scheme(), "T");
         let spec = &body["spec"]["template"]["spec"];
         assert_eq!(
             spec["containers"],

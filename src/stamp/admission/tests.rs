@@ -1,7 +1,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::model::Combine;
+use crate::model::{Combine, StampSpec, Workload};
+use crate::stamp::{DesiredStamp, decide_admission};
 
 const HASH: &str = "nudge.dev/config-hash";
 const LAST: &str = "nudge.dev/last-updated";
@@ -48,23 +49,38 @@ fn patch_for(
     old: Option<&Value>,
     specs: &[StampSpec],
     desired: &DesiredStamp,
-) -> Vec<PatchOp> {
-    let scheme = AnnotationScheme::default();
-    admission_patch(&PatchInput {
+) -> Vec<Value> {
+    let kind = WorkloadKind::deployment();
+    let parse = |o: &Value| Workload::from_object(&kind, o.clone()).ok();
+    let Some(incoming) = parse(object) else {
+        return Vec::new();
+    };
+    let stored = old.and_then(parse);
+    let decision = decide_admission(&incoming, stored.as_ref(), specs, desired);
+    let patch = admission_patch(
         object,
-        old_object: old,
-        specs,
-        desired,
-        scheme: &scheme,
-        now: NOW,
-    })
+        old,
+        &kind,
+        &decision,
+        &AnnotationScheme::default(),
+        NOW,
+    );
+    patch
+        .0
+        .iter()
+        .map(|op| serde_json::to_value(op).unwrap())
+        .collect()
+}
+
+fn op(kind: &str, path: &str, value: impl Into<Value>) -> Value {
+    json!({"op": kind, "path": path, "value": value.into()})
 }
 
 /// Applies `ops` with an RFC 6902 implementation; panics when it would fail (the
 /// apiserver would answer 500).
-fn apply(object: &Value, ops: &[PatchOp]) -> Value {
+fn apply(object: &Value, ops: &[Value]) -> Value {
     let patch: json_patch::Patch =
-        serde_json::from_value(serde_json::to_value(ops).unwrap()).expect("ops are RFC 6902");
+        serde_json::from_value(Value::Array(ops.to_vec())).expect("ops are RFC 6902");
     let mut doc = object.clone();
     json_patch::patch(&mut doc, &patch).expect("patch applies");
     doc
@@ -82,9 +98,9 @@ fn missing_annotations_map_is_added_whole_never_into() {
     );
     assert_eq!(
         ops[0],
-        PatchOp::new(
-            PatchOpKind::Add,
-            "/spec/template/metadata/annotations".into(),
+        op(
+            "add",
+            "/spec/template/metadata/annotations",
             json!({HASH: "sha256-1"})
         )
     );
@@ -106,7 +122,7 @@ fn transcript_create_gets_the_patch_the_apiserver_accepted() {
         &specs,
         &mk_desired(&[(hash_output(), "sha256-from-webhook")]),
     );
-    let template_op = serde_json::to_value(&ops[0]).unwrap();
+    let template_op = ops[0].clone();
     assert_eq!(
         template_op,
         json!({"op": "add", "path": "/spec/template/metadata/annotations",
@@ -119,8 +135,8 @@ fn missing_template_metadata_is_added_with_the_annotations_inside() {
     let object = mk_deployment(None);
     let specs = [mk_spec(hash_output())];
     let ops = patch_for(&object, None, &specs, &mk_desired(&[(hash_output(), "v")]));
-    assert_eq!(ops[0].path, "/spec/template/metadata");
-    assert_eq!(ops[0].value, json!({"annotations": {HASH: "v"}}));
+    assert_eq!(ops[0]["path"], "/spec/template/metadata");
+    assert_eq!(ops[0]["value"], json!({"annotations": {HASH: "v"}}));
     apply(&object, &ops);
 }
 
@@ -129,7 +145,7 @@ fn null_annotations_map_is_replaced_whole() {
     let object = mk_deployment(Some(json!({"annotations": null})));
     let specs = [mk_spec(hash_output())];
     let ops = patch_for(&object, None, &specs, &mk_desired(&[(hash_output(), "v")]));
-    assert_eq!(ops[0].path, "/spec/template/metadata/annotations");
+    assert_eq!(ops[0]["path"], "/spec/template/metadata/annotations");
     let patched = apply(&object, &ops);
     assert_eq!(
         patched["spec"]["template"]["metadata"]["annotations"][HASH],
@@ -144,9 +160,9 @@ fn existing_map_gets_one_escaped_add_per_key() {
     let output = Output::PodTemplateAnnotation(key.into());
     let specs = [mk_spec(output.clone())];
     let ops = patch_for(&object, None, &specs, &mk_desired(&[(output, "v")]));
-    assert_eq!(ops[0].op, PatchOpKind::Add);
+    assert_eq!(ops[0]["op"], "add");
     assert_eq!(
-        ops[0].path,
+        ops[0]["path"],
         "/spec/template/metadata/annotations/nudge.dev~1checksum-a~0b"
     );
     let patched = apply(&object, &ops);
@@ -161,12 +177,6 @@ fn existing_map_gets_one_escaped_add_per_key() {
 }
 
 #[test]
-fn pointer_escaping_follows_rfc6901_order() {
-    assert_eq!(escape_pointer_token("a/b~c"), "a~1b~0c");
-    assert_eq!(escape_pointer_token("~1"), "~01");
-}
-
-#[test]
 fn different_value_is_replaced_and_last_updated_set() {
     let object = mk_deployment(Some(json!({"annotations": {HASH: "old"}})));
     let specs = [mk_spec(hash_output())];
@@ -176,9 +186,9 @@ fn different_value_is_replaced_and_last_updated_set() {
         &specs,
         &mk_desired(&[(hash_output(), "new")]),
     );
-    assert!(ops.contains(&PatchOp::new(
-        PatchOpKind::Replace,
-        "/spec/template/metadata/annotations/nudge.dev~1config-hash".into(),
+    assert!(ops.contains(&op(
+        "replace",
+        "/spec/template/metadata/annotations/nudge.dev~1config-hash",
         "new"
     )));
     let patched = apply(&object, &ops);
@@ -351,11 +361,11 @@ fn several_outputs_share_one_whole_map_add() {
     let ops = patch_for(&object, None, &specs, &mk_desired(&[(a, "1"), (wave, "2")]));
     let template_ops: Vec<_> = ops
         .iter()
-        .filter(|o| o.path.starts_with("/spec/"))
+        .filter(|o| o["path"].as_str().unwrap().starts_with("/spec/"))
         .collect();
     assert_eq!(template_ops.len(), 1);
     assert_eq!(
-        template_ops[0].value,
+        template_ops[0]["value"],
         json!({"nudge.dev/checksum-a": "1", "wave.pusher.com/config-hash": "2"})
     );
 }

@@ -1,0 +1,827 @@
+//! The engine core: a synchronous state machine, `handle(Input, now) -> Vec<Effect>`.
+//!
+//! It owns every decision (design §5): what each workload depends on, whether its
+//! stamp is in sync, when it may be written, what is tracked, which Events to
+//! publish. It performs no I/O and reads no clock: the [driver](super::driver)
+//! feeds it [`Input`]s with the current time and performs the [`Effect`]s it
+//! returns. State-based: every decision compares the desired stamp with what is on
+//! the workload, so replayed inputs and restarts are harmless.
+//!
+//! One [`Record`] per workload holds everything the core knows about it.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::graph::DependencyGraph;
+use super::metrics::{EngineMetrics, StampResult};
+use super::queue::Queue;
+use crate::annotations::{self, AnnotationError, AnnotationScheme};
+use crate::config::EngineConfig;
+use crate::events::{Notice, Reason};
+use crate::model::{
+    Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload, WorkloadId,
+};
+use crate::rate::{Backoff, PacingError, TokenBucket};
+use crate::sources::SourceUpdate;
+use crate::stamp::{self, BlockReason, CurrentOutputs, FingerprintStore, StampPatch};
+use crate::targets::{ApplyOutcome, TargetError, WatchScope, WorkloadEvent};
+
+/// Stamps written at once. Each write in flight is a connection to the API server;
+/// the token bucket paces how many start per second, this bounds how many
+/// connections (and their buffers) a burst opens.
+pub const MAX_WRITES_IN_FLIGHT: usize = 8;
+/// First retry delay after a failed stamp; doubles (with jitter) up to
+/// [`MAX_RETRY_DELAY`].
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
+
+/// What happened, as the core sees it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Input {
+    /// A target reported a workload event (boxed: workloads are large).
+    Workload(Box<WorkloadEvent>),
+    /// A source reported an observation.
+    Observation(SourceUpdate),
+    /// A source was (re)started and must be told everything it tracks.
+    SourceStarted(SourceName),
+    /// A write requested by [`Effect::Write`] finished.
+    WriteFinished {
+        /// The workload written.
+        id: WorkloadId,
+        /// How it went.
+        outcome: WriteOutcome,
+    },
+    /// This replica became leader (`true`) or stopped being leader.
+    Leadership(bool),
+    /// The namespaces matching `kubernetes.namespace_selector` are now these.
+    Namespaces(BTreeSet<String>),
+    /// Time passed (a [`Effect::WakeAt`] came due).
+    Tick,
+}
+
+impl Input {
+    /// [`Input::Workload`] of `event`.
+    pub fn workload(event: WorkloadEvent) -> Self {
+        Self::Workload(Box::new(event))
+    }
+}
+
+/// How a stamp write ended.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum WriteOutcome {
+    /// Written; the workload as stored afterwards.
+    Applied(Box<Workload>),
+    /// The workload no longer exists.
+    Gone,
+    /// A retryable failure (conflict, 5xx, timeout).
+    Retry(TargetError),
+    /// Refused for good (403, 422, …).
+    Failed(TargetError),
+}
+
+impl From<Result<ApplyOutcome, TargetError>> for WriteOutcome {
+    fn from(result: Result<ApplyOutcome, TargetError>) -> Self {
+        match result {
+            Ok(ApplyOutcome::Applied(workload)) => Self::Applied(workload),
+            Ok(ApplyOutcome::Gone) => Self::Gone,
+            Err(error) if error.is_retryable() => Self::Retry(error),
+            Err(error) => Self::Failed(error),
+        }
+    }
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Effect {
+    /// Tell the reference's source to start tracking it.
+    Track(Tracked),
+    /// Tell the reference's source to stop tracking it.
+    Untrack(Tracked),
+    /// Write a stamp through the workload kind's target, then report
+    /// [`Input::WriteFinished`]. Boxed: workloads are large.
+    Write(Box<StampWrite>),
+    /// Publish a Kubernetes Event (never waited for).
+    Publish(Notice),
+    /// Send [`Input::Tick`] at this time (replaces any earlier request).
+    WakeAt(Instant),
+}
+
+/// One stamp to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StampWrite {
+    /// The workload as the core knows it: the current values of its outputs.
+    pub workload: Workload,
+    /// What to write.
+    pub patch: StampPatch,
+}
+
+/// Everything the core knows about one workload.
+struct Record {
+    /// The current values of its outputs (not the whole pod template).
+    current: CurrentOutputs,
+    /// The whole workload, kept only under a namespace selector: a workload whose
+    /// namespace leaves the selection is parked, and coming back needs all of it.
+    full: Option<Box<Workload>>,
+    debounce: Option<Duration>,
+    min_interval: Option<Duration>,
+    rollout: Rollout,
+    /// References whose observation changed since the last stamp.
+    pending: BTreeSet<Reference>,
+    /// When the first change not yet stamped was observed.
+    observed_at: Option<Instant>,
+    write: WriteState,
+    /// Set while writes fail and are retried.
+    retry: Option<Backoff>,
+    last_stamp: Option<Instant>,
+    reported_missing: Option<BTreeSet<Reference>>,
+    reported_invalid: Vec<String>,
+}
+
+#[derive(Debug)]
+enum WriteState {
+    Idle,
+    /// A write is in flight; `again` when the workload became due meanwhile.
+    InFlight {
+        again: bool,
+        sources: BTreeSet<SourceName>,
+        /// The outputs the write changes (for the Event when no reference changed).
+        outputs: Vec<Output>,
+    },
+}
+
+/// Which namespaces workloads may be stamped in.
+enum Selection {
+    /// No `namespace_selector`: all (within the watched scope).
+    All,
+    /// A selector whose first list has not arrived: none yet.
+    Pending,
+    /// The namespaces the selector matches.
+    Selected(BTreeSet<String>),
+}
+
+/// The settings the core decides with.
+#[derive(Debug, Clone)]
+pub struct CoreSettings {
+    /// Timing and pacing (`[engine]`).
+    pub engine: EngineConfig,
+    /// nudge's annotation names.
+    pub scheme: AnnotationScheme,
+    /// The configured sources.
+    pub catalog: SourceCatalog,
+    /// Whether workloads are limited to namespaces matching a selector (then none
+    /// is stamped before the first [`Input::Namespaces`]).
+    pub namespace_selector: bool,
+    /// Whether this replica starts as leader (false under leader election).
+    pub leader: bool,
+}
+
+/// The engine core. See the module docs.
+pub struct Core {
+    engine: EngineConfig,
+    scheme: AnnotationScheme,
+    catalog: SourceCatalog,
+    graph: DependencyGraph,
+    store: Arc<RwLock<FingerprintStore>>,
+    records: HashMap<WorkloadId, Record>,
+    /// Workloads in namespaces outside the selection: kept, not tracked.
+    parked: HashMap<WorkloadId, Workload>,
+    selection: Selection,
+    /// Per watch stream being relisted, the workloads listed so far.
+    relisting: HashMap<WatchScope, HashSet<WorkloadId>>,
+    queue: Queue,
+    leader: bool,
+    in_flight: usize,
+    metrics: EngineMetrics,
+}
+
+// === impl Core ===
+
+impl Core {
+    /// A core with nothing known yet. `store` is shared with readers (the webhook);
+    /// only the core writes it.
+    pub fn new(
+        settings: CoreSettings,
+        store: Arc<RwLock<FingerprintStore>>,
+        metrics: EngineMetrics,
+    ) -> Result<Self, PacingError> {
+        let CoreSettings {
+            engine,
+            scheme,
+            catalog,
+            namespace_selector,
+            leader,
+        } = settings;
+        let bucket = TokenBucket::new(engine.stamps_per_second, engine.burst)?;
+        Ok(Self {
+            engine,
+            scheme,
+            catalog,
+            graph: DependencyGraph::new(),
+            store,
+            records: HashMap::new(),
+            parked: HashMap::new(),
+            selection: if namespace_selector {
+                Selection::Pending
+            } else {
+                Selection::All
+            },
+            relisting: HashMap::new(),
+            queue: Queue::new(bucket),
+            leader,
+            in_flight: 0,
+            metrics,
+        })
+    }
+
+    /// Handles one input at `now` and returns what to do, ending with the next
+    /// [`Effect::WakeAt`] when something is waiting.
+    pub fn handle(&mut self, input: Input, now: Instant) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match input {
+            Input::Workload(event) => self.on_workload_event(*event, now, &mut out),
+            Input::Observation(update) => self.on_observation(update, now),
+            Input::SourceStarted(name) => out.extend(
+                self.graph
+                    .tracked()
+                    .filter(|t| t.reference.source == name)
+                    .cloned()
+                    .map(Effect::Track),
+            ),
+            Input::WriteFinished { id, outcome } => self.on_written(id, outcome, now, &mut out),
+            Input::Leadership(leader) => self.on_leadership(leader, now, &mut out),
+            Input::Namespaces(selected) => self.on_namespaces(selected, now, &mut out),
+            Input::Tick => {}
+        }
+        self.release(now, &mut out);
+        self.metrics.set_gauges(
+            self.graph.workload_count(),
+            self.graph.tracked_count(),
+            self.queue.len(),
+        );
+        if let Some(at) = self.queue.next_wake(self.room() > 0) {
+            out.push(Effect::WakeAt(at));
+        }
+        out
+    }
+
+    /// Workloads with a record (tracked or with annotation errors).
+    pub fn workload_count(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Writes in flight.
+    pub fn writes_in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    fn room(&self) -> usize {
+        MAX_WRITES_IN_FLIGHT.saturating_sub(self.in_flight)
+    }
+}
+
+// === workloads ===
+
+impl Core {
+    fn on_workload_event(&mut self, event: WorkloadEvent, now: Instant, out: &mut Vec<Effect>) {
+        match event {
+            WorkloadEvent::Init(scope) => {
+                self.relisting.insert(scope, HashSet::new());
+            }
+            WorkloadEvent::InitApply(workload) => {
+                if let Some(seen) = self
+                    .relisting
+                    .iter_mut()
+                    .find_map(|(scope, seen)| scope.contains(&workload.id).then_some(seen))
+                {
+                    seen.insert(workload.id.clone());
+                }
+                self.on_workload(workload, now, out);
+            }
+            WorkloadEvent::InitDone(scope) => {
+                let seen = self.relisting.remove(&scope).unwrap_or_default();
+                let gone: Vec<WorkloadId> = self
+                    .records
+                    .keys()
+                    .chain(self.parked.keys())
+                    .filter(|id| scope.contains(id) && !seen.contains(*id))
+                    .cloned()
+                    .collect();
+                for id in gone {
+                    self.on_delete(&id, out);
+                }
+            }
+            WorkloadEvent::Apply(workload) => self.on_workload(workload, now, out),
+            WorkloadEvent::Delete(id) => self.on_delete(&id, out),
+        }
+    }
+
+    fn on_workload(&mut self, workload: Workload, now: Instant, out: &mut Vec<Effect>) {
+        let id = workload.id.clone();
+        if !self.in_selection(&id) {
+            if self.records.contains_key(&id) {
+                self.on_delete(&id, out);
+            }
+            self.parked.insert(id, workload);
+            return;
+        }
+        self.parked.remove(&id);
+        let deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
+        let current = CurrentOutputs::new(&workload, deps.stamps.iter().map(|s| &s.output));
+        let delta = self.graph.apply(id.clone(), deps.stamps);
+        out.extend(delta.newly_tracked.into_iter().map(Effect::Track));
+        self.drop_tracked(delta.droppable, out);
+        if self.graph.specs(&id).is_none() && deps.errors.is_empty() {
+            // Nothing to track or report: forget it (memory grows with what is
+            // tracked, not with the cluster).
+            self.records.remove(&id);
+            self.queue.forget(&id);
+            return;
+        }
+        let full = matches!(self.selection, Selection::Selected(_) | Selection::Pending)
+            .then(|| Box::new(workload.clone()));
+        let record = self.records.entry(id.clone()).or_insert_with(|| Record {
+            current: current.clone(),
+            full: None,
+            debounce: None,
+            min_interval: None,
+            rollout: Rollout::Unknown,
+            pending: BTreeSet::new(),
+            observed_at: None,
+            write: WriteState::Idle,
+            retry: None,
+            last_stamp: None,
+            reported_missing: None,
+            reported_invalid: Vec::new(),
+        });
+        record.current = current;
+        record.full = full;
+        record.debounce = deps.debounce;
+        record.min_interval = deps.min_interval;
+        let completed =
+            workload.rollout == Rollout::Complete && record.rollout != Rollout::Complete;
+        record.rollout = workload.rollout;
+        self.report_invalid(&id, &deps.errors, out);
+        if completed {
+            // The previous rollout finished: a held re-stamp need not wait for
+            // min-interval any more.
+            self.queue.rehold(&id, |since| since);
+        }
+        self.evaluate(&id, now);
+    }
+
+    fn on_delete(&mut self, id: &WorkloadId, out: &mut Vec<Effect>) {
+        self.parked.remove(id);
+        let delta = self.graph.delete(id);
+        self.drop_tracked(delta.droppable, out);
+        self.records.remove(id);
+        self.queue.forget(id);
+    }
+
+    fn drop_tracked(&mut self, droppable: Vec<Tracked>, out: &mut Vec<Effect>) {
+        if droppable.is_empty() {
+            return;
+        }
+        let mut store = self.store.write().unwrap_or_else(|e| e.into_inner());
+        for tracked in droppable {
+            store.remove(&tracked);
+            out.push(Effect::Untrack(tracked));
+        }
+    }
+
+    fn report_invalid(
+        &mut self,
+        id: &WorkloadId,
+        errors: &[AnnotationError],
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        if record.reported_invalid == messages {
+            return;
+        }
+        for error in errors {
+            tracing::warn!(workload = %id, annotation = error.key(), category = error.category(), %error, "invalid annotation");
+        }
+        record.reported_invalid = messages.clone();
+        if !messages.is_empty() {
+            self.publish(
+                out,
+                id,
+                Reason::InvalidAnnotation,
+                messages.join("; "),
+                None,
+            );
+        }
+    }
+}
+
+// === namespace selection and leadership ===
+
+impl Core {
+    fn in_selection(&self, id: &WorkloadId) -> bool {
+        match &self.selection {
+            Selection::All => true,
+            Selection::Pending => false,
+            Selection::Selected(set) => set.contains(&id.namespace),
+        }
+    }
+
+    fn on_namespaces(&mut self, selected: BTreeSet<String>, now: Instant, out: &mut Vec<Effect>) {
+        self.selection = Selection::Selected(selected);
+        let entering: Vec<WorkloadId> = self
+            .parked
+            .keys()
+            .filter(|id| self.in_selection(id))
+            .cloned()
+            .collect();
+        for id in entering {
+            if let Some(workload) = self.parked.remove(&id) {
+                self.on_workload(workload, now, out);
+            }
+        }
+        let leaving: Vec<WorkloadId> = self
+            .records
+            .keys()
+            .filter(|id| !self.in_selection(id))
+            .cloned()
+            .collect();
+        for id in leaving {
+            let full = self.records.get_mut(&id).and_then(|r| r.full.take());
+            self.on_delete(&id, out);
+            if let Some(workload) = full {
+                self.parked.insert(id, *workload);
+            }
+        }
+    }
+
+    /// A new leader re-evaluates every workload, state-based, and re-reports
+    /// configuration problems a follower kept to itself.
+    fn on_leadership(&mut self, leader: bool, now: Instant, out: &mut Vec<Effect>) {
+        let became = leader && !self.leader;
+        self.leader = leader;
+        if !leader {
+            tracing::info!("following: stamps are left to the leader");
+            return;
+        }
+        if !became {
+            return;
+        }
+        tracing::info!(
+            workloads = self.records.len(),
+            "leading: re-evaluating every workload"
+        );
+        let ids: Vec<WorkloadId> = self.records.keys().cloned().collect();
+        for id in &ids {
+            let Some(record) = self.records.get_mut(id) else {
+                continue;
+            };
+            record.reported_missing = None;
+            if !record.reported_invalid.is_empty() {
+                let note = record.reported_invalid.join("; ");
+                self.publish(out, id, Reason::InvalidAnnotation, note, None);
+            }
+        }
+        for id in &ids {
+            self.evaluate(id, now);
+        }
+    }
+}
+
+// === observations and stamping ===
+
+impl Core {
+    fn on_observation(&mut self, update: SourceUpdate, now: Instant) {
+        let SourceUpdate {
+            tracked,
+            observation,
+        } = update;
+        let dependents: Vec<WorkloadId> = self.graph.dependents(&tracked).cloned().collect();
+        if dependents.is_empty() {
+            // Untracked meanwhile; do not resurrect it in the store.
+            return;
+        }
+        let changed = self
+            .store
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .set(tracked.clone(), observation);
+        if !changed {
+            return;
+        }
+        tracing::debug!(%tracked, dependents = dependents.len(), "observation changed");
+        for id in dependents {
+            if let Some(record) = self.records.get_mut(&id) {
+                record.pending.insert(tracked.reference.clone());
+                record.observed_at.get_or_insert(now);
+            }
+            self.evaluate(&id, now);
+        }
+    }
+
+    /// Queues `id` when its stamp differs from the desired one or a reference is
+    /// missing; an in-sync workload is left alone.
+    fn evaluate(&mut self, id: &WorkloadId, now: Instant) {
+        let (Some(record), Some(specs)) = (self.records.get_mut(id), self.graph.specs(id)) else {
+            return;
+        };
+        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
+        let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
+        drop(store);
+        let missing = desired
+            .blocked
+            .iter()
+            .any(|b| matches!(b.reason, BlockReason::Missing { .. }));
+        if !missing {
+            // Back (perhaps unchanged, so no stamp follows): a later absence is a
+            // new problem to report.
+            record.reported_missing = None;
+        }
+        if missing || stamp::diff(&record.current.to_workload(), specs, &desired).is_some() {
+            self.touch(id.clone(), now, None);
+        } else if matches!(record.write, WriteState::Idle) {
+            // In sync again (e.g. reverted within the debounce window). While a stamp
+            // is in flight, the watch may echo it before the write returns: the
+            // pending references still belong to that stamp's Event.
+            record.pending.clear();
+            record.observed_at = None;
+        }
+    }
+
+    /// Queues `id` after its debounce window, or after `delay` (a retry).
+    fn touch(&mut self, id: WorkloadId, now: Instant, delay: Option<Duration>) {
+        let Some(record) = self.records.get(&id) else {
+            return;
+        };
+        let (window, ceiling) = match delay {
+            Some(delay) => (delay, delay),
+            None => (
+                record.debounce.unwrap_or(self.engine.debounce),
+                self.engine.max_delay,
+            ),
+        };
+        let eligible = self.eligibility(&id);
+        if !self.queue.touch(id.clone(), now, window, ceiling) {
+            self.queue.rehold(&id, eligible);
+        }
+    }
+
+    /// When a workload that left the debouncer at `since` may be stamped.
+    fn eligibility(&self, id: &WorkloadId) -> impl FnOnce(Instant) -> Instant + use<> {
+        let hold = self
+            .records
+            .get(id)
+            .and_then(|record| hold_until(record, self.engine.min_interval));
+        move |since| hold.map_or(since, |until| until.max(since))
+    }
+
+    fn release(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let room = self.room();
+        if room == 0 {
+            return;
+        }
+        let records = &self.records;
+        let interval = self.engine.min_interval;
+        let due = self.queue.release(now, room, |id, since| {
+            let hold = records.get(id).and_then(|r| hold_until(r, interval));
+            hold.map_or(since, |until| until.max(since))
+        });
+        for id in due {
+            self.dispatch(id, out);
+        }
+    }
+
+    /// Decides on a due workload: write its stamp, or report why not.
+    fn dispatch(&mut self, id: WorkloadId, out: &mut Vec<Effect>) {
+        let Some(record) = self.records.get_mut(&id) else {
+            return;
+        };
+        if let WriteState::InFlight { again, .. } = &mut record.write {
+            *again = true;
+            return;
+        }
+        let Some(specs) = self.graph.specs(&id) else {
+            return;
+        };
+        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
+        let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
+        drop(store);
+        let missing: BTreeSet<Reference> = desired
+            .blocked
+            .iter()
+            .filter_map(|b| match &b.reason {
+                BlockReason::Missing { reference } => Some(reference.clone()),
+                _ => None,
+            })
+            .collect();
+        for blocked in &desired.blocked {
+            if !matches!(
+                blocked.reason,
+                BlockReason::Missing { .. } | BlockReason::Unknown { .. }
+            ) {
+                tracing::warn!(workload = %id, output = %blocked.output, reason = %blocked.reason, "cannot compute stamp");
+            }
+        }
+        let workload = record.current.to_workload();
+        let patch = stamp::diff(&workload, specs, &desired);
+        let sources = patch
+            .as_ref()
+            .map(|patch| change_sources(record, specs, patch))
+            .unwrap_or_default();
+        self.report_missing(&id, missing, out);
+        let Some(record) = self.records.get_mut(&id) else {
+            return;
+        };
+        let Some(patch) = patch else {
+            record.pending.clear();
+            record.observed_at = None;
+            return;
+        };
+        if !self.leader {
+            // The leader writes; this replica keeps the workload pending and
+            // re-evaluates everything if it becomes leader.
+            tracing::debug!(workload = %id, "not the leader; not stamping");
+            count(&self.metrics, &id, &sources, StampResult::SkippedFollower);
+            return;
+        }
+        record.write = WriteState::InFlight {
+            again: false,
+            sources,
+            outputs: patch.changed.clone(),
+        };
+        self.in_flight += 1;
+        out.push(Effect::Write(Box::new(StampWrite { workload, patch })));
+    }
+
+    fn report_missing(
+        &mut self,
+        id: &WorkloadId,
+        missing: BTreeSet<Reference>,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        if missing.is_empty() {
+            record.reported_missing = None;
+            return;
+        }
+        if record.reported_missing.as_ref() == Some(&missing) {
+            return;
+        }
+        let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
+        tracing::warn!(workload = %id, missing = ?names, "required config missing; keeping the current stamp");
+        record.reported_missing = Some(missing);
+        let note = format!("{} not found; keeping the current stamp", names.join(", "));
+        self.publish(out, id, Reason::MissingConfig, note, None);
+    }
+
+    fn on_written(
+        &mut self,
+        id: WorkloadId,
+        outcome: WriteOutcome,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let Some(record) = self.records.get_mut(&id) else {
+            return;
+        };
+        let (again, sources, outputs) = match std::mem::replace(&mut record.write, WriteState::Idle)
+        {
+            WriteState::InFlight {
+                again,
+                sources,
+                outputs,
+            } => (again, sources, outputs),
+            WriteState::Idle => (false, BTreeSet::new(), Vec::new()),
+        };
+        match outcome {
+            WriteOutcome::Applied(workload) => {
+                count(&self.metrics, &id, &sources, StampResult::Applied);
+                if let Some(observed) = record.observed_at.take() {
+                    self.metrics
+                        .stamp_latency(now.saturating_duration_since(observed));
+                }
+                record.retry = None;
+                record.last_stamp = Some(now);
+                record.rollout = workload.rollout;
+                let changed = std::mem::take(&mut record.pending);
+                let specs = self.graph.specs(&id).unwrap_or_default();
+                record.current = CurrentOutputs::new(&workload, specs.iter().map(|s| &s.output));
+                if record.full.is_some() {
+                    record.full = Some(workload);
+                }
+                let note = change_note(&outputs, &changed);
+                tracing::info!(workload = %id, %note, "stamped");
+                let related = changed.into_iter().next();
+                self.publish(out, &id, Reason::ConfigChanged, note, related);
+            }
+            WriteOutcome::Gone => {
+                count(&self.metrics, &id, &sources, StampResult::Gone);
+                tracing::debug!(workload = %id, "workload deleted before the stamp");
+                self.on_delete(&id, out);
+                return;
+            }
+            WriteOutcome::Retry(error) => {
+                count(&self.metrics, &id, &sources, StampResult::Retried);
+                let delay = record
+                    .retry
+                    .get_or_insert_with(|| Backoff::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY))
+                    .next_delay();
+                tracing::warn!(workload = %id, %error, category = error.category(), retry_in = ?delay, "stamp failed; retrying");
+                self.touch(id.clone(), now, Some(delay));
+            }
+            WriteOutcome::Failed(error) => {
+                count(&self.metrics, &id, &sources, StampResult::Failed);
+                record.retry = None;
+                tracing::error!(workload = %id, %error, "stamp rejected");
+                self.publish(out, &id, Reason::StampFailed, error.to_string(), None);
+            }
+        }
+        if again {
+            self.evaluate(&id, now);
+        }
+    }
+
+    fn publish(
+        &self,
+        out: &mut Vec<Effect>,
+        id: &WorkloadId,
+        reason: Reason,
+        note: String,
+        related: Option<Reference>,
+    ) {
+        // Only the leader writes; a new leader re-reports what is still true.
+        if self.leader {
+            out.push(Effect::Publish(Notice {
+                workload: id.clone(),
+                reason,
+                note,
+                related,
+            }));
+        }
+    }
+}
+
+fn count(
+    metrics: &EngineMetrics,
+    id: &WorkloadId,
+    sources: &BTreeSet<SourceName>,
+    result: StampResult,
+) {
+    for source in sources {
+        metrics.stamp(&id.kind, source, result);
+    }
+}
+
+/// Until when pacing holds a re-stamp of `record`: its min-interval since the last
+/// stamp, unless that stamp's rollout has completed (design §5).
+fn hold_until(record: &Record, default_interval: Duration) -> Option<Instant> {
+    if record.rollout == Rollout::Complete {
+        return None;
+    }
+    let interval = record.min_interval.unwrap_or(default_interval);
+    record
+        .last_stamp
+        .map(|last| crate::rate::saturating_add(last, interval))
+}
+
+/// The sources a stamp is attributed to: those whose observations changed since
+/// the last stamp, else (a new or edited workload) those feeding the outputs that
+/// change.
+fn change_sources(
+    record: &Record,
+    specs: &[StampSpec],
+    patch: &StampPatch,
+) -> BTreeSet<SourceName> {
+    if !record.pending.is_empty() {
+        return record.pending.iter().map(|r| r.source.clone()).collect();
+    }
+    specs
+        .iter()
+        .filter(|spec| patch.changed.contains(&spec.output))
+        .flat_map(|spec| &spec.inputs)
+        .map(|input| input.tracked.reference.source.clone())
+        .collect()
+}
+
+/// The `ConfigChanged` note: which references changed, never their content.
+fn change_note(outputs: &[Output], changed: &BTreeSet<Reference>) -> String {
+    if changed.is_empty() {
+        let outputs: Vec<&str> = outputs.iter().map(Output::key).collect();
+        return format!("stamped {}", outputs.join(", "));
+    }
+    let refs: Vec<String> = changed.iter().map(ToString::to_string).collect();
+    format!("{} changed", refs.join(", "))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,373 @@
+//! The engine's async driver: it owns every task in one `JoinSet`, feeds the
+//! [`Core`] its inputs with the current time, and performs the effects. It makes
+//! no decisions of its own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+use super::{Engine, EngineError};
+use crate::events::{EventSink, Notice};
+use crate::health::WatchReady;
+use crate::model::{SourceName, WorkloadId};
+use crate::rate::Backoff;
+use crate::sources::{Interest, Source, SourceContext, SourceError};
+use crate::targets::{Target, TargetContext, TargetError};
+
+/// Capacity of the channels from targets and sources.
+const CHANNEL_CAPACITY: usize = 1024;
+/// Events waiting for the publisher; beyond this, new ones are dropped (logged).
+const EVENT_QUEUE: usize = 1024;
+/// First delay before a source whose `run` ended is started again (doubling).
+const FIRST_SOURCE_RESTART: Duration = Duration::from_secs(1);
+const MAX_SOURCE_RESTART: Duration = Duration::from_secs(60);
+/// A source that ran this long before ending restarts with a fresh backoff.
+const SOURCE_HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// How long tasks get to finish after shutdown before they are aborted.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How a task of the driver ended.
+enum Done {
+    /// A stamp write finished.
+    Write(WorkloadId, WriteOutcome),
+    /// A source's `run` returned.
+    SourceEnded(SourceName, Result<(), SourceError>, Instant),
+    /// A source's restart delay passed.
+    SourceDue(SourceName),
+    /// A target's `run` returned, or the Event publisher stopped.
+    Other,
+}
+
+/// One registered source, as the driver runs it.
+struct SourceSlot {
+    source: Arc<dyn Source>,
+    ready: WatchReady,
+    /// Where interest goes while the source runs.
+    interest: Option<mpsc::UnboundedSender<Interest>>,
+    backoff: Backoff,
+}
+
+pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(), EngineError> {
+    let Engine {
+        config,
+        scheme,
+        observe,
+        sources,
+        targets,
+        events,
+        store,
+        metrics,
+        readiness,
+        health,
+        leadership,
+        namespaces,
+    } = engine;
+    let catalog = crate::model::SourceCatalog(
+        sources
+            .iter()
+            .map(|(name, source)| (name.clone(), source.scope()))
+            .collect(),
+    );
+    let mut core = Core::new(
+        CoreSettings {
+            engine: config,
+            scheme,
+            catalog,
+            namespace_selector: namespaces.is_some(),
+            leader: leadership.is_none(),
+        },
+        store,
+        metrics,
+    )?;
+    let tasks_shutdown = shutdown.child_token();
+    let mut tasks: JoinSet<Done> = JoinSet::new();
+    let (workload_tx, mut workloads) = mpsc::channel(CHANNEL_CAPACITY);
+    let (update_tx, mut updates) = mpsc::channel(CHANNEL_CAPACITY);
+    for (kind, target) in &targets {
+        let ready = readiness.register(format!("target {kind}"));
+        let ctx = TargetContext::new(
+            workload_tx.clone(),
+            ready,
+            health.clone(),
+            tasks_shutdown.clone(),
+        );
+        let span = tracing::info_span!("target", kind = %kind);
+        let target = target.clone();
+        tasks.spawn(
+            async move {
+                target.run(ctx).await;
+                Done::Other
+            }
+            .instrument(span),
+        );
+    }
+    let mut slots: BTreeMap<SourceName, SourceSlot> = sources
+        .into_iter()
+        .map(|(name, source)| {
+            let slot = SourceSlot {
+                ready: readiness.register(format!("source {name}")),
+                source,
+                interest: None,
+                backoff: Backoff::new(FIRST_SOURCE_RESTART, MAX_SOURCE_RESTART),
+            };
+            (name, slot)
+        })
+        .collect();
+    let launcher = Launcher {
+        updates: update_tx,
+        observe,
+        health,
+        shutdown: tasks_shutdown.clone(),
+    };
+    for (name, slot) in &mut slots {
+        launcher.launch(name, slot, &mut tasks);
+    }
+    let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
+    tasks.spawn(publish_events(events, event_rx).instrument(tracing::info_span!("events")));
+    readiness.seal();
+
+    let mut leadership = leadership;
+    let mut namespaces = namespaces;
+    let mut wake: Option<Instant> = None;
+    if let Some(rx) = &mut leadership
+        && *rx.borrow_and_update()
+    {
+        // Elected before the engine started.
+        let effects = core.handle(Input::Leadership(true), Instant::now());
+        perform(effects, &slots, &targets, &mut tasks, &event_tx, &mut wake);
+    }
+    loop {
+        let input = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            Some(done) = tasks.join_next() => match done {
+                Ok(Done::Write(id, outcome)) => Input::WriteFinished { id, outcome },
+                Ok(Done::SourceEnded(name, result, started)) => {
+                    if let Some(slot) = slots.get_mut(&name) {
+                        source_ended(&name, slot, result, started, &mut tasks, &tasks_shutdown);
+                    }
+                    continue;
+                }
+                Ok(Done::SourceDue(name)) => {
+                    let Some(slot) = slots.get_mut(&name) else { continue };
+                    launcher.launch(&name, slot, &mut tasks);
+                    Input::SourceStarted(name)
+                }
+                Ok(Done::Other) => continue,
+                Err(error) => {
+                    tracing::error!(%error, "an engine task failed");
+                    continue;
+                }
+            },
+            Some(event) = workloads.recv() => Input::workload(event),
+            Some(update) = updates.recv() => Input::Observation(update),
+            Some(leader) = changed(&mut leadership) => Input::Leadership(leader),
+            Some(selected) = next_namespaces(&mut namespaces) => Input::Namespaces(selected),
+            () = sleep_until(wake), if wake.is_some() => {
+                wake = None;
+                Input::Tick
+            }
+        };
+        let effects = core.handle(input, Instant::now());
+        perform(effects, &slots, &targets, &mut tasks, &event_tx, &mut wake);
+    }
+    tasks_shutdown.cancel();
+    drop(event_tx);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            tasks = tasks.len(),
+            "engine tasks did not stop in time; aborting them"
+        );
+        tasks.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Performs the core's effects.
+fn perform(
+    effects: Vec<Effect>,
+    slots: &BTreeMap<SourceName, SourceSlot>,
+    targets: &BTreeMap<crate::model::WorkloadKind, Arc<dyn Target>>,
+    tasks: &mut JoinSet<Done>,
+    events: &mpsc::Sender<Notice>,
+    wake: &mut Option<Instant>,
+) {
+    for effect in effects {
+        match effect {
+            Effect::Track(tracked) => send_interest(slots, Interest::Track(tracked)),
+            Effect::Untrack(tracked) => send_interest(slots, Interest::Untrack(tracked)),
+            Effect::Write(write) => spawn_write(targets, *write, tasks),
+            Effect::Publish(notice) => queue_event(events, notice),
+            Effect::WakeAt(at) => *wake = Some(at),
+        }
+    }
+}
+
+/// What every source launch needs.
+struct Launcher {
+    updates: mpsc::Sender<crate::sources::SourceUpdate>,
+    observe: crate::sources::ObserveContext,
+    health: crate::health::WatchHealth,
+    shutdown: CancellationToken,
+}
+
+impl Launcher {
+    /// Starts `slot`'s source with a fresh interest channel.
+    fn launch(&self, name: &SourceName, slot: &mut SourceSlot, tasks: &mut JoinSet<Done>) {
+        let (ctx, interest) = SourceContext::new(
+            name.clone(),
+            self.updates.clone(),
+            self.observe.clone(),
+            slot.ready.clone(),
+            self.health.clone(),
+            self.shutdown.clone(),
+        );
+        slot.interest = Some(interest);
+        let source = slot.source.clone();
+        let name = name.clone();
+        let span = tracing::info_span!("source", source = %name);
+        tasks.spawn(
+            async move {
+                let started = Instant::now();
+                let result = source.run(ctx).await;
+                Done::SourceEnded(name, result, started)
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// A source's `run` returned: unless nudge is shutting down, it is started again
+/// after a backoff (fresh when it had run for a while).
+fn source_ended(
+    name: &SourceName,
+    slot: &mut SourceSlot,
+    result: Result<(), SourceError>,
+    started: Instant,
+    tasks: &mut JoinSet<Done>,
+    shutdown: &CancellationToken,
+) {
+    slot.interest = None;
+    if shutdown.is_cancelled() {
+        return;
+    }
+    if started.elapsed() >= SOURCE_HEALTHY_AFTER {
+        slot.backoff = Backoff::new(FIRST_SOURCE_RESTART, MAX_SOURCE_RESTART);
+    }
+    let delay = slot.backoff.next_delay();
+    match result {
+        Ok(()) => tracing::warn!(source = %name, restart_in = ?delay, "source stopped; restarting"),
+        Err(error) => {
+            tracing::error!(source = %name, %error, category = error.category(), restart_in = ?delay, "source failed; restarting");
+        }
+    }
+    let name = name.clone();
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => Done::SourceDue(name),
+            () = shutdown.cancelled() => Done::Other,
+        }
+    });
+}
+
+fn send_interest(slots: &BTreeMap<SourceName, SourceSlot>, interest: Interest) {
+    let tracked = match &interest {
+        Interest::Track(t) | Interest::Untrack(t) => t,
+    };
+    match slots.get(&tracked.reference.source) {
+        // No channel, or a closed one: the source is restarting and is sent
+        // everything it tracks when it starts again.
+        Some(slot) => {
+            if let Some(tx) = &slot.interest {
+                let _ = tx.send(interest);
+            }
+        }
+        None => tracing::warn!(%tracked, "no source of that name is registered"),
+    }
+}
+
+fn spawn_write(
+    targets: &BTreeMap<crate::model::WorkloadKind, Arc<dyn Target>>,
+    write: StampWrite,
+    tasks: &mut JoinSet<Done>,
+) {
+    let StampWrite { workload, patch } = write;
+    let id = workload.id.clone();
+    let target = targets.get(&id.kind).cloned();
+    let span = tracing::info_span!("stamp", workload = %id);
+    tasks.spawn(
+        async move {
+            let outcome = match target {
+                Some(target) => target.apply(&workload, &patch).await.into(),
+                None => WriteOutcome::Failed(TargetError::Rejected {
+                    id: id.clone(),
+                    message: "no target is registered for this kind".into(),
+                }),
+            };
+            Done::Write(id, outcome)
+        }
+        .instrument(span),
+    );
+}
+
+fn queue_event(events: &mpsc::Sender<Notice>, notice: Notice) {
+    if let Err(mpsc::error::TrySendError::Full(notice)) = events.try_send(notice) {
+        tracing::warn!(workload = %notice.workload, reason = notice.reason.as_str(), "Event queue full; dropping the Event");
+    }
+}
+
+/// Publishes queued Events one at a time until the queue closes.
+async fn publish_events(sink: Arc<dyn EventSink>, mut queue: mpsc::Receiver<Notice>) -> Done {
+    while let Some(notice) = queue.recv().await {
+        sink.publish(notice).await;
+    }
+    Done::Other
+}
+
+/// The next leadership value; never resolves without election or after the
+/// elector is gone.
+async fn changed(leadership: &mut Option<watch::Receiver<bool>>) -> Option<bool> {
+    let Some(rx) = leadership else {
+        return std::future::pending().await;
+    };
+    if rx.changed().await.is_err() {
+        *leadership = None;
+        return std::future::pending().await;
+    }
+    Some(*rx.borrow_and_update())
+}
+
+async fn next_namespaces(
+    feed: &mut Option<super::NamespaceFeed>,
+) -> Option<std::collections::BTreeSet<String>> {
+    let Some(stream) = feed else {
+        return std::future::pending().await;
+    };
+    match stream.next().await {
+        Some(selected) => Some(selected),
+        None => {
+            *feed = None;
+            std::future::pending().await
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

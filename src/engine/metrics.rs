@@ -1,0 +1,202 @@
+//! The engine's metrics, registered by the engine itself into the registry it is
+//! handed: stamp decisions, stamp latency, and the size of what it tracks.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::model::{SourceName, WorkloadKind};
+
+/// Upper bounds (seconds) of the stamp latency buckets: the debounce window
+/// (default 5 s) and the ceiling (default 60 s) sit inside the range.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// How one stamp decision ended (`result` label of `nudge_stamps_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StampResult {
+    /// The stamp was written.
+    Applied,
+    /// Writing failed with a retryable error (conflict, 5xx, timeout); it is retried.
+    Retried,
+    /// The API server refused the stamp for good (403, 422, …).
+    Failed,
+    /// The workload was deleted before the stamp could be written.
+    Gone,
+    /// This replica is not the leader, so it did not write; the leader does.
+    SkippedFollower,
+}
+
+impl StampResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied => "applied",
+            Self::Retried => "retried",
+            Self::Failed => "failed",
+            Self::Gone => "gone",
+            Self::SkippedFollower => "skipped_follower",
+        }
+    }
+}
+
+impl EncodeLabelValue for StampResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StampLabels {
+    /// The workload kind in lower case (configured kinds: low cardinality).
+    kind: String,
+    /// A configured source name.
+    source: String,
+    result: StampResult,
+}
+
+/// The engine's metrics. Clones share the series.
+#[derive(Debug, Clone)]
+pub struct EngineMetrics {
+    stamps: Family<StampLabels, Counter>,
+    stamp_latency: Histogram,
+    tracked_workloads: Gauge,
+    tracked_references: Gauge,
+    queue_depth: Gauge,
+}
+
+impl Default for EngineMetrics {
+    /// Metrics that are kept but not exported (tests, embedders without a registry).
+    fn default() -> Self {
+        Self {
+            stamps: Family::default(),
+            stamp_latency: Histogram::new(LATENCY_BUCKETS),
+            tracked_workloads: Gauge::default(),
+            tracked_references: Gauge::default(),
+            queue_depth: Gauge::default(),
+        }
+    }
+}
+
+impl EngineMetrics {
+    /// Metrics registered into `registry` (nudge's root registry:
+    /// `nudge_stamps_total`, `nudge_stamp_latency_seconds`, `nudge_tracked_workloads`,
+    /// `nudge_tracked_references`, `nudge_debounce_queue_depth`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "stamps",
+            "Stamp decisions by workload kind, source of the change and result",
+            metrics.stamps.clone(),
+        );
+        registry.register_with_unit(
+            "stamp_latency",
+            "Time from a source change being observed to the stamp being written",
+            Unit::Seconds,
+            metrics.stamp_latency.clone(),
+        );
+        registry.register(
+            "tracked_workloads",
+            "Workloads with at least one tracked reference",
+            metrics.tracked_workloads.clone(),
+        );
+        registry.register(
+            "tracked_references",
+            "Distinct references being watched",
+            metrics.tracked_references.clone(),
+        );
+        registry.register(
+            "debounce_queue_depth",
+            "Workloads waiting for their debounce window or for pacing",
+            metrics.queue_depth.clone(),
+        );
+        metrics
+    }
+
+    /// A stamp decision for a workload of `kind` whose change came from `source`.
+    pub fn stamp(&self, kind: &WorkloadKind, source: &SourceName, result: StampResult) {
+        self.stamps
+            .get_or_create(&StampLabels {
+                kind: kind.label().to_owned(),
+                source: source.as_str().to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    /// Stamp decisions so far with these labels.
+    pub fn stamps(&self, kind: &WorkloadKind, source: &SourceName, result: StampResult) -> u64 {
+        self.stamps
+            .get_or_create(&StampLabels {
+                kind: kind.label().to_owned(),
+                source: source.as_str().to_owned(),
+                result,
+            })
+            .get()
+    }
+
+    /// A stamp was written `latency` after the change that caused it was observed.
+    pub fn stamp_latency(&self, latency: Duration) {
+        self.stamp_latency.observe(latency.as_secs_f64());
+    }
+
+    /// The dependency graph's size and the queue's depth.
+    pub fn set_gauges(&self, workloads: usize, references: usize, queue: usize) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.tracked_workloads.set(gauge(workloads));
+        self.tracked_references.set(gauge(references));
+        self.queue_depth.set(gauge(queue));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn stamps_are_labelled_with_kind_source_and_result() {
+        let mut registry = Registry::with_prefix("nudge");
+        let metrics = EngineMetrics::register(&mut registry);
+        let kind = WorkloadKind::stateful_set();
+        for _ in 0..2 {
+            metrics.stamp(
+                &kind,
+                &SourceName::configmap(),
+                StampResult::SkippedFollower,
+            );
+        }
+        let text = encode(&registry);
+        assert!(
+            text.contains(r#"nudge_stamps_total{kind="statefulset",source="configmap",result="skipped_follower"} 2"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn latency_lands_in_the_right_bucket_and_gauges_keep_the_last_value() {
+        let mut registry = Registry::with_prefix("nudge");
+        let metrics = EngineMetrics::register(&mut registry);
+        metrics.stamp_latency(Duration::from_millis(5300));
+        metrics.set_gauges(3, 7, 2);
+        let text = encode(&registry);
+        assert!(text.contains(r#"nudge_stamp_latency_seconds_bucket{le="5.0"} 0"#));
+        assert!(text.contains(r#"nudge_stamp_latency_seconds_bucket{le="10.0"} 1"#));
+        assert!(text.contains("# UNIT nudge_stamp_latency_seconds seconds"));
+        assert!(text.contains("nudge_tracked_workloads 3"));
+        assert!(text.contains("nudge_tracked_references 7"));
+        assert!(text.contains("nudge_debounce_queue_depth 2"));
+    }
+}

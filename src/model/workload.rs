@@ -1,0 +1,256 @@
+//! A workload as nudge reads it: identity, annotations, the pod template, and
+//! whether its last rollout has finished. Built from the object's JSON by
+//! [`Workload::from_object`], the one place that knows where a kind keeps its
+//! pod template.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde_json::Value;
+
+use super::{WorkloadId, WorkloadKind};
+
+/// Whether a workload's last rollout has finished, from its `status` (design §5:
+/// `min_interval` holds a re-stamp only while the previous rollout has not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rollout {
+    /// The controller caught up with the latest generation and every replica is
+    /// updated and ready.
+    Complete,
+    /// The controller has not caught up, or replicas are still being replaced.
+    InProgress,
+    /// The status says nothing usable (no status yet, or a kind without
+    /// replica counts).
+    #[default]
+    Unknown,
+}
+
+/// The parts of a workload nudge reads: what annotations and discovery look at,
+/// what the stamp diff compares against, and the rollout state pacing needs.
+/// `managedFields`, the rest of the spec and the status are dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Which workload.
+    pub id: WorkloadId,
+    /// `metadata.annotations` of the workload itself.
+    pub annotations: BTreeMap<String, String>,
+    /// The pod template (at the kind's [`TemplatePath`](super::TemplatePath)).
+    pub template: PodTemplateSpec,
+    /// Whether its last rollout has finished.
+    pub rollout: Rollout,
+}
+
+/// Why an object could not be read as a workload.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// `metadata.namespace` or `metadata.name` is missing (nudge stamps
+    /// namespaced workloads only).
+    #[error("the object has no namespace or name")]
+    NoIdentity,
+    /// `metadata.annotations` is not a map of strings.
+    #[error("metadata.annotations is not a map of strings")]
+    Annotations(#[source] serde_json::Error),
+    /// The value at the kind's template path is not a pod template.
+    #[error("{path} is not a pod template")]
+    Template {
+        /// The template path of the kind.
+        path: String,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Workload {
+    /// Reads a workload of `kind` from its JSON object. A missing pod template
+    /// reads as an empty one (nothing to discover, nothing stamped yet).
+    pub fn from_object(kind: &WorkloadKind, mut object: Value) -> Result<Self, WorkloadError> {
+        let rollout = rollout_of(&object);
+        let str_at = |v: &Value, field: &str| {
+            v.pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let (Some(namespace), Some(name)) = (str_at(&object, "namespace"), str_at(&object, "name"))
+        else {
+            return Err(WorkloadError::NoIdentity);
+        };
+        let annotations = match object.pointer_mut("/metadata/annotations").map(Value::take) {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(value) => serde_json::from_value(value).map_err(WorkloadError::Annotations)?,
+        };
+        let template = take_at(&mut object, kind);
+        let template = match template {
+            None | Some(Value::Null) => PodTemplateSpec::default(),
+            Some(value) => {
+                serde_json::from_value(value).map_err(|source| WorkloadError::Template {
+                    path: kind.template_path().to_string(),
+                    source,
+                })?
+            }
+        };
+        Ok(Self {
+            id: WorkloadId::new(kind.clone(), namespace, name),
+            annotations,
+            template,
+            rollout,
+        })
+    }
+
+    /// The pod template's annotations, or an empty map.
+    pub fn template_annotations(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .unwrap_or(&EMPTY)
+    }
+}
+
+/// Takes the value at `kind`'s template path out of `object`.
+fn take_at(object: &mut Value, kind: &WorkloadKind) -> Option<Value> {
+    let mut current = object;
+    for segment in kind.template_path().segments() {
+        current = current.get_mut(segment)?;
+    }
+    Some(current.take())
+}
+
+/// The rollout state a workload's `status` shows. Rules, in order:
+/// `status.observedGeneration` (when a number) behind `metadata.generation` is in
+/// progress; DaemonSet counts (`desiredNumberScheduled`, `updatedNumberScheduled`,
+/// `numberAvailable`) or replica counts (`spec.replicas` against
+/// `status.replicas`, `updatedReplicas`, `readyReplicas`, and
+/// `currentRevision`/`updateRevision` when both are set) decide the rest; a
+/// status with neither is unknown.
+fn rollout_of(object: &Value) -> Rollout {
+    let Some(status) = object.get("status").filter(|s| s.is_object()) else {
+        return Rollout::Unknown;
+    };
+    let int = |v: &Value, field: &str| v.get(field).and_then(Value::as_i64);
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    if let (Some(observed), Some(generation)) = (int(status, "observedGeneration"), generation)
+        && observed < generation
+    {
+        return Rollout::InProgress;
+    }
+    let complete = if let Some(desired) = int(status, "desiredNumberScheduled") {
+        let updated = int(status, "updatedNumberScheduled").unwrap_or(0);
+        let available = int(status, "numberAvailable").unwrap_or(0);
+        updated == desired && available == desired
+    } else if ["replicas", "updatedReplicas", "readyReplicas"]
+        .iter()
+        .any(|f| status.get(f).is_some())
+    {
+        let desired = object
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let counts = ["replicas", "updatedReplicas", "readyReplicas"]
+            .map(|field| int(status, field).unwrap_or(0));
+        let revisions = (
+            status.get("currentRevision").and_then(Value::as_str),
+            status.get("updateRevision").and_then(Value::as_str),
+        );
+        let same_revision = match revisions {
+            (Some(current), Some(update)) => current == update,
+            _ => true,
+        };
+        counts.iter().all(|n| *n == desired) && same_revision
+    } else {
+        return Rollout::Unknown;
+    };
+    if complete {
+        Rollout::Complete
+    } else {
+        Rollout::InProgress
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::TemplatePath;
+
+    fn mk_deployment(status: Value) -> Value {
+        json!({
+            "metadata": {"namespace": "ns", "name": "web", "generation": 3,
+                         "annotations": {"nudge.dev/auto": "true"}},
+            "spec": {"replicas": 2, "template": {"metadata": {"annotations": {"a": "b"}},
+                     "spec": {"containers": [{"name": "app"}]}}},
+            "status": status,
+        })
+    }
+
+    #[test]
+    fn a_workload_is_read_from_its_object_at_the_kinds_template_path() {
+        let workload =
+            Workload::from_object(&WorkloadKind::deployment(), mk_deployment(json!({}))).unwrap();
+        assert_eq!(workload.id.to_string(), "Deployment/ns/web");
+        assert_eq!(workload.annotations["nudge.dev/auto"], "true");
+        assert_eq!(workload.template_annotations()["a"], "b");
+
+        let cron = WorkloadKind::new(
+            "batch",
+            "v1",
+            "CronJob",
+            TemplatePath::parse("spec.jobTemplate.spec.template").unwrap(),
+        );
+        let object = json!({
+            "metadata": {"namespace": "ns", "name": "nightly"},
+            "spec": {"jobTemplate": {"spec": {"template": {"metadata": {"annotations": {"x": "y"}}}}}},
+        });
+        let workload = Workload::from_object(&cron, object).unwrap();
+        assert_eq!(workload.template_annotations()["x"], "y");
+    }
+
+    #[test]
+    fn objects_without_identity_or_with_a_bad_template_are_errors() {
+        let kind = WorkloadKind::deployment();
+        let no_name = json!({"metadata": {"namespace": "ns"}});
+        assert!(matches!(
+            Workload::from_object(&kind, no_name),
+            Err(WorkloadError::NoIdentity)
+        ));
+        let bad = json!({"metadata": {"namespace": "ns", "name": "x"},
+                         "spec": {"template": {"spec": {"containers": "nope"}}}});
+        assert!(matches!(
+            Workload::from_object(&kind, bad),
+            Err(WorkloadError::Template { .. })
+        ));
+        let missing = json!({"metadata": {"namespace": "ns", "name": "x"}});
+        assert!(Workload::from_object(&kind, missing).is_ok());
+    }
+
+    #[test]
+    fn rollout_is_complete_only_when_caught_up_and_every_replica_is_updated_and_ready() {
+        let done = json!({"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2,
+                          "readyReplicas": 2, "availableReplicas": 2});
+        assert_eq!(rollout_of(&mk_deployment(done)), Rollout::Complete);
+        let behind = json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                            "readyReplicas": 2});
+        assert_eq!(rollout_of(&mk_deployment(behind)), Rollout::InProgress);
+        let surging = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 2,
+                             "readyReplicas": 2});
+        assert_eq!(rollout_of(&mk_deployment(surging)), Rollout::InProgress);
+        assert_eq!(rollout_of(&mk_deployment(json!({}))), Rollout::Unknown);
+        assert_eq!(rollout_of(&json!({"metadata": {}})), Rollout::Unknown);
+    }
+
+    #[test]
+    fn daemon_sets_and_stateful_set_revisions_count_too() {
+        let ds = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1,
+            "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberAvailable": 2}});
+        assert_eq!(rollout_of(&ds), Rollout::InProgress);
+        let sts = json!({"metadata": {"generation": 1}, "spec": {"replicas": 1},
+            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                       "readyReplicas": 1, "currentRevision": "a", "updateRevision": "b"}});
+        assert_eq!(rollout_of(&sts), Rollout::InProgress);
+    }
+}

@@ -1,0 +1,229 @@
+//! The admission renderer of an [`AdmissionDecision`]: the RFC 6902 JSON patch
+//! that sets nudge's values on the object under review. Total on any JSON input.
+//!
+//! Rules (design §6):
+//!
+//! - Each value of the decision is written where the controller writes it (see
+//!   [`apply_body`](super::apply_body)): pod-template annotation, pod-template *and*
+//!   workload annotation (k8s-consul-mutator), or the Reloader env var in place in
+//!   every container and initContainer carrying it with a plain `value`.
+//! - The `last-updated` annotations are set to `now` when the stamp changes,
+//!   unless the request sets them itself (the controller's own apply); otherwise a
+//!   value the request dropped is restored from the stored object.
+//! - The patch never adds into a map that does not exist: a missing (or `null`)
+//!   map is added whole, at the first missing level. The kube-apiserver fails the
+//!   whole request with 500 when a webhook's patch cannot be applied, whatever the
+//!   failure policy.
+//! - Only differences are written: an object that already carries every value gets
+//!   an empty patch.
+
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use serde_json::{Map, Value};
+
+use super::AdmissionDecision;
+use crate::annotations::AnnotationScheme;
+use crate::model::{Output, WorkloadKind};
+
+/// The workload's own annotations.
+const WORKLOAD_ANNOTATIONS: [&str; 2] = ["metadata", "annotations"];
+/// The container lists of a pod spec that can carry a Reloader env var.
+const CONTAINER_LISTS: [&str; 2] = ["containers", "initContainers"];
+
+/// The JSON patch that brings `object` (the object under review, of `kind`) to
+/// `decision`. `stored` is the object before an UPDATE. Empty when nothing changes.
+pub fn admission_patch(
+    object: &Value,
+    stored: Option<&Value>,
+    kind: &WorkloadKind,
+    decision: &AdmissionDecision,
+    scheme: &AnnotationScheme,
+    now: &str,
+) -> Patch {
+    if !object.is_object() {
+        return Patch(Vec::new());
+    }
+    let template_path: Vec<&str> = kind.template_path().segments().collect();
+    let template_annotations: Vec<&str> = template_path
+        .iter()
+        .copied()
+        .chain(["metadata", "annotations"])
+        .collect();
+    let mut template = BTreeMap::new();
+    let mut workload = BTreeMap::new();
+    let mut env = BTreeMap::new();
+    for (output, value) in &decision.values {
+        match output {
+            Output::PodTemplateAnnotation(key) => {
+                template.insert(key.clone(), value.clone());
+            }
+            Output::PodTemplateAndWorkloadAnnotation(key) => {
+                template.insert(key.clone(), value.clone());
+                workload.insert(key.clone(), value.clone());
+            }
+            Output::ContainerEnv(name) => {
+                env.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    let incoming_workload = string_map(object, &WORKLOAD_ANNOTATIONS);
+    let stored_workload = stored.map(|o| string_map(o, &WORKLOAD_ANNOTATIONS));
+    for key in scheme.last_updated_keys(&decision.outputs) {
+        // A request that sets `last-updated` itself (the controller's own apply)
+        // keeps its value.
+        let set_by_request = incoming_workload.get(&key).is_some_and(|v| {
+            stored_workload
+                .as_ref()
+                .is_none_or(|old| old.get(&key) != Some(v))
+        });
+        if decision.stamp_changed && !set_by_request {
+            workload.insert(key, now.to_owned());
+        } else if !incoming_workload.contains_key(&key)
+            && let Some(value) = stored_workload.as_ref().and_then(|old| old.get(&key))
+        {
+            workload.insert(key, value.clone());
+        }
+    }
+
+    let incoming_template = string_map(object, &template_annotations);
+    let mut ops = map_ops(object, &template_annotations, &incoming_template, template);
+    ops.extend(map_ops(
+        object,
+        &WORKLOAD_ANNOTATIONS,
+        &incoming_workload,
+        workload,
+    ));
+    ops.extend(env_ops(object, &template_path, &env));
+    Patch(ops)
+}
+
+/// The string entries of the map at `path` (non-string values are left out).
+fn string_map(object: &Value, path: &[&str]) -> BTreeMap<String, String> {
+    get_path(object, path)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn get_path<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(object, |v, seg| v.get(seg))
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+fn replace(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Replace(ReplaceOperation { path, value })
+}
+
+/// Operations setting `wanted` into the map at `path`, skipping entries that already
+/// hold their value. A missing or `null` map, or missing parents, are added whole at
+/// the first missing level, never into something absent. A non-object in the way
+/// (malformed object) yields no operation.
+fn map_ops(
+    object: &Value,
+    path: &[&str],
+    incoming: &BTreeMap<String, String>,
+    wanted: BTreeMap<String, String>,
+) -> Vec<PatchOperation> {
+    let changes: Map<String, Value> = wanted
+        .into_iter()
+        .filter(|(k, v)| incoming.get(k) != Some(v))
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    if changes.is_empty() {
+        return Vec::new();
+    }
+    let mut current = object;
+    for (depth, segment) in path.iter().enumerate() {
+        match current.get(segment) {
+            Some(next @ Value::Object(_)) => current = next,
+            None | Some(Value::Null) => {
+                let value = path[depth + 1..]
+                    .iter()
+                    .rev()
+                    .fold(Value::Object(changes), |inner, seg| {
+                        Value::Object(Map::from_iter([((*seg).to_owned(), inner)]))
+                    });
+                return vec![add(
+                    PointerBuf::from_tokens(path[..=depth].iter().copied()),
+                    value,
+                )];
+            }
+            Some(_) => return Vec::new(),
+        }
+    }
+    let existing = current.as_object();
+    changes
+        .into_iter()
+        .map(|(key, value)| {
+            let at = PointerBuf::from_tokens(path.iter().copied().chain([key.as_str()]));
+            if existing.is_some_and(|m| m.contains_key(&key)) {
+                replace(at, value)
+            } else {
+                add(at, value)
+            }
+        })
+        .collect()
+}
+
+/// Operations setting each env var of `wanted` in place, wherever a container or
+/// initContainer of the pod template at `template` already carries it with a plain
+/// value (an entry with `valueFrom` is left alone: setting `value` beside it would
+/// make the object invalid).
+fn env_ops(
+    object: &Value,
+    template: &[&str],
+    wanted: &BTreeMap<String, String>,
+) -> Vec<PatchOperation> {
+    let mut ops = Vec::new();
+    if wanted.is_empty() {
+        return ops;
+    }
+    for list in CONTAINER_LISTS {
+        let path: Vec<&str> = template.iter().copied().chain(["spec", list]).collect();
+        let Some(containers) = get_path(object, &path).and_then(Value::as_array) else {
+            continue;
+        };
+        for (i, container) in containers.iter().enumerate() {
+            let Some(vars) = container.get("env").and_then(Value::as_array) else {
+                continue;
+            };
+            for (j, var) in vars.iter().enumerate() {
+                let Some(want) = var
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .and_then(|n| wanted.get(n))
+                else {
+                    continue;
+                };
+                if var.get("valueFrom").is_some_and(|v| !v.is_null()) {
+                    continue;
+                }
+                let (i, j) = (i.to_string(), j.to_string());
+                let at = PointerBuf::from_tokens(path.iter().copied().chain([
+                    i.as_str(),
+                    "env",
+                    j.as_str(),
+                    "value",
+                ]));
+                match var.get("value") {
+                    Some(Value::String(have)) if have == want => {}
+                    Some(_) => ops.push(replace(at, Value::String(want.clone()))),
+                    None => ops.push(add(at, Value::String(want.clone()))),
+                }
+            }
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests;
