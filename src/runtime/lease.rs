@@ -6,9 +6,9 @@
 //! small implementation of client-go's algorithm:
 //!
 //! - **Acquire**: every `retry_period` a candidate reads the Lease. Absent: it
-//!   creates it. Held by nobody, or expired (`renewTime + leaseDurationSeconds` is
-//!   in the past): it takes it over with an update carrying the `resourceVersion` it
-//!   read, so of two candidates only one succeeds (the other gets 409).
+//!   creates it. Held by nobody, or expired (see below): it takes it over with an
+//!   update carrying the `resourceVersion` it read, so of two candidates only one
+//!   succeeds (the other gets 409).
 //! - **Renew**: the leader updates `renewTime` every `retry_period`, again with
 //!   optimistic concurrency. A 409 or a Lease held by someone else means another
 //!   replica took over: leadership is lost at once. Other failures are retried until
@@ -18,9 +18,22 @@
 //! - **Release**: on shutdown the leader clears `holderIdentity` and sets
 //!   `leaseDurationSeconds = 1`, so a follower takes over within one retry period.
 //!
-//! Expiry is judged from the Lease's `renewTime` against this replica's wall clock,
-//! so the replicas' clocks are assumed to agree to well within `lease_duration -
-//! renew_deadline` (as NTP-synced nodes do). No jitter is added to `retry_period`.
+//! Expiry is judged as client-go does, never from the timestamps in the Lease:
+//! they were written by another replica's wall clock, and with clock skew a live
+//! leader whose clock is behind would look expired (two leaders), or a dead one
+//! whose clock is ahead would look alive for as long as the skew. Instead each
+//! replica remembers the Lease record (its whole spec: holder, times, duration,
+//! transitions) it last read and the instant, on its own monotonic clock, at which
+//! it first read that record. A holder's Lease is expired only once that record has
+//! stayed unchanged for `leaseDurationSeconds` (the duration the holder wrote) of
+//! this replica's time: a live leader changes the record at every renewal, so it
+//! is never taken over, whatever its `renewTime` says. A record read for the first
+//! time counts as observed now, so a freshly started replica waits a full lease
+//! duration before it takes over a held Lease. So the replicas' clocks may disagree
+//! arbitrarily; only their rates must agree (the fastest may run faster than the
+//! slowest by well under the ratio `lease_duration / renew_deadline`). A Lease with
+//! no holder (never held, or released) is taken at once. No jitter is added to
+//! `retry_period`.
 //!
 //! The decision ([`decide`]) is a pure function; the Lease is read and written
 //! through [`LeaseStore`], implemented for the API server by [`KubeLeases`].
@@ -30,7 +43,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -196,35 +209,74 @@ pub enum Decision {
     Wait,
 }
 
-/// The decision of candidate `me` at wall-clock time `now` given the Lease's spec
-/// (`None`: no Lease). Pure, for tests.
-pub fn decide(spec: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Decision {
+/// The Lease record a replica last read, and when it first read it: all it
+/// trusts to tell a live holder from a dead one (the times in the record come
+/// from another replica's clock).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// The Lease's spec as read (holder, times, duration, transitions, ...).
+    pub record: LeaseSpec,
+    /// When this replica first read `record`, on its own monotonic clock.
+    pub since: Instant,
+}
+
+impl Observation {
+    /// What a replica knows after reading `record` at `now`, having known
+    /// `previous` before: `previous` again if the record is unchanged (its `since`
+    /// kept), else `record` first seen at `now`.
+    pub fn update(previous: Option<Self>, record: &LeaseSpec, now: Instant) -> Self {
+        match previous {
+            Some(previous) if previous.record == *record => previous,
+            _ => Self {
+                record: record.clone(),
+                since: now,
+            },
+        }
+    }
+}
+
+/// The decision of candidate `me` at monotonic time `now` given the Lease's spec
+/// (`None`: no Lease) and what it had `observed` before this read. Pure, for
+/// tests.
+///
+/// A Lease held by another replica is expired only if `observed` holds this very
+/// record, first seen at least `leaseDurationSeconds` before `now`; a record not
+/// seen before counts as first seen at `now`. `renewTime` and `acquireTime` are
+/// not consulted.
+pub fn decide(
+    spec: Option<&LeaseSpec>,
+    me: &str,
+    observed: Option<&Observation>,
+    now: Instant,
+) -> Decision {
     let Some(spec) = spec else {
         return Decision::Create;
     };
     match spec.holder_identity.as_deref() {
         None | Some("") => Decision::TakeOver,
         Some(holder) if holder == me => Decision::Renew,
-        Some(_) if is_expired(spec, now) => Decision::TakeOver,
+        Some(_) if is_expired(spec, observed, now) => Decision::TakeOver,
         Some(_) => Decision::Wait,
     }
 }
 
-/// Whether `renewTime` (else `acquireTime`) plus `leaseDurationSeconds` is before
-/// `now`. A Lease without either time is expired.
-fn is_expired(spec: &LeaseSpec, now: Timestamp) -> bool {
-    let Some(MicroTime(renewed)) = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) else {
-        return true;
-    };
-    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-    match renewed.checked_add(duration) {
-        Ok(expiry) => expiry < now,
-        Err(_) => false,
-    }
+/// Whether `spec` has been seen unchanged for at least its
+/// `leaseDurationSeconds` (none or negative: zero) by `now`, as client-go's
+/// `observedTime + leaseDuration` not after `now`.
+fn is_expired(spec: &LeaseSpec, observed: Option<&Observation>, now: Instant) -> bool {
+    let since = observed
+        .filter(|o| o.record == *spec)
+        .map_or(now, |o| o.since);
+    let seconds = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
+    since
+        .checked_add(Duration::from_secs(seconds))
+        .is_some_and(|expiry| expiry <= now)
 }
 
-/// Where "now" comes from: the system clock, or (in tests) tokio's clock, which
-/// pauses and advances with the test.
+/// Where the wall-clock times written into the Lease come from: the system clock,
+/// or (in tests) tokio's clock, which pauses and advances with the test, from a
+/// chosen wall time (tests skew replicas by choosing different ones). Expiry never
+/// depends on it.
 #[derive(Debug, Clone, Copy)]
 enum Clock {
     System,
@@ -241,6 +293,7 @@ impl Clock {
             Self::System => Timestamp::now(),
             #[cfg(test)]
             Self::Tokio { wall, at } => {
+                use k8s_openapi::jiff::SignedDuration;
                 let elapsed = SignedDuration::try_from(at.elapsed()).unwrap_or(SignedDuration::MAX);
                 wall.checked_add(elapsed).unwrap_or(wall)
             }
@@ -254,6 +307,8 @@ pub struct LeaderElector<S = KubeLeases> {
     store: S,
     settings: LeaseSettings,
     clock: Clock,
+    /// The Lease record last read or written, and when it was first seen.
+    observed: Option<Observation>,
     leader: watch::Sender<bool>,
     metrics: Metrics,
 }
@@ -280,6 +335,7 @@ impl<S: LeaseStore> LeaderElector<S> {
             store,
             settings,
             clock: Clock::System,
+            observed: None,
             leader,
             metrics,
         }
@@ -292,7 +348,7 @@ impl<S: LeaseStore> LeaderElector<S> {
 
     /// Campaigns, renews and observes until `shutdown` is cancelled; then, if it
     /// leads, steps down and releases the Lease.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub async fn run(mut self, shutdown: CancellationToken) {
         let retry = self.settings.retry_period;
         // When the lease was last written by us; `Some` while leading.
         let mut renewed: Option<Instant> = None;
@@ -357,20 +413,24 @@ impl<S: LeaseStore> LeaderElector<S> {
 
     /// One acquire-or-renew, bounded by `timeout`: whether this replica holds the
     /// Lease afterwards.
-    async fn attempt(&self, timeout: Duration) -> Result<bool, LeaseError> {
+    async fn attempt(&mut self, timeout: Duration) -> Result<bool, LeaseError> {
         tokio::time::timeout(timeout, self.try_acquire_or_renew())
             .await
             .unwrap_or(Err(LeaseError::Timeout))
     }
 
-    async fn try_acquire_or_renew(&self) -> Result<bool, LeaseError> {
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaseError> {
         let current = self.store.get().await?;
+        let seen = Instant::now();
         let now = self.clock.now();
+        let record = current.as_ref().map(|l| l.spec.clone().unwrap_or_default());
         let decision = decide(
-            current.as_ref().and_then(|l| l.spec.as_ref()),
+            record.as_ref(),
             &self.settings.identity,
-            now,
+            self.observed.as_ref(),
+            seen,
         );
+        self.observed = record.map(|r| Observation::update(self.observed.take(), &r, seen));
         let written = match (decision, current) {
             (Decision::Wait, _) => return Ok(false),
             (Decision::Create, _) | (_, None) => {
@@ -401,7 +461,13 @@ impl<S: LeaseStore> LeaderElector<S> {
             }
         };
         match written {
-            Ok(_) => Ok(true),
+            Ok(lease) => {
+                // What we wrote is the record others now see change; as client-go
+                // does, it counts as observed now.
+                let record = lease.spec.unwrap_or_default();
+                self.observed = Some(Observation::update(None, &record, Instant::now()));
+                Ok(true)
+            }
             Err(LeaseError::Conflict) => Ok(false),
             Err(error) => Err(error),
         }
@@ -554,8 +620,13 @@ mod tests {
     }
 
     fn tokio_clock() -> Clock {
+        skewed_clock(0)
+    }
+
+    /// Tokio's clock, `skew` seconds ahead of [`tokio_clock`] (behind if negative).
+    fn skewed_clock(skew: i64) -> Clock {
         Clock::Tokio {
-            wall: Timestamp::from_second(1_750_000_000).unwrap(),
+            wall: Timestamp::from_second(WALL + skew).unwrap(),
             at: Instant::now(),
         }
     }
@@ -574,43 +645,209 @@ mod tests {
         }
     }
 
+    /// Wall-clock seconds of this test's "true" time; remote clocks are skewed
+    /// from it.
+    const WALL: i64 = 1_750_000_000;
+    const HOUR: i64 = 3600;
+
+    /// One read of the Lease by a follower at `now`: its decision, and what it
+    /// remembers afterwards (as [`LeaderElector`] does).
+    fn read(observed: &mut Option<Observation>, record: &LeaseSpec, now: Instant) -> Decision {
+        let decision = decide(Some(record), "follower", observed.as_ref(), now);
+        *observed = Some(Observation::update(observed.take(), record, now));
+        decision
+    }
+
     #[test]
     fn decide_creates_a_missing_lease_and_renews_its_own() {
-        let now = Timestamp::from_second(1000).unwrap();
-        assert_eq!(decide(None, "a", now), Decision::Create);
+        let now = Instant::now();
+        assert_eq!(decide(None, "a", None, now), Decision::Create);
+        let own = spec(Some("a"), 0, 15);
+        assert_eq!(decide(Some(&own), "a", None, now), Decision::Renew);
+        let seen_long_ago = Observation {
+            record: own.clone(),
+            since: now,
+        };
         assert_eq!(
-            decide(Some(&spec(Some("a"), 0, 15)), "a", now),
+            decide(Some(&own), "a", Some(&seen_long_ago), now + LEASE * 10),
             Decision::Renew
         );
     }
 
     #[test]
-    fn decide_waits_for_a_live_holder_and_takes_over_an_expired_or_released_one() {
-        let now = Timestamp::from_second(1000).unwrap();
+    fn leader_renewing_with_a_clock_an_hour_behind_is_never_taken_over() {
+        let start = Instant::now();
+        let mut observed = None;
+        // The leader renews every retry period; its renewTime is always an hour
+        // old by the follower's wall clock (expired under a renewTime rule).
+        for tick in 0..1000u32 {
+            let elapsed = RETRY * tick;
+            let renewed = WALL - HOUR + i64::from(tick) * 2;
+            let record = spec(Some("leader"), renewed, 15);
+            assert_eq!(
+                read(&mut observed, &record, start + elapsed),
+                Decision::Wait,
+                "took over a live leader after {elapsed:?}"
+            );
+            // The follower also reads in between renewals.
+            assert_eq!(
+                read(&mut observed, &record, start + elapsed + RETRY / 2),
+                Decision::Wait
+            );
+        }
+    }
+
+    #[test]
+    fn dead_holder_with_a_clock_an_hour_ahead_is_taken_over_after_the_lease_duration_of_local_time()
+    {
+        let start = Instant::now();
+        let mut observed = None;
+        // Alive for a while: renewTime an hour in the future.
+        let mut last = spec(Some("leader"), WALL + HOUR, 15);
+        for tick in 0..10u32 {
+            last = spec(Some("leader"), WALL + HOUR + i64::from(tick) * 2, 15);
+            assert_eq!(
+                read(&mut observed, &last, start + RETRY * tick),
+                Decision::Wait
+            );
+        }
+        // It dies: the follower keeps reading the same record.
+        let died = start + RETRY * 9;
+        let mut now = died;
+        while now < died + LEASE {
+            assert_eq!(read(&mut observed, &last, now), Decision::Wait);
+            now += Duration::from_millis(500);
+        }
         assert_eq!(
-            decide(Some(&spec(Some("b"), 990, 15)), "a", now),
+            read(
+                &mut observed,
+                &last,
+                died + LEASE - Duration::from_millis(1)
+            ),
             Decision::Wait
         );
         assert_eq!(
-            decide(Some(&spec(Some("b"), 985, 15)), "a", now),
-            Decision::Wait,
-            "exactly at expiry it is still held"
+            read(&mut observed, &last, died + LEASE),
+            Decision::TakeOver,
+            "not taken over although unchanged for the lease duration"
         );
+    }
+
+    #[test]
+    fn fresh_replica_waits_a_full_lease_duration_even_if_renew_time_looks_expired() {
+        let start = Instant::now();
+        // Renewed an hour ago by our wall clock, or at the epoch: the record
+        // gives no evidence that the holder is dead until it stops changing for a
+        // lease duration of our own time.
+        for renewed in [WALL - HOUR, 0] {
+            let record = spec(Some("holder"), renewed, 15);
+            assert_eq!(decide(Some(&record), "a", None, start), Decision::Wait);
+            let mut observed = None;
+            assert_eq!(read(&mut observed, &record, start), Decision::Wait);
+            assert_eq!(
+                read(
+                    &mut observed,
+                    &record,
+                    start + LEASE - Duration::from_millis(1)
+                ),
+                Decision::Wait
+            );
+            assert_eq!(
+                read(&mut observed, &record, start + LEASE),
+                Decision::TakeOver
+            );
+        }
+        // Having seen another record before is no head start for a new one.
+        let mut observed = Some(Observation {
+            record: spec(Some("other"), WALL, 15),
+            since: start,
+        });
+        let record = spec(Some("holder"), WALL - HOUR, 15);
         assert_eq!(
-            decide(Some(&spec(Some("b"), 984, 15)), "a", now),
+            read(&mut observed, &record, start + LEASE * 2),
+            Decision::Wait
+        );
+    }
+
+    #[test]
+    fn released_or_unheld_lease_is_taken_at_once() {
+        let now = Instant::now();
+        // As `release` writes it: no holder, one second, renewed just now (or an
+        // hour ahead: the clock does not matter either).
+        for renewed in [WALL, WALL + HOUR, WALL - HOUR] {
+            let released = spec(None, renewed, 1);
+            assert_eq!(decide(Some(&released), "a", None, now), Decision::TakeOver);
+        }
+        let empty = spec(Some(""), WALL, 15);
+        assert_eq!(decide(Some(&empty), "a", None, now), Decision::TakeOver);
+        assert_eq!(
+            decide(Some(&LeaseSpec::default()), "a", None, now),
             Decision::TakeOver
         );
+    }
+
+    #[test]
+    fn any_change_to_the_record_restarts_the_observation() {
+        let start = Instant::now();
+        let later = start + LEASE * 2;
+        let record = spec(Some("holder"), WALL, 15);
+        let seen = Observation::update(None, &record, start);
+        assert_eq!(seen.since, start);
+        let unchanged = Observation::update(Some(seen.clone()), &record, later);
+        assert_eq!(unchanged.since, start, "an unchanged record keeps its age");
         assert_eq!(
-            decide(Some(&spec(None, 999, 1)), "a", now),
+            decide(Some(&record), "a", Some(&seen), later),
             Decision::TakeOver
         );
+        let changes = [
+            spec(Some("holder"), WALL + 1, 15),
+            spec(Some("other"), WALL, 15),
+            spec(Some("holder"), WALL, 16),
+            LeaseSpec {
+                lease_transitions: Some(1),
+                ..record.clone()
+            },
+            LeaseSpec {
+                acquire_time: Some(MicroTime(Timestamp::from_second(WALL).unwrap())),
+                ..record.clone()
+            },
+        ];
+        for changed in changes {
+            assert_eq!(
+                decide(Some(&changed), "a", Some(&seen), later),
+                Decision::Wait,
+                "{changed:?}"
+            );
+            let renewed = Observation::update(Some(seen.clone()), &changed, later);
+            assert_eq!((renewed.record, renewed.since), (changed, later));
+        }
+    }
+
+    #[test]
+    fn holder_is_given_the_lease_duration_it_wrote() {
+        let start = Instant::now();
+        let short = spec(Some("holder"), WALL, 2);
+        let seen = Some(Observation {
+            record: short.clone(),
+            since: start,
+        });
         assert_eq!(
-            decide(Some(&spec(Some(""), 999, 15)), "a", now),
+            decide(
+                Some(&short),
+                "a",
+                seen.as_ref(),
+                start + Duration::from_secs(2)
+            ),
             Decision::TakeOver
         );
+        let unknown = LeaseSpec {
+            lease_duration_seconds: None,
+            ..short
+        };
         assert_eq!(
-            decide(Some(&LeaseSpec::default()), "a", now),
-            Decision::TakeOver
+            decide(Some(&unknown), "a", None, start),
+            Decision::TakeOver,
+            "no duration: expired as soon as seen, as in client-go"
         );
     }
 
@@ -731,5 +968,40 @@ mod tests {
         // It keeps campaigning and does not fight the live holder.
         tokio::time::sleep(RETRY * 3).await;
         assert_eq!(store.holder().as_deref(), Some("intruder"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leader_with_a_clock_an_hour_behind_keeps_the_lease_and_no_second_leader_appears() {
+        let store = MemoryLeases::default();
+        let a = candidate(&store, "a", skewed_clock(-HOUR));
+        settle().await;
+        assert!(a.is_leader());
+        let b = candidate(&store, "b", tokio_clock());
+        settle().await;
+        for _ in 0..50 {
+            assert!(a.is_leader(), "the live leader lost the lease");
+            assert!(!b.is_leader(), "two leaders");
+            tokio::time::sleep(RETRY).await;
+        }
+        assert_eq!(store.holder().as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dead_holder_with_a_clock_an_hour_ahead_is_replaced_after_the_lease_duration() {
+        let store = MemoryLeases::default();
+        let a = candidate(&store, "a", skewed_clock(HOUR));
+        settle().await;
+        let b = candidate(&store, "b", tokio_clock());
+        settle().await;
+        assert!(a.is_leader() && !b.is_leader());
+        a.task.abort();
+        let killed = Instant::now();
+        let mut leader = b.leader.clone();
+        leader.wait_for(|l| *l).await.unwrap();
+        let waited = killed.elapsed();
+        assert!(waited > LEASE - RETRY, "took over too early: {waited:?}");
+        assert!(waited <= LEASE + RETRY, "took over too late: {waited:?}");
+        assert_eq!(store.holder().as_deref(), Some("b"));
+        let _ = (a.stop, b.stop);
     }
 }
