@@ -182,6 +182,7 @@ pub fn is_ignored(
 /// A workload annotation nudge cannot use. Each variant names the annotation key;
 /// the workload's other annotations keep working.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AnnotationError {
     /// The name part of the key (after `/`) is longer than the 63 characters
     /// Kubernetes allows.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, LogFormat, Overrides};
+use nudge::config::{Config, LogFormat, Overrides};
 
 /// Rolls Kubernetes workloads when the ConfigMaps, Secrets or Consul keys they
 /// depend on change.
@@ -100,17 +100,17 @@ pub fn version() -> String {
     format!(
         "nudge {} (Kubernetes API {}+)",
         env!("CARGO_PKG_VERSION"),
-        crate::KUBERNETES_MIN_VERSION
+        nudge::KUBERNETES_MIN_VERSION
     )
 }
 
 async fn run(config: Config) -> ExitCode {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting");
-    let shutdown = crate::runtime::shutdown::on_signal();
-    match crate::runtime::run(config, shutdown).await {
+    let shutdown = nudge::runtime::shutdown::on_signal();
+    match nudge::runtime::run(config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            let text = crate::error_chain(&error);
+            let text = nudge::error_chain(&error);
             let hint = error.hint();
             tracing::error!(error = %text, hint = hint.as_deref().unwrap_or(""), "nudge stopped");
             eprintln!("nudge: {}", one_line(&text, hint.as_deref()));
@@ -138,7 +138,7 @@ async fn explain(
         eprintln!("nudge explain: expected <kind>/<name>, got {workload:?}");
         return ExitCode::from(2);
     };
-    let Some(kind) = crate::explain::resolve_kind(kind_name, config) else {
+    let Some(kind) = nudge::explain::resolve_kind(kind_name, config) else {
         eprintln!(
             "nudge explain: unknown kind {kind_name:?} (deployment, statefulset, daemonset, rollout, or a [[targets]] kind)"
         );
@@ -149,17 +149,17 @@ async fn explain(
         Err(error) => {
             eprintln!(
                 "nudge explain: cannot configure the Kubernetes client: {}",
-                crate::error_chain(&error)
+                nudge::error_chain(&error)
             );
             return ExitCode::FAILURE;
         }
     };
     let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
     let report =
-        match crate::explain::explain(client, config, &kind, &namespace, name, timeout).await {
+        match nudge::explain::explain(client, config, &kind, &namespace, name, timeout).await {
             Ok(report) => report,
             Err(error) => {
-                eprintln!("nudge explain: {}", crate::error_chain(&error));
+                eprintln!("nudge explain: {}", nudge::error_chain(&error));
                 return ExitCode::FAILURE;
             }
         };

@@ -22,6 +22,7 @@ pub const ENV_SEPARATOR: &str = "__";
 
 /// Why configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A key is unknown, has the wrong type or does not parse.
     #[error("invalid configuration: {key}: {problem} (from {origin})")]
@@ -338,6 +339,7 @@ impl Default for WebhookConfig {
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum LogFormat {
     /// Human-readable lines.
     Plain,

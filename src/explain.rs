@@ -10,8 +10,8 @@
 //!   stamped value with [`stamp::current`], so explain and the controller cannot
 //!   disagree about what "in sync" means.
 //! - [`explain`] is the thin I/O part: it reads the workload through the built-in
-//!   [`Target`](crate::targets::Target), builds the same sources as `nudge run`
-//!   ([`builtin_sources`](crate::runtime::builtin_sources)), calls
+//!   [`Target`], builds the same sources as `nudge run`
+//!   ([`builtin`](crate::sources::builtin)), calls
 //!   [`Source::observe`] for every input within a deadline, and reads each
 //!   referenced ConfigMap's and Secret's metadata for its last write time
 //!   (`managedFields[].time`). It never writes to the cluster: the installation key
@@ -93,6 +93,7 @@ pub struct Verdict {
 /// pressing; the workload's verdict is its most pressing output's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum State {
     /// The stamped value is the desired one.
     InSync,
@@ -163,6 +164,7 @@ pub struct ReferenceReport {
 /// What is known about one input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ReferenceState {
     /// It exists; its fingerprint is known.
     Present,
@@ -200,6 +202,7 @@ pub struct Timing {
 
 /// What could be learned about one input.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InputState {
     /// The source answered.
     Observed(Observation),
@@ -895,7 +898,7 @@ pub async fn explain(
         },
         label_selector: config.kubernetes.source_label_selector.clone(),
     };
-    let sources: BTreeMap<SourceName, Arc<dyn Source>> = crate::runtime::builtin_sources(
+    let sources: BTreeMap<SourceName, Arc<dyn Source>> = crate::sources::builtin(
         &client,
         source_settings,
         &config.sources.consul,

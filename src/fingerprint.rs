@@ -24,6 +24,7 @@ use crate::model::{KeySelection, SourceName};
 
 /// The fingerprint of one tracked reference.
 #[derive(Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fingerprint {
     /// A digest string as written into annotations (`sha256-…`, `hmac-sha256-…`,
     /// `md5-…`, or Reloader's bare hex).
@@ -85,6 +86,7 @@ impl fmt::Debug for WaveFragment {
 /// What a source currently knows about a tracked reference. Errors are not
 /// observations: a source that cannot reach its backend reports nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Observation {
     /// The referenced content exists and has this fingerprint.
     Present(Fingerprint),
@@ -98,6 +100,7 @@ pub const ABSENT: &str = "absent";
 
 /// One value of a ConfigMap or Secret.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DataValue {
     /// A ConfigMap `data` value (UTF-8 text).
     Text(String),
@@ -132,6 +135,7 @@ pub struct ObjectData(pub BTreeMap<String, DataValue>);
 /// The kind of object whose content is hashed; some compatibility formats encode
 /// the two differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ObjectKind {
     /// A ConfigMap.
     ConfigMap,
@@ -247,6 +251,7 @@ impl fmt::Debug for FingerprintKey {
 
 /// Why a [`FingerprintKey`] could not be made. Messages never contain key material.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FingerprintError {
     /// The configured key has fewer than [`FingerprintKey::MIN_LEN`] bytes.
     #[error("fingerprint key has {len} bytes, at least {min} are required")]

@@ -65,6 +65,7 @@ impl std::fmt::Debug for WatchReady {
 
 /// What `/ready` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReadyStatus {
     /// Every watch has listed once.
     Ready,

@@ -1,14 +1,59 @@
 //! nudge rolls Kubernetes workloads when the configuration they depend on changes.
 //!
 //! It watches config sources (ConfigMaps, Secrets, Consul KV, or a custom
-//! [`sources::Source`]) and, when the content a workload depends on changes, writes
-//! a content fingerprint into the workload's pod-template annotations, so the
+//! [`Source`]) and, when the content a workload depends on changes, writes a
+//! content fingerprint into the workload's pod-template annotations, so the
 //! workload controller performs an ordinary rolling update.
+//!
+//! # Embedding
+//!
+//! [`Controller`] runs everything `nudge run` runs; add custom sources and targets
+//! to it:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use nudge::fingerprint::Observation;
+//! use nudge::model::{SourceName, Tracked};
+//! use nudge::{Controller, ObserveContext, PollSource, SourceError, poll};
+//!
+//! struct Motd(SourceName);
+//!
+//! #[async_trait::async_trait]
+//! impl PollSource for Motd {
+//!     fn name(&self) -> &SourceName { &self.0 }
+//!     fn interval(&self) -> Duration { Duration::from_secs(30) }
+//!     async fn observe(&self, tracked: &Tracked, cx: &ObserveContext)
+//!         -> Result<Observation, SourceError> {
+//!         let body = tracked.reference.name.as_bytes(); // read it from somewhere
+//!         Ok(Observation::Present(cx.fingerprint(body)))
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = kube::Client::try_default().await?;
+//! Controller::new(client)
+//!     .with_source(poll(Motd(SourceName::new("motd")?)))
+//!     .run(nudge::runtime::shutdown::on_signal())
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layers
+//!
+//! Each layer imports only the layers below it (`tests/layers.rs` checks this):
+//!
+//! 1. Contracts, pure and kube-client-free: [`model`], [`fingerprint`],
+//!    [`annotations`], [`discovery`], [`stamp`], plus the shared utilities
+//!    [`health`], [`rate`], [`scope`], [`config`].
+//! 2. Adapters: [`sources`], [`targets`], [`webhook`], [`events`]; none imports
+//!    another adapter, the engine or the runtime.
+//! 3. [`engine`]: the synchronous core and its async driver.
+//! 4. [`runtime`] (the [`Controller`], admin server, leader election) and
+//!    [`explain`]: composition.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod annotations;
-pub mod cli;
 pub mod config;
 pub mod discovery;
 pub mod engine;
@@ -24,8 +69,14 @@ mod small;
 pub mod sources;
 pub mod stamp;
 pub mod targets;
-pub mod telemetry;
 pub mod webhook;
+
+pub use config::Config;
+pub use runtime::{Controller, RunError};
+pub use sources::{
+    ObserveContext, PollSource, Source, SourceContext, SourceError, WatchSource, poll, watch,
+};
+pub use targets::{KubeTarget, Target, TargetContext, TargetError};
 
 /// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).
 pub const KUBERNETES_MIN_VERSION: &str = "1.33";

@@ -2,6 +2,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+mod cli;
+mod telemetry;
+
 /// jemalloc, not glibc's malloc: with glibc, memory freed after nudge's start-up
 /// and change bursts stayed in per-thread arenas (the large benchmark: about
 /// 100 MiB resident for 40 MiB of live heap). jemalloc's background thread hands
@@ -11,5 +14,5 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    nudge::cli::Cli::parse().run().await
+    cli::Cli::parse().run().await
 }

@@ -20,6 +20,7 @@ pub(crate) fn saturating_add(at: Instant, duration: Duration) -> Instant {
 
 /// Why pacing parameters were rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PacingError {
     /// The rate is zero, negative, not a number, or so small that the time between
     /// two tokens does not fit a [`Duration`].

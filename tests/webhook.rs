@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use nudge::config::Config;
 use nudge::webhook::CertificateBundle;
-use nudge::webhook::certificates::generate;
+use nudge::webhook::generate_certificate as generate;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
@@ -144,12 +144,11 @@ async fn connect(
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let config =
-        rustls::ClientConfig::builder_with_provider(nudge::webhook::tls::crypto_provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let config = rustls::ClientConfig::builder_with_provider(nudge::webhook::crypto_provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     connector

@@ -2,12 +2,12 @@
 //!
 //! It owns every decision (design §5): what each workload depends on, whether its
 //! stamp is in sync, when it may be written, what is tracked, which Events to
-//! publish. It performs no I/O and reads no clock: the [driver](super::driver)
+//! publish. It performs no I/O and reads no clock: the driver
 //! feeds it [`Input`]s with the current time and performs the [`Effect`]s it
 //! returns. State-based: every decision compares the desired stamp with what is on
 //! the workload, so replayed inputs and restarts are harmless.
 //!
-//! One [`Record`] per workload holds everything the core knows about it.
+//! One `Record` per workload holds everything the core knows about it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};

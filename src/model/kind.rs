@@ -14,6 +14,7 @@ pub struct TemplatePath(Vec<String>);
 
 /// Why a template path was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TemplatePathError {
     /// The path is empty, has an empty segment, or does not start under `spec`.
     #[error(

@@ -19,6 +19,7 @@ pub const MAX_ANNOTATION_NAME_LEN: usize = 63;
 
 /// Why a source name or slot was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NameError {
     /// The string is empty.
     #[error("must not be empty")]
@@ -184,6 +185,7 @@ impl fmt::Display for WorkloadId {
 
 /// Which keys of an object a reference covers.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[non_exhaustive]
 pub enum KeySelection {
     /// Every key of the object.
     All,
@@ -280,6 +282,7 @@ impl fmt::Display for Reference {
 
 /// How a source turns content into a fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[non_exhaustive]
 pub enum Algorithm {
     /// nudge's own format: `sha256-<hex>` of the canonical encoding, or
     /// `hmac-sha256-<hex>` keyed by the installation key for sources holding secrets.
@@ -331,6 +334,7 @@ impl fmt::Display for Tracked {
 
 /// Where nudge writes one stamped value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[non_exhaustive]
 pub enum Output {
     /// An annotation on the pod template (`spec.template.metadata.annotations`).
     PodTemplateAnnotation(String),
@@ -365,6 +369,7 @@ impl fmt::Display for Output {
 
 /// How the fingerprints of a stamp's inputs become the written value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[non_exhaustive]
 pub enum Combine {
     /// Exactly one input; its fingerprint is the value (explicit slots, md5
     /// checksums, Reloader env vars).
@@ -387,6 +392,7 @@ pub struct Input {
 
 /// Where a reference was found, for `nudge explain` and Events.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[non_exhaustive]
 pub enum Origin {
     /// An annotation, by its full key.
     Annotation(String),
@@ -410,6 +416,7 @@ pub struct StampSpec {
 
 /// Whether a source's references name objects in the workload's namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub enum Scope {
     /// ConfigMap, Secret: the reference is an object name in the workload's namespace.
     Namespaced,

@@ -13,6 +13,7 @@ use super::{WorkloadId, WorkloadKind};
 /// Whether a workload's last rollout has finished, from its `status` (design §5:
 /// `min_interval` holds a re-stamp only while the previous rollout has not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Rollout {
     /// The controller caught up with the latest generation and every replica is
     /// updated and ready.
@@ -42,6 +43,7 @@ pub struct Workload {
 
 /// Why an object could not be read as a workload.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WorkloadError {
     /// `metadata.namespace` or `metadata.name` is missing (nudge stamps
     /// namespaced workloads only).

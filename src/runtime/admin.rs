@@ -22,6 +22,7 @@ pub use crate::health::{Readiness, ReadyStatus, WatchReady};
 
 /// Why the admin server could not run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdminError {
     /// The configured address could not be bound (in use, no permission).
     #[error("cannot listen on {addr} for the admin server")]

@@ -54,6 +54,7 @@ use crate::config::LeaderElectionConfig;
 
 /// Why a Lease could not be read or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// Someone else wrote the Lease since it was read (409 Conflict, or 409
     /// AlreadyExists on create).
@@ -198,6 +199,7 @@ pub fn holder_identity() -> String {
 
 /// What a candidate should do given the Lease it read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decision {
     /// There is no Lease: create it.
     Create,

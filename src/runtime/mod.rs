@@ -7,33 +7,34 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::annotations::AnnotationScheme;
-use crate::config::{Config, ConsulConfig, TargetConfig};
+use crate::config::{Config, TargetConfig};
 use crate::engine::{Engine, EngineError};
 use crate::events::KubeEvents;
 use crate::fingerprint::FingerprintKey;
 use crate::health::Readiness;
 use crate::model::{SourceName, TemplatePath, WorkloadKind};
-use crate::scope::{NamespaceScope, selected_namespaces};
-use crate::sources::consul::{ConsulMetrics, SettingsError};
+use crate::scope::NamespaceScope;
+use crate::sources::consul::SettingsError;
 use crate::sources::secret::{KeyError, installation_key};
-use crate::sources::{ObjectSource, ObjectSourceSettings, Source};
+use crate::sources::{ObjectSourceSettings, Source};
 use crate::targets::{KubeTarget, Target, TargetSettings, TargetSetupError, builtin_kinds};
 use crate::webhook::{self, Admission, AdmissionParts, AdmissionSettings, WebhookError};
 
 pub mod admin;
 pub mod lease;
 pub mod metrics;
+mod namespaces;
 pub mod shutdown;
 
 use self::admin::{AdminError, AdminServer};
 use self::lease::{LeaderElector, LeaseSettings};
 use self::metrics::Metrics;
+use self::namespaces::selected_namespaces;
 
 /// Argo Rollouts: stamped like Deployments when their CRD is installed.
 const ARGO_ROLLOUT: (&str, &str, &str) = ("argoproj.io", "v1alpha1", "Rollout");
@@ -328,7 +329,7 @@ impl Controller {
             .with_metrics(metrics.engine())
             .with_health(readiness.clone(), metrics.watches());
         let sources =
-            builtin_sources(&client, source_settings, &sources.consul, &metrics.consul())?;
+            crate::sources::builtin(&client, source_settings, &sources.consul, &metrics.consul())?;
         for source in sources.into_iter().chain(custom_sources) {
             engine = engine.with_source(source)?;
         }
@@ -406,33 +407,6 @@ impl Controller {
         }
         Ok(result?)
     }
-}
-
-/// The built-in sources `config` asks for: ConfigMaps, Secrets and every enabled
-/// Consul instance. `nudge run` and `nudge explain` both build their sources here,
-/// so they observe references the same way.
-pub fn builtin_sources(
-    client: &kube::Client,
-    settings: ObjectSourceSettings,
-    consul: &ConsulConfig,
-    consul_metrics: &ConsulMetrics,
-) -> Result<Vec<Arc<dyn Source>>, SettingsError> {
-    let mut sources: Vec<Arc<dyn Source>> = vec![
-        Arc::new(ObjectSource::<ConfigMap>::new(
-            SourceName::configmap(),
-            client.clone(),
-            settings.clone(),
-        )),
-        Arc::new(ObjectSource::<Secret>::new(
-            SourceName::secret(),
-            client.clone(),
-            settings,
-        )),
-    ];
-    for source in crate::sources::consul::settings::sources_from_config(consul)? {
-        sources.push(Arc::new(source.with_metrics(consul_metrics.clone())));
-    }
-    Ok(sources)
 }
 
 /// Every target: the built-in kinds, Argo Rollouts when served, the `[[targets]]`

@@ -28,6 +28,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
+use crate::config::ConsulConfig;
 use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
 use crate::health::{WatchHealth, WatchReady};
 use crate::model::{Scope, SourceName, Tracked};
@@ -39,6 +42,7 @@ mod polled;
 pub mod secret;
 mod watched;
 
+use self::consul::{ConsulMetrics, SettingsError};
 pub use self::kube::{ContentObject, ObjectSource, ObjectSourceSettings};
 pub use self::polled::{PollSource, Polled, poll};
 pub use self::watched::{ObservationStream, WatchSource, Watched, watch};
@@ -337,4 +341,31 @@ pub trait Source: Send + Sync + 'static {
     /// and reporting every observation. Returns `Ok` on shutdown; an error return
     /// is logged and the engine restarts the source with backoff.
     async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError>;
+}
+
+/// The built-in sources `config` asks for: ConfigMaps, Secrets and every enabled
+/// Consul instance. `nudge run` and `nudge explain` both build their sources here,
+/// so they observe references the same way.
+pub fn builtin(
+    client: &::kube::Client,
+    settings: ObjectSourceSettings,
+    consul: &ConsulConfig,
+    consul_metrics: &ConsulMetrics,
+) -> Result<Vec<Arc<dyn Source>>, SettingsError> {
+    let mut sources: Vec<Arc<dyn Source>> = vec![
+        Arc::new(ObjectSource::<ConfigMap>::new(
+            SourceName::configmap(),
+            client.clone(),
+            settings.clone(),
+        )),
+        Arc::new(ObjectSource::<Secret>::new(
+            SourceName::secret(),
+            client.clone(),
+            settings,
+        )),
+    ];
+    for source in consul::settings::sources_from_config(consul)? {
+        sources.push(Arc::new(source.with_metrics(consul_metrics.clone())));
+    }
+    Ok(sources)
 }

@@ -19,6 +19,7 @@ const KEY_FIELD: &str = "key";
 
 /// Why the installation key could not be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The configured key file cannot be read.
     #[error("cannot read fingerprint key file {path}")]

@@ -101,6 +101,7 @@ pub struct ReadError {
 
 /// Why an output cannot be computed now. The output keeps its current value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BlockReason {
     /// The source has not reported this input yet, or cannot reach its backend.
     /// Errors are not content: nothing is stamped until the state is known.

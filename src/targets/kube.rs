@@ -32,6 +32,7 @@ pub struct TargetSettings {
 
 /// Why a target could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TargetSetupError {
     /// The API server does not serve the kind (its CRD is not installed, or the
     /// group/version/kind is misspelled).

@@ -55,6 +55,7 @@ const CA_KEY: &str = "ca.key";
 
 /// Why a certificate could not be generated, stored or published.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CertificateError {
     /// rcgen could not generate a key or sign a certificate (e.g. a SAN that is
     /// neither an IP address nor a valid DNS name).

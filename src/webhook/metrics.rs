@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 /// How one admission review ended. Every review is counted under exactly one result;
 /// all of them answer `allowed: true`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReviewResult {
     /// A patch was returned.
     Patched,

@@ -6,20 +6,20 @@
 //! GitOps re-apply that drops nudge's annotations gets them back in the same
 //! request. It never denies.
 //!
-//! - [`admission`]: the review handler ([`Admission`]); the decision and the JSON
+//! - `admission`: the review handler ([`Admission`]); the decision and the JSON
 //!   patch are the stamp module's ([`crate::stamp::decide_admission`],
 //!   [`crate::stamp::admission_patch`]).
-//! - [`server`]: HTTPS on its own port (rustls, HTTP/1.1).
-//! - [`tls`]: serving certificate from files, re-read when they change.
-//! - [`certificates`]: the self-managed CA and certificate in a Secret, and the
+//! - `server`: HTTPS on its own port (rustls, HTTP/1.1).
+//! - `tls`: serving certificate from files, re-read when they change.
+//! - `certificates`: the self-managed CA and certificate in a Secret, and the
 //!   `caBundle` patch.
-//! - [`metrics`]: counters by result.
+//! - `metrics`: counters by result.
 
-pub mod admission;
-pub mod certificates;
-pub mod metrics;
-pub mod server;
-pub mod tls;
+mod admission;
+mod certificates;
+mod metrics;
+mod server;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,14 +31,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use admission::{Admission, AdmissionParts, AdmissionSettings, ReviewAnswer};
-pub use certificates::{CertificateBundle, CertificateError, ManagedCertificateSettings};
+pub use certificates::{
+    CertificateBundle, CertificateError, ManagedCertificateSettings,
+    generate as generate_certificate,
+};
 pub use metrics::{ReviewResult, WebhookCounters};
-pub use tls::{CertificateSource, TlsError};
+pub use tls::{CertificateSource, TlsError, crypto_provider};
 
 use crate::config::WebhookConfig;
 
 /// Why the webhook could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WebhookError {
     /// The listening socket could not be bound.
     #[error("cannot listen on {addr}")]

@@ -21,6 +21,7 @@ use super::metrics::WebhookCounters;
 
 /// Why a certificate could not be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// A certificate or key file could not be read.
     #[error("cannot read {path}")]
@@ -104,6 +105,7 @@ pub fn server_config(
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum CertificateSource {
     /// PEM files, re-read per connection.
     Files(Arc<FileCertificate>),

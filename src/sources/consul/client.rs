@@ -7,7 +7,7 @@
 //! endpoint ([`ReadKeyRequest`]: path, `dc`, `ns`, `recurse`), its blocking-query
 //! feature ([`Features`] with [`Blocking`]: `index`, `wait`) and its KV entry type
 //! ([`KVPair`], base64 values). The request is built by rustify's lower-level
-//! `Endpoint::request` with a nudge [`MiddleWare`] ([`RequestDecorator`]) instead of
+//! `Endpoint::request` with a nudge [`MiddleWare`] (`RequestDecorator`) instead of
 //! consulrs' own, and sent with the `reqwest` client that rustify's reqwest client
 //! wraps. Executing through consulrs/rustify (`exec_with_result`) is not possible
 //! for a watch because:
@@ -126,6 +126,7 @@ impl Default for TlsSettings {
 
 /// Why a Consul request or the client itself failed. Never carries values.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The configured address is not an `http(s)://host[:port]` URL.
     #[error("invalid Consul address {address:?}: {reason}")]

@@ -10,6 +10,7 @@ use std::fmt;
 
 /// What one blocking query reads.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum WatchTarget {
     /// One key.
     Key(String),

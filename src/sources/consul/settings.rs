@@ -9,6 +9,7 @@ use crate::model::{NameError, SourceName};
 
 /// Why the Consul configuration cannot become sources.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SettingsError {
     /// An instance name does not make a valid source name (`consul.<name>`).
     #[error("sources.consul.instances.{instance} cannot name a source")]
