@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use consul_support::{
-    ConnectionSampler, ConsulAgent, Driver, cx, fast_watch, put_at, source, source_with, tracked,
+    ConnectionSampler, ConsulAgent, Driver, SAMPLING_SLACK, cx, fast_watch, put_at, source,
+    source_with, tracked,
 };
 use nudge::fingerprint::{Algorithm, Observation, md5_value, native_value};
 use nudge::sources::consul::{ClientSettings, TlsSettings, WatchSettings};
@@ -379,7 +380,7 @@ async fn five_thousand_keys_stay_within_the_connection_limit() -> Result<()> {
     );
     // The agent also holds abandoned queries until their wait ends: at most 64 more.
     assert!(
-        held <= (2 * MAX + 3) as u64,
+        held <= (2 * MAX + 3) as u64 + SAMPLING_SLACK,
         "the agent held {held} connections"
     );
     assert_eq!(driver.source.query_errors(), 0, "no 429s or other errors");

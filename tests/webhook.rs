@@ -140,27 +140,42 @@ async fn connect(
     addr: SocketAddr,
     ca_pem: &str,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    try_connect(addr, ca_pem).await.expect("TLS handshake")
+}
+
+/// A TLS connection trusting `ca_pem`; `None` while the handshake fails (a
+/// replica that has not loaded its certificate yet closes the connection).
+async fn try_connect(
+    addr: SocketAddr,
+    ca_pem: &str,
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
+        roots.add(cert.ok()?).ok()?;
     }
     let config = rustls::ClientConfig::builder_with_provider(nudge::webhook::crypto_provider())
         .with_safe_default_protocol_versions()
-        .unwrap()
+        .ok()?
         .with_root_certificates(roots)
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
     connector
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
         .await
-        .expect("TLS handshake")
+        .ok()
 }
 
 /// The end-entity certificate a new connection is served.
 async fn presented_certificate(addr: SocketAddr, ca_pem: &str) -> Vec<u8> {
     let tls = connect(addr, ca_pem).await;
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// Like [`presented_certificate`], `None` while the handshake fails.
+async fn certificate_if_served(addr: SocketAddr, ca_pem: &str) -> Option<Vec<u8>> {
+    let tls = try_connect(addr, ca_pem).await?;
+    Some(tls.get_ref().1.peer_certificates()?.first()?.to_vec())
 }
 
 fn der_of(pem: &str) -> Vec<u8> {
@@ -526,9 +541,9 @@ async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_t
     for addr in [addr_a, addr_b] {
         let served = wait_for("the replica to serve the certificate", WAIT, || async {
             let served =
-                tokio::time::timeout(Duration::from_secs(2), presented_certificate(addr, &ca))
+                tokio::time::timeout(Duration::from_secs(2), certificate_if_served(addr, &ca))
                     .await
-                    .ok()?;
+                    .ok()??;
             (served == der_of(&cert)).then_some(served)
         })
         .await;

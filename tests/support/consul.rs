@@ -25,6 +25,12 @@ use tokio_util::sync::CancellationToken;
 /// How long an agent may take to answer with a leader.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Agent-side sockets a peak sample may over-count: `/proc/net/tcp` is not read
+/// atomically, so while queries are regrouped a connection being closed and its
+/// replacement can both show as held in one sample. Not a budget nudge may use:
+/// its semaphores bound what it holds; this only absorbs the sampling race.
+pub const SAMPLING_SLACK: u64 = 8;
+
 /// The ports one agent listens on.
 #[derive(Debug, Clone, Copy)]
 struct Ports {
