@@ -573,6 +573,14 @@ const ALLOWED: &[Allowed] = &[
         cluster: false,
     },
     Allowed {
+        group: "argoproj.io",
+        resources: &["rollouts"],
+        verbs: &["get", "list", "watch", "patch"],
+        names: None,
+        own_namespace: false,
+        cluster: false,
+    },
+    Allowed {
         group: "events.k8s.io",
         resources: &["events"],
         verbs: &["create", "patch"],

@@ -30,6 +30,21 @@ pub struct TargetSettings {
     pub scope: NamespaceScope,
 }
 
+impl TargetSettings {
+    /// The settings `config` gives every target (field manager, annotation
+    /// prefix, watched namespaces).
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            field_manager: config.kubernetes.field_manager.clone(),
+            scheme: AnnotationScheme::new(config.annotations.prefix.clone()),
+            scope: NamespaceScope {
+                namespaces: config.kubernetes.namespaces.clone(),
+                ignore: config.kubernetes.ignore_namespaces.clone(),
+            },
+        }
+    }
+}
+
 /// Why a target could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
