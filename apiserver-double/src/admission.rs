@@ -51,7 +51,7 @@ use tokio_rustls::TlsConnector;
 use crate::ids;
 use crate::managed::Subresource;
 use crate::meta;
-use crate::resources::{Family, RESOURCES, ResourceType};
+use crate::resources::{Family, MUTATING_WEBHOOKS, NAMESPACES, ResourceType};
 use crate::server::State;
 use crate::status::{ApiError, ApiResult};
 
@@ -135,13 +135,7 @@ fn matching_webhooks(
     obj: &Value,
     old: Option<&Value>,
 ) -> Vec<Selected> {
-    let Some(mwc) = RESOURCES
-        .iter()
-        .position(|r| r.family == Family::MutatingWebhookConfiguration)
-    else {
-        return Vec::new();
-    };
-    let Ok((_, configs)) = state.store.snapshot(mwc, "", None) else {
+    let Ok((_, configs)) = state.store.snapshot(MUTATING_WEBHOOKS, "", None) else {
         return Vec::new();
     };
     let namespace_labels = namespace_labels(state, rt, obj);
@@ -192,12 +186,9 @@ fn namespace_labels(state: &State, rt: &ResourceType, obj: &Value) -> Map<String
     if !rt.namespaced {
         return labels_of(obj);
     }
-    let Some(ns) = RESOURCES.iter().position(|r| r.family == Family::Namespace) else {
-        return Map::new();
-    };
     state
         .store
-        .get(ns, &meta::store_key(None, meta::namespace(obj)))
+        .get(NAMESPACES, &meta::store_key(None, meta::namespace(obj)))
         .map(|n| labels_of(&n))
         .unwrap_or_default()
 }
@@ -234,7 +225,7 @@ fn rule_matches(rule: &Value, rt: &ResourceType, op: AdmissionOperation, sub: Su
                 || (r == "*" && sub == Subresource::Main)
                 || r == "*/*"
                 || (sub != Subresource::Main && r.strip_prefix("*/") == Some(sub.name()))
-                || (r.strip_suffix("/*") == Some(rt.plural) && sub != Subresource::Main)
+                || (r.strip_suffix("/*") == Some(rt.plural.as_str()) && sub != Subresource::Main)
         });
     let scope_ok = match rule.get("scope").and_then(Value::as_str).unwrap_or("*") {
         "Namespaced" => rt.namespaced,
@@ -242,8 +233,8 @@ fn rule_matches(rule: &Value, rt: &ResourceType, op: AdmissionOperation, sub: Su
         _ => true,
     };
     list_matches(rule.get("operations"), op.as_str())
-        && list_matches(rule.get("apiGroups"), rt.group)
-        && list_matches(rule.get("apiVersions"), rt.version)
+        && list_matches(rule.get("apiGroups"), &rt.group)
+        && list_matches(rule.get("apiVersions"), &rt.version)
         && resource_ok
         && scope_ok
 }
@@ -673,10 +664,7 @@ mod tests {
 
     #[test]
     fn rules_match_operations_groups_resources_and_subresources() {
-        let deployments = RESOURCES
-            .iter()
-            .find(|r| r.family == Family::Deployment)
-            .unwrap();
+        let deployments = &crate::resources::builtin(crate::resources::DEPLOYMENTS);
         let rule = json!({"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                           "resources": ["deployments"], "scope": "Namespaced"});
         assert!(rule_matches(

@@ -37,6 +37,7 @@ mod meta;
 mod output;
 mod patch;
 mod recorder;
+mod registry;
 mod request;
 mod resources;
 mod routes;
@@ -47,6 +48,7 @@ mod ssa;
 mod status;
 mod store;
 mod strategy;
+mod structural;
 mod validation;
 
 pub use faults::RequestFilter;

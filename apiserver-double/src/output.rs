@@ -1,6 +1,8 @@
 //! Response shapes: content negotiation (full objects or
 //! `PartialObjectMetadata`), list bodies, and continue tokens.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -83,24 +85,48 @@ pub(crate) fn to_metadata(obj: &Value) -> Value {
     })
 }
 
-/// Serializes an object in the requested shape.
-pub(crate) fn object_bytes(obj: &Value, shape: Shape) -> Vec<u8> {
+/// The object as served through `rt`: a custom resource read through a
+/// version other than its CRD's storage version carries that version's
+/// `apiVersion` (the `None` conversion strategy changes nothing else).
+pub(crate) fn view<'a>(rt: &ResourceType, obj: &'a Value) -> Cow<'a, Value> {
+    let wanted = rt.api_version();
+    if rt.is_custom() && obj.get("apiVersion").and_then(Value::as_str) != Some(wanted.as_str()) {
+        let mut o = obj.clone();
+        if let Some(m) = o.as_object_mut() {
+            m.insert("apiVersion".into(), Value::from(wanted));
+        }
+        Cow::Owned(o)
+    } else {
+        Cow::Borrowed(obj)
+    }
+}
+
+/// Serializes an object served through `rt` in the requested shape.
+pub(crate) fn object_bytes(rt: &ResourceType, obj: &Value, shape: Shape) -> Vec<u8> {
     let r = match shape {
-        Shape::Full => serde_json::to_vec(obj),
+        Shape::Full => serde_json::to_vec(&view(rt, obj)),
         Shape::Metadata => serde_json::to_vec(&to_metadata(obj)),
     };
     r.unwrap_or_default()
 }
 
-/// A list item without `apiVersion`/`kind`, serialized without copying.
-struct Item<'a>(&'a Map<String, Value>);
+/// A list item, serialized without copying. Items of built-in kinds drop
+/// `apiVersion`/`kind` (typed lists); custom resources keep them, with the
+/// `apiVersion` of the version listed (unstructured lists).
+struct Item<'a> {
+    fields: &'a Map<String, Value>,
+    /// `Some(apiVersion)` to keep the type meta.
+    api_version: Option<&'a str>,
+}
 
 impl Serialize for Item<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        for (k, v) in self.0 {
-            if k != "apiVersion" && k != "kind" {
-                m.serialize_entry(k, v)?;
+        for (k, v) in self.fields {
+            match (k.as_str(), self.api_version) {
+                ("apiVersion", Some(av)) => m.serialize_entry(k, av)?,
+                ("apiVersion" | "kind", None) => {}
+                _ => m.serialize_entry(k, v)?,
             }
         }
         m.end()
@@ -136,12 +162,14 @@ pub(crate) fn list_bytes(
         Value::from(meta.resource_version.to_string()),
     );
     let (api_version, kind) = match shape {
-        Shape::Full => (rt.api_version(), rt.list_kind()),
+        Shape::Full => (rt.api_version(), rt.list_kind.clone()),
         Shape::Metadata => (
             "meta.k8s.io/v1".to_string(),
             "PartialObjectMetadataList".to_string(),
         ),
     };
+    let type_meta = rt.api_version();
+    let keep_type_meta = rt.is_custom().then_some(type_meta.as_str());
     let mut out = Vec::with_capacity(64 + items.len() * 512);
     out.extend_from_slice(b"{\"apiVersion\":");
     let _ = serde_json::to_writer(&mut out, &api_version);
@@ -152,7 +180,13 @@ pub(crate) fn list_bytes(
         }
         let _ = match (shape, item.as_object()) {
             (Shape::Metadata, _) => serde_json::to_writer(&mut out, &to_metadata(item)),
-            (Shape::Full, Some(m)) => serde_json::to_writer(&mut out, &Item(m)),
+            (Shape::Full, Some(fields)) => serde_json::to_writer(
+                &mut out,
+                &Item {
+                    fields,
+                    api_version: keep_type_meta,
+                },
+            ),
             (Shape::Full, None) => serde_json::to_writer(&mut out, item),
         };
     }

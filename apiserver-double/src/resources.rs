@@ -1,6 +1,15 @@
 //! The resource types the double serves, and what is known about each.
+//!
+//! Built-in kinds are a static table ([`BUILTINS`]); custom resources are
+//! registered at run time from CustomResourceDefinitions (see
+//! [`crate::registry`]). Both end up as a [`ResourceType`] held by the
+//! registry, one per served `group/version/plural`.
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
+
+use crate::structural::Structural;
 
 /// Which strategy (defaults, validation, field rules) a resource follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,58 +22,80 @@ pub(crate) enum Family {
     Deployment,
     StatefulSet,
     DaemonSet,
+    Job,
+    CronJob,
     Lease,
     MutatingWebhookConfiguration,
+    CustomResourceDefinition,
+    /// A custom resource served from a CustomResourceDefinition.
+    Custom,
+}
+
+/// What a CustomResourceDefinition says about one served version.
+#[derive(Debug)]
+pub(crate) struct CustomVersion {
+    /// `metadata.name` of the CRD (`<plural>.<group>`).
+    pub crd: String,
+    /// The version's `openAPIV3Schema` as a structural schema.
+    pub schema: Arc<Structural>,
+    /// Whether `subresources.status` is declared.
+    pub status: bool,
+    /// `apiVersion` of stored objects (the CRD's storage version).
+    pub storage_api_version: String,
+    /// `selectableFields[].jsonPath` without the leading dot.
+    pub selectable_fields: Vec<String>,
 }
 
 /// One served resource (`group/version/plural`).
 #[derive(Debug)]
 pub(crate) struct ResourceType {
     /// API group, empty for the core group.
-    pub group: &'static str,
+    pub group: String,
     /// API version inside the group.
-    pub version: &'static str,
+    pub version: String,
     /// Plural resource name as used in URLs.
-    pub plural: &'static str,
+    pub plural: String,
     /// Singular name for discovery.
-    pub singular: &'static str,
+    pub singular: String,
     /// Object kind.
-    pub kind: &'static str,
+    pub kind: String,
+    /// Kind of list responses.
+    pub list_kind: String,
     /// Whether objects live in namespaces.
     pub namespaced: bool,
     /// Discovery short names.
-    pub short_names: &'static [&'static str],
+    pub short_names: Vec<String>,
     /// Discovery categories.
-    pub categories: &'static [&'static str],
+    pub categories: Vec<String>,
     /// Strategy.
     pub family: Family,
+    /// The store slot of the objects (shared by the versions of one CRD).
+    pub storage: usize,
+    /// For custom resources: the CRD's description of this version.
+    pub custom: Option<CustomVersion>,
 }
 
 impl ResourceType {
     /// `apiVersion` of the objects, e.g. `apps/v1` or `v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
-            self.version.to_string()
+            self.version.clone()
         } else {
             format!("{}/{}", self.group, self.version)
         }
     }
 
-    /// `kind` of list responses.
-    pub fn list_kind(&self) -> String {
-        format!("{}List", self.kind)
-    }
-
     /// `plural.group` (or `plural` for the core group), as in error messages.
     pub fn group_resource(&self) -> String {
         if self.group.is_empty() {
-            self.plural.to_string()
+            self.plural.clone()
         } else {
             format!("{}.{}", self.plural, self.group)
         }
     }
 
-    /// Workloads have a pod template, a generation and a status subresource.
+    /// Workloads with a pod template at `spec.template`, a generation and a
+    /// status subresource.
     pub fn is_workload(&self) -> bool {
         matches!(
             self.family,
@@ -72,15 +103,35 @@ impl ResourceType {
         )
     }
 
+    /// Whether the objects are custom resources.
+    pub fn is_custom(&self) -> bool {
+        self.family == Family::Custom
+    }
+
     /// Whether `metadata.generation` is maintained for this resource.
     pub fn has_generation(&self) -> bool {
-        self.is_workload() || self.family == Family::MutatingWebhookConfiguration
+        self.is_workload()
+            || matches!(
+                self.family,
+                Family::MutatingWebhookConfiguration
+                    | Family::Job
+                    | Family::CronJob
+                    | Family::CustomResourceDefinition
+                    | Family::Custom
+            )
     }
 
     /// Whether the resource has a `/status` subresource (and its main
     /// endpoint therefore ignores `status`).
     pub fn has_status_subresource(&self) -> bool {
-        self.is_workload() || self.family == Family::Namespace
+        match self.family {
+            Family::Custom => self.custom.as_ref().is_some_and(|c| c.status),
+            Family::Namespace
+            | Family::Job
+            | Family::CronJob
+            | Family::CustomResourceDefinition => true,
+            _ => self.is_workload(),
+        }
     }
 
     /// Whether a PUT of a missing object creates it.
@@ -88,11 +139,23 @@ impl ResourceType {
         matches!(self.family, Family::CoreEvent | Family::EventsV1)
     }
 
+    /// The propagation policy of a DELETE without one: `Orphan` for
+    /// `batch/v1` Jobs (kept for backwards compatibility by the apiserver),
+    /// `Background` for everything else.
+    pub fn default_propagation(&self) -> &'static str {
+        if self.family == Family::Job {
+            "Orphan"
+        } else {
+            "Background"
+        }
+    }
+
     /// Field selectors accepted besides `metadata.name` and `metadata.namespace`.
-    pub fn extra_field_selectors(&self) -> &'static [&'static str] {
-        match self.family {
+    pub fn extra_field_selectors(&self) -> Vec<&str> {
+        let fixed: &[&str] = match self.family {
             Family::Secret => &["type"],
             Family::Namespace => &["status.phase"],
+            Family::Job => &["status.successful"],
             Family::CoreEvent => &[
                 "involvedObject.apiVersion",
                 "involvedObject.fieldPath",
@@ -107,7 +170,12 @@ impl ResourceType {
                 "type",
             ],
             _ => &[],
+        };
+        let mut out = fixed.to_vec();
+        if let Some(c) = &self.custom {
+            out.extend(c.selectable_fields.iter().map(String::as_str));
         }
+        out
     }
 
     /// The JSON form of the kind's Go zero value (fields serialized even
@@ -117,9 +185,10 @@ impl ResourceType {
         let template = json!({"metadata": {}, "spec": {"containers": null}});
         match self.family {
             Family::Namespace => json!({"metadata": {}, "spec": {}, "status": {}}),
-            Family::ConfigMap | Family::Secret | Family::MutatingWebhookConfiguration => {
-                json!({"metadata": {}})
-            }
+            Family::ConfigMap
+            | Family::Secret
+            | Family::MutatingWebhookConfiguration
+            | Family::Custom => json!({"metadata": {}}),
             Family::CoreEvent => json!({
                 "metadata": {},
                 "involvedObject": {},
@@ -158,28 +227,82 @@ impl ResourceType {
                     "numberReady": 0
                 }
             }),
+            Family::Job => json!({
+                "metadata": {},
+                "spec": {"template": template},
+                "status": {}
+            }),
+            Family::CronJob => json!({
+                "metadata": {},
+                "spec": {
+                    "schedule": "",
+                    "jobTemplate": {"metadata": {}, "spec": {"template": template}}
+                },
+                "status": {}
+            }),
+            Family::CustomResourceDefinition => json!({
+                "metadata": {},
+                "spec": {
+                    "group": "",
+                    "names": {"plural": "", "kind": ""},
+                    "scope": "",
+                    "versions": null
+                },
+                "status": {
+                    "acceptedNames": {"plural": "", "kind": ""},
+                    "storedVersions": null
+                }
+            }),
             Family::Lease => json!({"metadata": {}, "spec": {}}),
         }
     }
 }
 
-/// Builds a table row (v1 resources only).
-#[allow(clippy::too_many_arguments)]
-const fn rt(
+/// A row of the built-in table.
+pub(crate) struct Builtin {
     group: &'static str,
     plural: &'static str,
-    singular: &'static str,
     kind: &'static str,
     namespaced: bool,
     short_names: &'static [&'static str],
     categories: &'static [&'static str],
     family: Family,
-) -> ResourceType {
-    ResourceType {
+}
+
+impl Builtin {
+    /// The resource type of this row, stored in slot `storage`.
+    pub fn to_resource_type(&self, storage: usize) -> ResourceType {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        ResourceType {
+            group: self.group.into(),
+            version: "v1".into(),
+            plural: self.plural.into(),
+            singular: self.kind.to_ascii_lowercase(),
+            kind: self.kind.into(),
+            list_kind: format!("{}List", self.kind),
+            namespaced: self.namespaced,
+            short_names: strings(self.short_names),
+            categories: strings(self.categories),
+            family: self.family,
+            storage,
+            custom: None,
+        }
+    }
+}
+
+/// Builds a table row (v1 resources only).
+const fn rt(
+    group: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    family: Family,
+) -> Builtin {
+    Builtin {
         group,
-        version: "v1",
         plural,
-        singular,
         kind,
         namespaced,
         short_names,
@@ -188,13 +311,12 @@ const fn rt(
     }
 }
 
-/// Every served resource. The index into this table identifies a resource
-/// inside the store.
-pub(crate) static RESOURCES: &[ResourceType] = &[
+/// Every built-in resource. The index into this table is the resource's id
+/// (and store slot) in every registry.
+pub(crate) static BUILTINS: &[Builtin] = &[
     rt(
         "",
         "namespaces",
-        "namespace",
         "Namespace",
         false,
         &["ns"],
@@ -204,37 +326,17 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     rt(
         "",
         "configmaps",
-        "configmap",
         "ConfigMap",
         true,
         &["cm"],
         &[],
         Family::ConfigMap,
     ),
-    rt(
-        "",
-        "secrets",
-        "secret",
-        "Secret",
-        true,
-        &[],
-        &[],
-        Family::Secret,
-    ),
-    rt(
-        "",
-        "events",
-        "event",
-        "Event",
-        true,
-        &["ev"],
-        &[],
-        Family::CoreEvent,
-    ),
+    rt("", "secrets", "Secret", true, &[], &[], Family::Secret),
+    rt("", "events", "Event", true, &["ev"], &[], Family::CoreEvent),
     rt(
         "events.k8s.io",
         "events",
-        "event",
         "Event",
         true,
         &["ev"],
@@ -244,7 +346,6 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     rt(
         "apps",
         "deployments",
-        "deployment",
         "Deployment",
         true,
         &["deploy"],
@@ -254,7 +355,6 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     rt(
         "apps",
         "statefulsets",
-        "statefulset",
         "StatefulSet",
         true,
         &["sts"],
@@ -264,7 +364,6 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     rt(
         "apps",
         "daemonsets",
-        "daemonset",
         "DaemonSet",
         true,
         &["ds"],
@@ -274,7 +373,6 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     rt(
         "coordination.k8s.io",
         "leases",
-        "lease",
         "Lease",
         true,
         &[],
@@ -284,7 +382,6 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     rt(
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",
-        "mutatingwebhookconfiguration",
         "MutatingWebhookConfiguration",
         false,
         &[],
@@ -293,23 +390,39 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
     ),
 ];
 
-/// Index of the namespaces resource in [`RESOURCES`].
+/// Id of the namespaces resource.
 pub(crate) const NAMESPACES: usize = 0;
+/// Id of the ConfigMaps resource.
+#[cfg(test)]
+pub(crate) const CONFIGMAPS: usize = 1;
+/// Id of the Secrets resource.
+#[cfg(test)]
+pub(crate) const SECRETS: usize = 2;
+/// Id of the Deployments resource.
+#[cfg(test)]
+pub(crate) const DEPLOYMENTS: usize = 5;
+/// Id of the MutatingWebhookConfigurations resource.
+pub(crate) const MUTATING_WEBHOOKS: usize = 9;
 
-/// Finds a resource by group, version and plural name.
-pub(crate) fn lookup(group: &str, version: &str, plural: &str) -> Option<usize> {
-    RESOURCES
-        .iter()
-        .position(|r| r.group == group && r.version == version && r.plural == plural)
+/// The resource type of a built-in id (tests).
+#[cfg(test)]
+pub(crate) fn builtin(id: usize) -> ResourceType {
+    BUILTINS[id].to_resource_type(id)
 }
 
-/// The API groups served besides the core group, in discovery order.
-pub(crate) fn groups() -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
-    for r in RESOURCES {
-        if !r.group.is_empty() && !out.contains(&r.group) {
-            out.push(r.group);
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_ids_point_at_their_kinds() {
+        assert_eq!(BUILTINS[NAMESPACES].kind, "Namespace");
+        assert_eq!(BUILTINS[CONFIGMAPS].kind, "ConfigMap");
+        assert_eq!(BUILTINS[SECRETS].kind, "Secret");
+        assert_eq!(BUILTINS[DEPLOYMENTS].kind, "Deployment");
+        assert_eq!(
+            BUILTINS[MUTATING_WEBHOOKS].kind,
+            "MutatingWebhookConfiguration"
+        );
     }
-    out
 }

@@ -1,6 +1,6 @@
 //! URL paths of the Kubernetes REST API.
 
-use crate::resources::{self, RESOURCES};
+use crate::registry::Registry;
 
 /// What a request path addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,8 +33,8 @@ pub(crate) enum Route {
     Unknown,
 }
 
-/// Parses a request path (without query).
-pub(crate) fn parse(path: &str) -> Route {
+/// Parses a request path (without query) against the served resources.
+pub(crate) fn parse(registry: &Registry, path: &str) -> Route {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
         ["api"] => Route::CoreVersions,
@@ -45,16 +45,16 @@ pub(crate) fn parse(path: &str) -> Route {
             group: String::new(),
             version: "v1".into(),
         },
-        ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
+        ["api", "v1", rest @ ..] => resource_route(registry, "", "v1", rest),
         ["apis", g] => {
-            if resources::groups().contains(g) {
+            if registry.groups().iter().any(|x| x == g) {
                 Route::Group((*g).to_string())
             } else {
                 Route::Unknown
             }
         }
         ["apis", g, v] => {
-            if RESOURCES.iter().any(|r| r.group == *g && r.version == *v) {
+            if registry.versions(g).iter().any(|x| x == v) {
                 Route::ResourceList {
                     group: (*g).to_string(),
                     version: (*v).to_string(),
@@ -63,14 +63,14 @@ pub(crate) fn parse(path: &str) -> Route {
                 Route::Unknown
             }
         }
-        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        ["apis", g, v, rest @ ..] => resource_route(registry, g, v, rest),
         _ => Route::Unknown,
     }
 }
 
-fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
-    let find = |plural: &str| resources::lookup(group, version, plural);
-    let namespaced = |i: usize| RESOURCES[i].namespaced;
+fn resource_route(registry: &Registry, group: &str, version: &str, rest: &[&str]) -> Route {
+    let find = |plural: &str| registry.lookup(group, version, plural);
+    let namespaced = |i: usize| registry.get(i).is_some_and(|r| r.namespaced);
     match rest {
         ["namespaces", ns, plural, tail @ ..] if find(plural).is_some_and(namespaced) => {
             let resource = find(plural).unwrap_or_default();
@@ -127,6 +127,8 @@ mod tests {
 
     #[test]
     fn parses_paths() {
+        let r = Registry::new();
+        let parse = |p: &str| parse(&r, p);
         assert_eq!(
             parse("/api/v1/namespaces/t/configmaps/a"),
             Route::Object {

@@ -289,11 +289,8 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim().to_string();
-            let allowed = ["metadata.name", "metadata.namespace"]
-                .iter()
-                .chain(rt.extra_field_selectors())
-                .copied()
-                .collect::<Vec<_>>();
+            let mut allowed = vec!["metadata.name", "metadata.namespace"];
+            allowed.extend(rt.extra_field_selectors());
             if !allowed.contains(&field.as_str()) {
                 let only = allowed
                     .iter()
@@ -391,7 +388,7 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::RESOURCES;
+    use crate::resources::{CONFIGMAPS, builtin};
     use serde_json::json;
 
     fn obj(labels: Value) -> Value {
@@ -435,7 +432,7 @@ mod tests {
 
     #[test]
     fn field_selectors() {
-        let cm = &RESOURCES[1];
+        let cm = &builtin(CONFIGMAPS);
         let o = obj(json!({}));
         assert!(
             FieldSelector::parse("metadata.name=n", cm)

@@ -26,8 +26,9 @@ use crate::faults::{Faults, RequestFilter};
 use crate::handlers::{self, error_response, json_response};
 use crate::kubeconfig::KubeconfigFile;
 use crate::recorder::{RecordedRequest, Recorder};
+use crate::registry::Registry;
 use crate::request::{Ctx, Query};
-use crate::resources::{NAMESPACES, RESOURCES};
+use crate::resources::NAMESPACES;
 use crate::routes::{self, Route};
 use crate::status::ApiError;
 use crate::store::Store;
@@ -94,6 +95,7 @@ impl Default for Config {
 /// State shared by all connections.
 pub(crate) struct State {
     pub store: Store,
+    pub registry: Registry,
     pub faults: Faults,
     pub recorder: Recorder,
     pub config: Config,
@@ -149,6 +151,7 @@ impl ApiServerDouble {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let state = Arc::new(State {
             store: Store::new(config.history_limit, config.broadcast_capacity),
+            registry: Registry::new(),
             faults: Faults::new(),
             recorder: Recorder::new(config.max_recorded_requests, config.record_bodies),
             token,
@@ -157,11 +160,15 @@ impl ApiServerDouble {
             open_watches: AtomicUsize::new(0),
             config,
         });
+        let namespaces = state
+            .registry
+            .get(NAMESPACES)
+            .expect("namespaces are built in");
         for ns in &state.config.initial_namespaces {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
             handlers::create_object(
                 &state,
-                NAMESPACES,
+                &namespaces,
                 obj,
                 handlers::Ownership::Update("kube-apiserver".into()),
                 false,
@@ -274,21 +281,22 @@ impl ApiServerDouble {
             .and_then(Value::as_str)
             .unwrap_or("");
         let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-        let resource = RESOURCES
-            .iter()
-            .position(|r| r.api_version() == av && r.kind == kind)
+        let rt = self
+            .state
+            .registry
+            .by_kind(av, kind)
             .ok_or_else(|| Error::Api {
                 code: 404,
                 reason: "NotFound".into(),
                 message: format!("no resource for {av}, Kind={kind}"),
             })?;
         let mut object = object;
-        if RESOURCES[resource].namespaced && meta::namespace(&object).is_empty() {
+        if rt.namespaced && meta::namespace(&object).is_empty() {
             meta::set_meta(&mut object, "namespace", "default");
         }
         handlers::create_object(
             &self.state,
-            resource,
+            &rt,
             object,
             handlers::Ownership::Update("unknown".into()),
             false,
@@ -424,7 +432,7 @@ async fn api_request(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<ResponseBody> {
-    let route = routes::parse(path);
+    let route = routes::parse(&state.registry, path);
     let public = matches!(route, Route::Health | Route::Version);
     if !public && !authorized(state, &headers) {
         return error_response(&ApiError::unauthorized());
@@ -530,7 +538,7 @@ fn admin_request(
         ("GET", "state") => ok(json!({
             "resourceVersion": state.store.current_rv().to_string(),
             "openWatches": state.open_watches.load(Ordering::SeqCst),
-            "objects": RESOURCES.iter().enumerate().map(|(i, r)| (r.group_resource(), Value::from(state.store.count(i)))).collect::<serde_json::Map<_, _>>(),
+            "objects": state.registry.all().iter().map(|(_, r)| (r.group_resource(), Value::from(state.store.count(r.storage)))).collect::<serde_json::Map<_, _>>(),
         })),
         _ => admin_error(
             404,

@@ -73,9 +73,9 @@ impl ApiError {
         let mut m = Map::new();
         m.insert("name".into(), Value::from(name));
         if !rt.group.is_empty() {
-            m.insert("group".into(), Value::from(rt.group));
+            m.insert("group".into(), Value::from(rt.group.as_str()));
         }
-        m.insert("kind".into(), Value::from(rt.plural));
+        m.insert("kind".into(), Value::from(rt.plural.as_str()));
         Value::Object(m)
     }
 
@@ -337,9 +337,9 @@ pub(crate) type ApiResult<T> = Result<T, ApiError>;
 pub(crate) fn success_deleted(rt: &ResourceType, name: &str, uid: &str) -> Value {
     let mut details = Map::new();
     if !rt.group.is_empty() {
-        details.insert("group".into(), Value::from(rt.group));
+        details.insert("group".into(), Value::from(rt.group.as_str()));
     }
-    details.insert("kind".into(), Value::from(rt.plural));
+    details.insert("kind".into(), Value::from(rt.plural.as_str()));
     details.insert("name".into(), Value::from(name));
     details.insert("uid".into(), Value::from(uid));
     json!({

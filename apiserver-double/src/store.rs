@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::meta;
-use crate::resources::{NAMESPACES, RESOURCES};
+use crate::resources::{BUILTINS, NAMESPACES};
 
 /// The type of a stored change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub(crate) struct Event {
     pub rv: u64,
     /// Change type.
     pub kind: EventKind,
-    /// Index into [`RESOURCES`].
+    /// Store slot of the object (`ResourceType::storage`).
     pub resource: usize,
     /// Store key (`namespace/name` or `name`).
     pub key: String,
@@ -69,13 +69,29 @@ pub(crate) enum ReadError {
     TooLarge(u64),
 }
 
+type Objects = BTreeMap<String, Arc<Value>>;
+
 struct Inner {
     rv: u64,
     /// Events with `rv <= compacted` are no longer in `history`.
     compacted: u64,
-    objects: Vec<BTreeMap<String, Arc<Value>>>,
+    /// By store slot; slots of new CRDs are added on first write.
+    objects: Vec<Objects>,
     history: VecDeque<Arc<Event>>,
     history_limit: usize,
+}
+
+impl Inner {
+    fn slot(&self, storage: usize) -> Option<&Objects> {
+        self.objects.get(storage)
+    }
+
+    fn slot_mut(&mut self, storage: usize) -> &mut Objects {
+        if self.objects.len() <= storage {
+            self.objects.resize_with(storage + 1, BTreeMap::new);
+        }
+        &mut self.objects[storage]
+    }
 }
 
 /// Objects under a prefix at a resourceVersion: `(resourceVersion, [(key, object)])`.
@@ -98,7 +114,7 @@ impl Store {
             inner: RwLock::new(Inner {
                 rv: 0,
                 compacted: 0,
-                objects: RESOURCES.iter().map(|_| BTreeMap::new()).collect(),
+                objects: BUILTINS.iter().map(|_| BTreeMap::new()).collect(),
                 history: VecDeque::new(),
                 history_limit: history_limit.max(1),
             }),
@@ -121,17 +137,20 @@ impl Store {
 
     /// One object.
     pub fn get(&self, resource: usize, key: &str) -> Option<Arc<Value>> {
-        self.inner.read().objects[resource].get(key).cloned()
+        self.inner.read().slot(resource)?.get(key).cloned()
     }
 
     /// Whether a namespace exists.
     pub fn namespace_exists(&self, ns: &str) -> bool {
-        self.inner.read().objects[NAMESPACES].contains_key(ns)
+        self.inner
+            .read()
+            .slot(NAMESPACES)
+            .is_some_and(|m| m.contains_key(ns))
     }
 
     /// Number of stored objects of a resource.
     pub fn count(&self, resource: usize) -> usize {
-        self.inner.read().objects[resource].len()
+        self.inner.read().slot(resource).map_or(0, BTreeMap::len)
     }
 
     fn commit(
@@ -171,17 +190,17 @@ impl Store {
     ) -> Result<Arc<Value>, WriteError> {
         let mut g = self.inner.write();
         if let Some(ns) = namespace
-            && !g.objects[NAMESPACES].contains_key(ns)
+            && !g.slot(NAMESPACES).is_some_and(|m| m.contains_key(ns))
         {
             return Err(WriteError::NamespaceNotFound);
         }
-        if g.objects[resource].contains_key(key) {
+        if g.slot_mut(resource).contains_key(key) {
             return Err(WriteError::AlreadyExists);
         }
         g.rv += 1;
         meta::set_meta(&mut obj, "resourceVersion", g.rv.to_string());
         let obj = Arc::new(obj);
-        g.objects[resource].insert(key.to_string(), obj.clone());
+        g.slot_mut(resource).insert(key.to_string(), obj.clone());
         Self::commit(
             &mut g,
             &self.events,
@@ -203,8 +222,9 @@ impl Store {
         mut obj: Value,
     ) -> Result<Arc<Value>, WriteError> {
         let mut g = self.inner.write();
-        let prev = g.objects[resource]
-            .get(key)
+        let prev = g
+            .slot(resource)
+            .and_then(|m| m.get(key))
             .cloned()
             .ok_or(WriteError::NotFound)?;
         if meta::resource_version(&prev) != expected_rv {
@@ -213,7 +233,7 @@ impl Store {
         g.rv += 1;
         meta::set_meta(&mut obj, "resourceVersion", g.rv.to_string());
         let obj = Arc::new(obj);
-        g.objects[resource].insert(key.to_string(), obj.clone());
+        g.slot_mut(resource).insert(key.to_string(), obj.clone());
         Self::commit(
             &mut g,
             &self.events,
@@ -245,8 +265,9 @@ impl Store {
         key: &str,
         expected_rv: Option<&str>,
     ) -> Result<Arc<Value>, WriteError> {
-        let prev = g.objects[resource]
-            .get(key)
+        let prev = g
+            .slot(resource)
+            .and_then(|m| m.get(key))
             .cloned()
             .ok_or(WriteError::NotFound)?;
         if let Some(rv) = expected_rv
@@ -254,7 +275,7 @@ impl Store {
         {
             return Err(WriteError::Conflict);
         }
-        g.objects[resource].remove(key);
+        g.slot_mut(resource).remove(key);
         g.rv += 1;
         let mut last = (*prev).clone();
         meta::set_meta(&mut last, "resourceVersion", g.rv.to_string());
@@ -271,23 +292,28 @@ impl Store {
         Ok(last)
     }
 
-    /// Deletes every namespaced object in `ns` (the namespace controller's job).
-    pub fn delete_namespace_contents(&self, ns: &str) {
+    /// Deletes every object in `ns` of the given (namespaced) store slots
+    /// (the namespace controller's job).
+    pub fn delete_namespace_contents(&self, ns: &str, storages: &[usize]) {
         let mut g = self.inner.write();
         let prefix = format!("{ns}/");
-        for (resource, rt) in RESOURCES.iter().enumerate() {
-            if !rt.namespaced {
-                continue;
-            }
-            let keys: Vec<String> = g.objects[resource]
-                .range(prefix.clone()..)
-                .take_while(|(k, _)| k.starts_with(&prefix))
-                .map(|(k, _)| k.clone())
-                .collect();
+        for &resource in storages {
+            let keys = Self::keys_under(&g, resource, &prefix);
             for k in keys {
                 let _ = Self::delete_locked(&mut g, &self.events, resource, &k, None);
             }
         }
+    }
+
+    fn keys_under(g: &Inner, storage: usize, prefix: &str) -> Vec<String> {
+        g.slot(storage)
+            .map(|m| {
+                m.range(prefix.to_string()..)
+                    .take_while(|(k, _)| k.starts_with(prefix))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The objects of a resource under a key prefix, at resourceVersion `at`
@@ -306,8 +332,10 @@ impl Store {
         if at < g.compacted {
             return Err(ReadError::Expired);
         }
-        let mut items: BTreeMap<String, Arc<Value>> = g.objects[resource]
-            .range(prefix.to_string()..)
+        let mut items: BTreeMap<String, Arc<Value>> = g
+            .slot(resource)
+            .into_iter()
+            .flat_map(|m| m.range(prefix.to_string()..))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -348,8 +376,10 @@ impl Store {
         prefix: &str,
     ) -> (u64, Vec<Arc<Value>>, broadcast::Receiver<Arc<Event>>) {
         let g = self.inner.read();
-        let items = g.objects[resource]
-            .range(prefix.to_string()..)
+        let items = g
+            .slot(resource)
+            .into_iter()
+            .flat_map(|m| m.range(prefix.to_string()..))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, v)| v.clone())
             .collect();

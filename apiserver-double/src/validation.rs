@@ -152,7 +152,7 @@ impl Errors {
         if self.0.is_empty() {
             Ok(())
         } else {
-            Err(ApiError::invalid(rt.kind, rt.group, name, self.0))
+            Err(ApiError::invalid(&rt.kind, &rt.group, name, self.0))
         }
     }
 }
@@ -274,7 +274,7 @@ fn validate_kind(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
                 errs.invalid("spec.leaseDurationSeconds", d, "must be greater than 0");
             }
         }
-        Family::Namespace | Family::MutatingWebhookConfiguration => {}
+        _ => {}
     }
 }
 
@@ -635,7 +635,7 @@ fn validate_pod_spec(rt: &ResourceType, spec: Option<&Value>, errs: &mut Errors)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::RESOURCES;
+    use crate::resources::{DEPLOYMENTS, builtin};
     use serde_json::json;
 
     #[test]
@@ -651,7 +651,7 @@ mod tests {
 
     #[test]
     fn partial_deployment_is_invalid_like_the_transcript() {
-        let rt = &RESOURCES[5];
+        let rt = &builtin(DEPLOYMENTS);
         let mut obj = json!({"metadata": {"name": "absent"}, "spec": {"template": {"metadata": {"annotations": {"a": "b"}}}}});
         crate::strategy::normalize(&mut obj);
         crate::strategy::apply_defaults(rt, &mut obj);

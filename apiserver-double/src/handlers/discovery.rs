@@ -9,17 +9,22 @@ use super::json_response;
 use crate::body::ResponseBody;
 use crate::output::{self, Target};
 use crate::request::Ctx;
-use crate::resources::{self, Family, RESOURCES, ResourceType};
+use crate::resources::{Family, ResourceType};
 use crate::routes::Route;
 use crate::server::State;
 use crate::status::{ApiError, ApiResult};
 
-fn group_entry(group: &str) -> Value {
-    let gv = format!("{group}/v1");
+fn group_entry(state: &State, group: &str) -> Value {
+    let versions: Vec<Value> = state
+        .registry
+        .versions(group)
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
     json!({
         "name": group,
-        "preferredVersion": {"groupVersion": gv, "version": "v1"},
-        "versions": [{"groupVersion": gv, "version": "v1"}]
+        "preferredVersion": versions.first().cloned().unwrap_or_default(),
+        "versions": versions
     })
 }
 
@@ -81,20 +86,22 @@ pub(super) fn serve(
         }),
         Route::Groups => json!({
             "apiVersion": "v1",
-            "groups": resources::groups().into_iter().map(group_entry).collect::<Vec<_>>(),
+            "groups": state.registry.groups().iter().map(|g| group_entry(state, g)).collect::<Vec<_>>(),
             "kind": "APIGroupList"
         }),
         Route::Group(g) => {
-            let mut e = group_entry(g);
+            let mut e = group_entry(state, g);
             e["apiVersion"] = json!("v1");
             e["kind"] = json!("APIGroup");
             e
         }
         Route::ResourceList { group, version } => {
-            let mut entries: Vec<Value> = RESOURCES
+            let mut entries: Vec<Value> = state
+                .registry
+                .all()
                 .iter()
-                .filter(|r| r.group == group && r.version == version)
-                .flat_map(resource_entries)
+                .filter(|(_, r)| r.group == *group && r.version == *version)
+                .flat_map(|(_, r)| resource_entries(r))
                 .collect();
             entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
             let gv = if group.is_empty() {

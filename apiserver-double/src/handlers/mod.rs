@@ -1,5 +1,6 @@
 //! Request dispatch to the verb handlers.
 
+mod delete;
 mod discovery;
 mod read;
 mod watch;
@@ -12,7 +13,7 @@ use http::{Method, Response, StatusCode, header};
 use crate::body::ResponseBody;
 use crate::managed::Subresource;
 use crate::request::Ctx;
-use crate::resources::{RESOURCES, ResourceType};
+use crate::resources::{Family, ResourceType};
 use crate::routes::Route;
 use crate::server::State;
 use crate::status::{ApiError, ApiResult};
@@ -75,20 +76,24 @@ pub(crate) async fn dispatch(
             resource,
             namespace,
         } => {
-            let rt = &RESOURCES[resource];
+            let rt = state
+                .registry
+                .get(resource)
+                .ok_or_else(ApiError::no_route)?;
+            let ns = namespace.as_deref();
             match *m {
                 Method::GET => {
                     if ctx.query.flag("watch")?.unwrap_or(false) {
-                        watch::serve(state, resource, namespace.as_deref(), &ctx)
+                        watch::serve(state, &rt, ns, &ctx)
                     } else {
-                        read::list(state, resource, namespace.as_deref(), &ctx)
+                        read::list(state, &rt, ns, &ctx)
                     }
                 }
                 Method::POST if namespace.is_some() || !rt.namespaced => {
-                    write::create(state, resource, namespace.as_deref(), &ctx).await
+                    write::create(state, &rt, ns, &ctx).await
                 }
-                Method::DELETE if rt.family != crate::resources::Family::Namespace => {
-                    write::delete_collection(state, resource, namespace.as_deref(), &ctx)
+                Method::DELETE if rt.family != Family::Namespace => {
+                    delete::delete_collection(state, &rt, ns, &ctx)
                 }
                 _ => Err(ApiError::method_not_allowed()),
             }
@@ -99,7 +104,10 @@ pub(crate) async fn dispatch(
             name,
             subresource,
         } => {
-            let rt = &RESOURCES[resource];
+            let rt = state
+                .registry
+                .get(resource)
+                .ok_or_else(ApiError::no_route)?;
             let sub = match subresource.as_deref() {
                 None => Subresource::Main,
                 Some("status") if rt.has_status_subresource() => Subresource::Status,
@@ -107,12 +115,10 @@ pub(crate) async fn dispatch(
             };
             let ns = namespace.as_deref();
             match (m.clone(), sub) {
-                (Method::GET, _) => read::get(state, resource, ns, &name, &ctx),
-                (Method::PUT, _) => write::update(state, resource, ns, &name, sub, &ctx).await,
-                (Method::PATCH, _) => write::patch(state, resource, ns, &name, sub, &ctx).await,
-                (Method::DELETE, Subresource::Main) => {
-                    write::delete(state, resource, ns, &name, &ctx)
-                }
+                (Method::GET, _) => read::get(state, &rt, ns, &name, &ctx),
+                (Method::PUT, _) => write::update(state, &rt, ns, &name, sub, &ctx).await,
+                (Method::PATCH, _) => write::patch(state, &rt, ns, &name, sub, &ctx).await,
+                (Method::DELETE, Subresource::Main) => delete::delete(state, &rt, ns, &name, &ctx),
                 _ => Err(ApiError::method_not_allowed()),
             }
         }

@@ -11,7 +11,7 @@ use crate::body::ResponseBody;
 use crate::meta;
 use crate::output::{self, ListMeta, Target};
 use crate::request::Ctx;
-use crate::resources::RESOURCES;
+use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::State;
 use crate::status::{ApiError, ApiResult, Cause};
@@ -20,19 +20,18 @@ use crate::store::ReadError;
 /// GET one object.
 pub(super) fn get(
     state: &Arc<State>,
-    resource: usize,
+    rt: &ResourceType,
     namespace: Option<&str>,
     name: &str,
     ctx: &Ctx,
 ) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
     let shape = output::negotiate(ctx.header("accept"), Target::Object)?;
     let key = meta::store_key(namespace.filter(|_| rt.namespaced), name);
     let obj = state
         .store
-        .get(resource, &key)
+        .get(rt.storage, &key)
         .ok_or_else(|| ApiError::not_found(rt, name))?;
-    Ok(json_response(200, output::object_bytes(&obj, shape)))
+    Ok(json_response(200, output::object_bytes(rt, &obj, shape)))
 }
 
 fn list_options_error(field: &str, reason: &'static str, message: String) -> ApiError {
@@ -58,11 +57,10 @@ pub(super) fn parse_rv(rv: &str) -> ApiResult<u64> {
 /// LIST a collection.
 pub(super) fn list(
     state: &Arc<State>,
-    resource: usize,
+    rt: &ResourceType,
     namespace: Option<&str>,
     ctx: &Ctx,
 ) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
     let shape = output::negotiate(ctx.header("accept"), Target::List)?;
     let labels = LabelSelector::parse(ctx.query.get("labelSelector").unwrap_or(""))?;
     let fields = FieldSelector::parse(ctx.query.get("fieldSelector").unwrap_or(""), rt)?;
@@ -147,7 +145,7 @@ pub(super) fn list(
 
     let (snap_rv, items) = state
         .store
-        .snapshot(resource, &pfx, at)
+        .snapshot(rt.storage, &pfx, at)
         .map_err(|e| match e {
             ReadError::Expired => ApiError::expired(expired_msg),
             ReadError::TooLarge(cur) => ApiError::too_large_resource_version(at.unwrap_or(0), cur),
@@ -196,16 +194,15 @@ pub(super) fn list(
 /// Items of a collection that match the request's selectors, now.
 pub(super) fn select_now(
     state: &Arc<State>,
-    resource: usize,
+    rt: &ResourceType,
     namespace: Option<&str>,
     ctx: &Ctx,
 ) -> ApiResult<Vec<(String, Arc<Value>)>> {
-    let rt = &RESOURCES[resource];
     let labels = LabelSelector::parse(ctx.query.get("labelSelector").unwrap_or(""))?;
     let fields = FieldSelector::parse(ctx.query.get("fieldSelector").unwrap_or(""), rt)?;
     let (_, items) = state
         .store
-        .snapshot(resource, &prefix(rt, namespace), None)
+        .snapshot(rt.storage, &prefix(rt, namespace), None)
         .map_err(|_| ApiError::internal("snapshot failed"))?;
     Ok(items
         .into_iter()

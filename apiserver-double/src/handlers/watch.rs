@@ -18,7 +18,7 @@ use crate::body::ResponseBody;
 use crate::meta;
 use crate::output::{self, Shape, Target};
 use crate::request::Ctx;
-use crate::resources::{RESOURCES, ResourceType};
+use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::State;
 use crate::status::{ApiError, ApiResult, Cause};
@@ -28,7 +28,7 @@ const EXPIRED_WATCH: &str = "The resourceVersion for the provided watch is too o
 
 /// Everything a watch stream needs to filter and render events.
 struct Watcher {
-    resource: usize,
+    rt: Arc<ResourceType>,
     prefix: String,
     labels: LabelSelector,
     fields: FieldSelector,
@@ -37,8 +37,8 @@ struct Watcher {
 }
 
 impl Watcher {
-    fn rt(&self) -> &'static ResourceType {
-        &RESOURCES[self.resource]
+    fn rt(&self) -> &ResourceType {
+        &self.rt
     }
 
     fn matches(&self, obj: &Value) -> bool {
@@ -48,7 +48,7 @@ impl Watcher {
     fn line(&self, kind: &str, obj: &Value) -> Bytes {
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(b"{\"object\":");
-        out.extend_from_slice(&output::object_bytes(obj, self.shape));
+        out.extend_from_slice(&output::object_bytes(&self.rt, obj, self.shape));
         out.extend_from_slice(b",\"type\":\"");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\"}\n");
@@ -85,7 +85,7 @@ impl Watcher {
 
     /// The line this watcher sees for a store event, if any.
     fn render(&self, ev: &Event) -> Option<Bytes> {
-        if ev.resource != self.resource || !ev.key.starts_with(&self.prefix) {
+        if ev.resource != self.rt.storage || !ev.key.starts_with(&self.prefix) {
             return None;
         }
         let prev_passes = ev.prev.as_deref().is_some_and(|p| self.matches(p));
@@ -140,11 +140,10 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<ResponseBody> {
 /// Starts a watch.
 pub(super) fn serve(
     state: &Arc<State>,
-    resource: usize,
+    rt: &Arc<ResourceType>,
     namespace: Option<&str>,
     ctx: &Ctx,
 ) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
     let shape = output::negotiate(ctx.header("accept"), Target::Watch)?;
     let labels = LabelSelector::parse(ctx.query.get("labelSelector").unwrap_or(""))?;
     let fields = FieldSelector::parse(ctx.query.get("fieldSelector").unwrap_or(""), rt)?;
@@ -203,7 +202,7 @@ pub(super) fn serve(
         _ => Start::From(super::read::parse_rv(rv)?),
     };
     let watcher = Watcher {
-        resource,
+        rt: rt.clone(),
         prefix: prefix(rt, namespace),
         labels,
         fields,
@@ -216,7 +215,7 @@ pub(super) fn serve(
         Start::Initial { end_bookmark } => {
             let (rv, items, events) = state
                 .store
-                .subscribe_with_snapshot(resource, &watcher.prefix);
+                .subscribe_with_snapshot(rt.storage, &watcher.prefix);
             let mut first: Vec<Bytes> = items
                 .iter()
                 .filter(|o| watcher.matches(o))
@@ -263,6 +262,8 @@ async fn run(
 ) {
     let mut drops = state.faults.watch_drops();
     drops.mark_unchanged();
+    let mut registry_changes = state.registry.subscribe();
+    registry_changes.mark_unchanged();
     let mut shutdown = state.shutdown.clone();
     if *shutdown.borrow() {
         return;
@@ -288,6 +289,13 @@ async fn run(
             _ = tx.closed() => return,
             _ = drops.changed() => return,
             _ = shutdown.changed() => return,
+            _ = registry_changes.changed() => {
+                // The CRD of a custom resource was deleted: its watches end.
+                if state.registry.is_retired(watcher.rt.storage) {
+                    return;
+                }
+                false
+            }
             _ = tokio::time::sleep_until(deadline) => return,
             _ = tokio::time::sleep_until(pre_timeout.unwrap_or(deadline)), if watcher.bookmarks && pre_timeout.is_some() && !pre_timeout_sent => {
                 pre_timeout_sent = true;

@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use http::Response;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{json_response, read};
+use super::json_response;
 use crate::admission::{self, AdmissionOperation};
 use crate::body::ResponseBody;
 use crate::fieldset::FieldSet;
@@ -22,18 +22,18 @@ use crate::meta;
 use crate::output::{self, Shape, Target};
 use crate::patch::{self, PatchType};
 use crate::request::Ctx;
-use crate::resources::{Family, RESOURCES, ResourceType};
+use crate::resources::ResourceType;
 use crate::server::State;
 use crate::ssa;
-use crate::status::{ApiError, ApiResult, Cause, success_deleted};
+use crate::status::{ApiError, ApiResult, Cause};
 use crate::store::WriteError;
 use crate::strategy;
 use crate::validation;
 
 /// How many times a write is retried when the object changes underneath.
-const MAX_RETRIES: usize = 16;
+pub(super) const MAX_RETRIES: usize = 16;
 
-fn key_of(rt: &ResourceType, namespace: Option<&str>, name: &str) -> String {
+pub(super) fn key_of(rt: &ResourceType, namespace: Option<&str>, name: &str) -> String {
     meta::store_key(namespace.filter(|_| rt.namespaced), name)
 }
 
@@ -64,7 +64,7 @@ fn check_type_meta(rt: &ResourceType, obj: &mut Value) -> ApiResult<()> {
         _ => {}
     }
     o.insert("apiVersion".into(), Value::from(expected_av));
-    o.insert("kind".into(), Value::from(rt.kind));
+    o.insert("kind".into(), Value::from(rt.kind.as_str()));
     Ok(())
 }
 
@@ -147,26 +147,25 @@ pub(crate) enum Ownership {
 /// would have been stored).
 pub(crate) fn create_object(
     state: &State,
-    resource: usize,
+    rt: &ResourceType,
     obj: Value,
     ownership: Ownership,
     dry_run: bool,
 ) -> ApiResult<Arc<Value>> {
-    let obj = prepare_new(state, resource, obj)?;
-    finish_create(state, resource, obj, ownership, dry_run)
+    let obj = prepare_new(state, rt, obj)?;
+    finish_create(state, rt, obj, ownership, dry_run)
 }
 
 /// Like [`create_object`], with mutating admission (webhooks) between defaulting
 /// and validation, as for a POST.
 pub(crate) async fn create_object_admitted(
     state: &State,
-    resource: usize,
+    rt: &ResourceType,
     obj: Value,
     ownership: Ownership,
     dry_run: bool,
 ) -> ApiResult<Arc<Value>> {
-    let rt = &RESOURCES[resource];
-    let mut obj = prepare_new(state, resource, obj)?;
+    let mut obj = prepare_new(state, rt, obj)?;
     admission::mutate(
         state,
         rt,
@@ -177,13 +176,12 @@ pub(crate) async fn create_object_admitted(
         dry_run,
     )
     .await?;
-    finish_create(state, resource, obj, ownership, dry_run)
+    finish_create(state, rt, obj, ownership, dry_run)
 }
 
 /// The create pipeline up to mutating admission: name generation, decoding,
 /// defaults, create preparation.
-fn prepare_new(state: &State, resource: usize, mut obj: Value) -> ApiResult<Value> {
-    let rt = &RESOURCES[resource];
+fn prepare_new(state: &State, rt: &ResourceType, mut obj: Value) -> ApiResult<Value> {
     let namespace = rt.namespaced.then(|| meta::namespace(&obj).to_string());
     if let Some(ns) = &namespace
         && !state.store.namespace_exists(ns)
@@ -216,12 +214,11 @@ fn prepare_new(state: &State, resource: usize, mut obj: Value) -> ApiResult<Valu
 /// fields, validation, storage.
 fn finish_create(
     state: &State,
-    resource: usize,
+    rt: &ResourceType,
     mut obj: Value,
     ownership: Ownership,
     dry_run: bool,
 ) -> ApiResult<Arc<Value>> {
-    let rt = &RESOURCES[resource];
     let namespace = rt.namespaced.then(|| meta::namespace(&obj).to_string());
     let now = ids::now_rfc3339();
     {
@@ -277,18 +274,17 @@ fn finish_create(
     let key = key_of(rt, namespace.as_deref(), &name);
     state
         .store
-        .create(resource, &key, obj, namespace.as_deref())
+        .create(rt.storage, &key, obj, namespace.as_deref())
         .map_err(|e| map_write_error(e, rt, &name, namespace.as_deref()))
 }
 
 /// POST to a collection.
 pub(super) async fn create(
     state: &Arc<State>,
-    resource: usize,
+    rt: &ResourceType,
     namespace: Option<&str>,
     ctx: &Ctx,
 ) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
     let shape = output::negotiate(ctx.header("accept"), Target::Object)?;
     let dry_run = ctx.dry_run()?;
     let mut obj = patch::parse_json(&ctx.body)?;
@@ -297,8 +293,8 @@ pub(super) async fn create(
     let manager = ctx.manager();
     managed::validate_field_manager("CreateOptions", &manager)?;
     let stored =
-        create_object_admitted(state, resource, obj, Ownership::Update(manager), dry_run).await?;
-    Ok(json_response(201, output::object_bytes(&stored, shape)))
+        create_object_admitted(state, rt, obj, Ownership::Update(manager), dry_run).await?;
+    Ok(json_response(201, output::object_bytes(rt, &stored, shape)))
 }
 
 /// Turns a full desired object into the next stored state of `live`
@@ -346,7 +342,7 @@ async fn finish_update(
 /// deletion waits for finalizers is removed once they are gone.
 fn commit(
     state: &State,
-    resource: usize,
+    rt: &ResourceType,
     key: &str,
     live: &Arc<Value>,
     new: Value,
@@ -363,24 +359,23 @@ fn commit(
     if deleting && !finalizers_left {
         state
             .store
-            .delete(resource, key, Some(meta::resource_version(live)))?;
+            .delete(rt.storage, key, Some(meta::resource_version(live)))?;
         return Ok(Arc::new(new));
     }
     state
         .store
-        .update(resource, key, meta::resource_version(live), new)
+        .update(rt.storage, key, meta::resource_version(live), new)
 }
 
 /// PUT of an object or its status.
 pub(super) async fn update(
     state: &Arc<State>,
-    resource: usize,
+    rt: &ResourceType,
     namespace: Option<&str>,
     name: &str,
     sub: Subresource,
     ctx: &Ctx,
 ) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
     let shape = output::negotiate(ctx.header("accept"), Target::Object)?;
     let dry_run = ctx.dry_run()?;
     let manager = ctx.manager();
@@ -393,24 +388,24 @@ pub(super) async fn update(
     let key = key_of(rt, namespace, name);
     let precondition_rv = meta::resource_version(&obj).to_string();
     for _ in 0..MAX_RETRIES {
-        let Some(live) = state.store.get(resource, &key) else {
+        let Some(live) = state.store.get(rt.storage, &key) else {
             if rt.allow_create_on_update() && sub == Subresource::Main && precondition_rv.is_empty()
             {
                 let stored = create_object(
                     state,
-                    resource,
+                    rt,
                     obj.clone(),
                     Ownership::Update(manager.clone()),
                     dry_run,
                 )?;
-                return Ok(json_response(201, output::object_bytes(&stored, shape)));
+                return Ok(json_response(201, output::object_bytes(rt, &stored, shape)));
             }
             return Err(ApiError::not_found(rt, name));
         };
         check_write_preconditions(rt, name, &precondition_rv, meta::uid(&obj), &live)?;
         let new = finish_update(state, rt, &live, obj.clone(), &manager, sub, dry_run).await?;
-        match commit(state, resource, &key, &live, new, dry_run) {
-            Ok(stored) => return Ok(json_response(200, output::object_bytes(&stored, shape))),
+        match commit(state, rt, &key, &live, new, dry_run) {
+            Ok(stored) => return Ok(json_response(200, output::object_bytes(rt, &stored, shape))),
             Err(WriteError::Conflict | WriteError::NotFound) if precondition_rv.is_empty() => {
                 continue;
             }
@@ -423,13 +418,12 @@ pub(super) async fn update(
 /// PATCH of an object or its status.
 pub(super) async fn patch(
     state: &Arc<State>,
-    resource: usize,
+    rt: &ResourceType,
     namespace: Option<&str>,
     name: &str,
     sub: Subresource,
     ctx: &Ctx,
 ) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
     let kind = PatchType::from_content_type(ctx.header("content-type"))
         .ok_or_else(ApiError::unsupported_media_type)?;
     let shape = output::negotiate(ctx.header("accept"), Target::Object)?;
@@ -438,7 +432,7 @@ pub(super) async fn patch(
     if kind == PatchType::Apply {
         return apply(
             state,
-            resource,
+            rt,
             namespace,
             name,
             sub,
@@ -466,7 +460,7 @@ pub(super) async fn patch(
     for _ in 0..MAX_RETRIES {
         let live = state
             .store
-            .get(resource, &key)
+            .get(rt.storage, &key)
             .ok_or_else(|| ApiError::not_found(rt, name))?;
         let mut patched = patch::apply_patch(&live, kind, &ctx.body)?;
         check_type_meta(rt, &mut patched)?;
@@ -476,8 +470,8 @@ pub(super) async fn patch(
         check_write_preconditions(rt, name, rv, meta::uid(&patched), &live)?;
         strategy::decode(rt, &mut patched)?;
         let new = finish_update(state, rt, &live, patched, &manager, sub, dry_run).await?;
-        match commit(state, resource, &key, &live, new, dry_run) {
-            Ok(stored) => return Ok(json_response(200, output::object_bytes(&stored, shape))),
+        match commit(state, rt, &key, &live, new, dry_run) {
+            Ok(stored) => return Ok(json_response(200, output::object_bytes(rt, &stored, shape))),
             Err(WriteError::Conflict | WriteError::NotFound) if !precondition => continue,
             Err(e) => return Err(map_write_error(e, rt, name, namespace)),
         }
@@ -522,7 +516,7 @@ fn parse_apply_body(body: &[u8]) -> ApiResult<Value> {
 #[allow(clippy::too_many_arguments)]
 async fn apply(
     state: &Arc<State>,
-    resource: usize,
+    rt: &ResourceType,
     namespace: Option<&str>,
     name: &str,
     sub: Subresource,
@@ -531,7 +525,6 @@ async fn apply(
     shape: Shape,
     dry_run: bool,
 ) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
     let manager = ctx.query.get("fieldManager").unwrap_or("").to_string();
     if manager.is_empty() {
         return Err(ApiError::invalid_options(
@@ -590,7 +583,7 @@ async fn apply(
     let precondition_rv = meta::resource_version(&config).to_string();
     let key = key_of(rt, namespace, name);
     for _ in 0..MAX_RETRIES {
-        let Some(live) = state.store.get(resource, &key) else {
+        let Some(live) = state.store.get(rt.storage, &key) else {
             if sub == Subresource::Status {
                 return Err(ApiError::not_found(rt, name));
             }
@@ -599,14 +592,16 @@ async fn apply(
             }
             match create_object_admitted(
                 state,
-                resource,
+                rt,
                 config.clone(),
                 Ownership::Apply(manager.clone(), applied.clone()),
                 dry_run,
             )
             .await
             {
-                Ok(stored) => return Ok(json_response(201, output::object_bytes(&stored, shape))),
+                Ok(stored) => {
+                    return Ok(json_response(201, output::object_bytes(rt, &stored, shape)));
+                }
                 Err(e) if e.reason == "AlreadyExists" => continue,
                 Err(e) => return Err(e),
             }
@@ -665,8 +660,8 @@ async fn apply(
         )?;
         managed::encode(&mut merged, &managers);
         validation::validate_update(rt, &live, &merged)?;
-        match commit(state, resource, &key, &live, merged, dry_run) {
-            Ok(stored) => return Ok(json_response(200, output::object_bytes(&stored, shape))),
+        match commit(state, rt, &key, &live, merged, dry_run) {
+            Ok(stored) => return Ok(json_response(200, output::object_bytes(rt, &stored, shape))),
             Err(WriteError::Conflict | WriteError::NotFound) if precondition_rv.is_empty() => {
                 continue;
             }
@@ -695,7 +690,12 @@ fn check_write_preconditions(
 }
 
 /// The apiserver's 409 for a UID precondition that does not match.
-fn uid_precondition_failed(rt: &ResourceType, name: &str, uid: &str, live: &Value) -> ApiError {
+pub(super) fn uid_precondition_failed(
+    rt: &ResourceType,
+    name: &str,
+    uid: &str,
+    live: &Value,
+) -> ApiError {
     ApiError::conflict(
         rt,
         name,
@@ -704,185 +704,4 @@ fn uid_precondition_failed(rt: &ResourceType, name: &str, uid: &str, live: &Valu
             meta::uid(live)
         ),
     )
-}
-
-/// Checks DeleteOptions preconditions against the live object.
-fn check_delete_preconditions(
-    rt: &ResourceType,
-    name: &str,
-    opts: &Value,
-    live: &Value,
-) -> ApiResult<()> {
-    let pre = opts.get("preconditions");
-    if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
-        && uid != meta::uid(live)
-    {
-        return Err(uid_precondition_failed(rt, name, uid, live));
-    }
-    if let Some(rv) = pre
-        .and_then(|p| p.get("resourceVersion"))
-        .and_then(Value::as_str)
-        && rv != meta::resource_version(live)
-    {
-        return Err(ApiError::conflict(
-            rt,
-            name,
-            &format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                meta::resource_version(live)
-            ),
-        ));
-    }
-    if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str)
-        && !matches!(p, "Orphan" | "Background" | "Foreground")
-    {
-        return Err(ApiError::invalid_options(
-            "DeleteOptions",
-            vec![Cause {
-                reason: "FieldValueNotSupported",
-                message: format!(
-                    "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
-                ),
-                field: "propagationPolicy".into(),
-            }],
-        ));
-    }
-    Ok(())
-}
-
-fn delete_options(ctx: &Ctx) -> ApiResult<Value> {
-    if ctx.body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    let v = patch::parse_json(&ctx.body)?;
-    if !v.is_object() {
-        return Err(ApiError::bad_request("DeleteOptions must be a JSON object"));
-    }
-    Ok(v)
-}
-
-enum Deleted {
-    /// Gone now; the answer is a success Status.
-    Gone(Arc<Value>),
-    /// Still there (finalizers or a terminating namespace); the answer is the object.
-    Pending(Arc<Value>),
-}
-
-fn delete_one(
-    state: &State,
-    resource: usize,
-    key: &str,
-    name: &str,
-    opts: &Value,
-    dry_run: bool,
-) -> ApiResult<Deleted> {
-    let rt = &RESOURCES[resource];
-    for _ in 0..MAX_RETRIES {
-        let live = state
-            .store
-            .get(resource, key)
-            .ok_or_else(|| ApiError::not_found(rt, name))?;
-        check_delete_preconditions(rt, name, opts, &live)?;
-        if dry_run {
-            return Ok(Deleted::Gone(live));
-        }
-        if rt.family == Family::Namespace {
-            let mut last = (*live).clone();
-            meta::set_meta(&mut last, "deletionTimestamp", ids::now_rfc3339());
-            if let Some(o) = last.as_object_mut() {
-                o.insert("status".into(), json!({"phase": "Terminating"}));
-            }
-            state.store.delete_namespace_contents(name);
-            match state.store.delete(resource, key, None) {
-                Ok(_) => return Ok(Deleted::Pending(Arc::new(last))),
-                Err(WriteError::NotFound) => return Err(ApiError::not_found(rt, name)),
-                Err(_) => continue,
-            }
-        }
-        let has_finalizers = meta::metadata(&live)
-            .and_then(|m| m.get("finalizers"))
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
-        if has_finalizers {
-            if meta::metadata(&live).is_some_and(|m| m.contains_key("deletionTimestamp")) {
-                return Ok(Deleted::Pending(live));
-            }
-            let mut next = (*live).clone();
-            meta::set_meta(&mut next, "deletionTimestamp", ids::now_rfc3339());
-            meta::set_meta(&mut next, "deletionGracePeriodSeconds", 0);
-            match state
-                .store
-                .update(resource, key, meta::resource_version(&live), next)
-            {
-                Ok(stored) => return Ok(Deleted::Pending(stored)),
-                Err(_) => continue,
-            }
-        }
-        match state
-            .store
-            .delete(resource, key, Some(meta::resource_version(&live)))
-        {
-            Ok(last) => return Ok(Deleted::Gone(last)),
-            Err(WriteError::NotFound) => return Err(ApiError::not_found(rt, name)),
-            Err(_) => continue,
-        }
-    }
-    Err(ApiError::conflict_modified(rt, name))
-}
-
-/// DELETE of one object.
-pub(super) fn delete(
-    state: &Arc<State>,
-    resource: usize,
-    namespace: Option<&str>,
-    name: &str,
-    ctx: &Ctx,
-) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
-    let shape = output::negotiate(ctx.header("accept"), Target::Object)?;
-    let dry_run = ctx.dry_run()?;
-    let opts = delete_options(ctx)?;
-    let key = key_of(rt, namespace, name);
-    match delete_one(state, resource, &key, name, &opts, dry_run)? {
-        Deleted::Gone(last) => {
-            let status = success_deleted(rt, name, meta::uid(&last));
-            Ok(json_response(
-                200,
-                serde_json::to_vec(&status).unwrap_or_default(),
-            ))
-        }
-        Deleted::Pending(obj) => Ok(json_response(200, output::object_bytes(&obj, shape))),
-    }
-}
-
-/// DELETE of a collection (with selectors): answers the list of deleted objects.
-pub(super) fn delete_collection(
-    state: &Arc<State>,
-    resource: usize,
-    namespace: Option<&str>,
-    ctx: &Ctx,
-) -> ApiResult<Response<ResponseBody>> {
-    let rt = &RESOURCES[resource];
-    let dry_run = ctx.dry_run()?;
-    let opts = delete_options(ctx)?;
-    let items = read::select_now(state, resource, namespace, ctx)?;
-    let mut deleted: Vec<Arc<Value>> = Vec::new();
-    for (key, obj) in items {
-        let name = meta::name(&obj).to_string();
-        match delete_one(state, resource, &key, &name, &opts, dry_run) {
-            Ok(Deleted::Gone(o) | Deleted::Pending(o)) => deleted.push(o),
-            Err(e) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let refs: Vec<&Value> = deleted.iter().map(|v| v.as_ref()).collect();
-    let meta = output::ListMeta {
-        resource_version: state.store.current_rv(),
-        continue_token: None,
-        remaining: None,
-    };
-    Ok(json_response(
-        200,
-        output::list_bytes(rt, &refs, &meta, Shape::Full),
-    ))
 }

@@ -1,0 +1,5 @@
+//! Structural schemas of CustomResourceDefinitions (placeholder).
+
+/// A structural schema node.
+#[derive(Debug, Default)]
+pub(crate) struct Structural {}
