@@ -29,6 +29,7 @@ mod admission;
 mod body;
 mod faults;
 mod fieldset;
+mod gc;
 mod handlers;
 mod ids;
 mod kubeconfig;

@@ -2,7 +2,7 @@
 //! global resourceVersion counter, a bounded window of past events (for
 //! watches and exact-resourceVersion lists), and a broadcast of new events.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -79,11 +79,40 @@ struct Inner {
     objects: Vec<Objects>,
     history: VecDeque<Arc<Event>>,
     history_limit: usize,
+    /// `metadata.ownerReferences[].uid` → the `(store slot, key)` of the
+    /// objects naming it: the garbage collector's graph.
+    dependents: HashMap<String, BTreeSet<(usize, String)>>,
 }
 
 impl Inner {
     fn slot(&self, storage: usize) -> Option<&Objects> {
         self.objects.get(storage)
+    }
+
+    /// Keeps the owner index in step with a change of `key` from `old` to `new`.
+    fn index_owners(
+        &mut self,
+        storage: usize,
+        key: &str,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
+        let before: BTreeSet<&str> = old.map(owner_uids).unwrap_or_default();
+        let after: BTreeSet<&str> = new.map(owner_uids).unwrap_or_default();
+        for uid in before.difference(&after) {
+            if let Some(set) = self.dependents.get_mut(*uid) {
+                set.remove(&(storage, key.to_string()));
+                if set.is_empty() {
+                    self.dependents.remove(*uid);
+                }
+            }
+        }
+        for uid in after.difference(&before) {
+            self.dependents
+                .entry((*uid).to_string())
+                .or_default()
+                .insert((storage, key.to_string()));
+        }
     }
 
     fn slot_mut(&mut self, storage: usize) -> &mut Objects {
@@ -92,6 +121,17 @@ impl Inner {
         }
         &mut self.objects[storage]
     }
+}
+
+/// The owner UIDs in `metadata.ownerReferences`.
+fn owner_uids(obj: &Value) -> BTreeSet<&str> {
+    meta::metadata(obj)
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("uid").and_then(Value::as_str))
+        .collect()
 }
 
 /// Objects under a prefix at a resourceVersion: `(resourceVersion, [(key, object)])`.
@@ -117,6 +157,7 @@ impl Store {
                 objects: BUILTINS.iter().map(|_| BTreeMap::new()).collect(),
                 history: VecDeque::new(),
                 history_limit: history_limit.max(1),
+                dependents: HashMap::new(),
             }),
             events,
         }
@@ -200,6 +241,7 @@ impl Store {
         g.rv += 1;
         meta::set_meta(&mut obj, "resourceVersion", g.rv.to_string());
         let obj = Arc::new(obj);
+        g.index_owners(resource, key, None, Some(&obj));
         g.slot_mut(resource).insert(key.to_string(), obj.clone());
         Self::commit(
             &mut g,
@@ -233,6 +275,7 @@ impl Store {
         g.rv += 1;
         meta::set_meta(&mut obj, "resourceVersion", g.rv.to_string());
         let obj = Arc::new(obj);
+        g.index_owners(resource, key, Some(&prev), Some(&obj));
         g.slot_mut(resource).insert(key.to_string(), obj.clone());
         Self::commit(
             &mut g,
@@ -276,6 +319,7 @@ impl Store {
             return Err(WriteError::Conflict);
         }
         g.slot_mut(resource).remove(key);
+        g.index_owners(resource, key, Some(&prev), None);
         g.rv += 1;
         let mut last = (*prev).clone();
         meta::set_meta(&mut last, "resourceVersion", g.rv.to_string());
@@ -303,6 +347,16 @@ impl Store {
                 let _ = Self::delete_locked(&mut g, &self.events, resource, &k, None);
             }
         }
+    }
+
+    /// The `(store slot, key)` of every object whose `ownerReferences` name `uid`.
+    pub fn dependents(&self, uid: &str) -> Vec<(usize, String)> {
+        self.inner
+            .read()
+            .dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn keys_under(g: &Inner, storage: usize, prefix: &str) -> Vec<String> {
@@ -456,6 +510,20 @@ mod tests {
             s.delete(1, "ns/zz", None).unwrap_err(),
             WriteError::NotFound
         );
+    }
+
+    #[test]
+    fn owner_index_follows_writes() {
+        let s = setup();
+        let owned = |uid: &str| json!({"metadata": {"name": "d", "namespace": "ns", "ownerReferences": [{"uid": uid}]}});
+        let d = s.create(1, "ns/d", owned("u1"), Some("ns")).unwrap();
+        assert_eq!(s.dependents("u1"), vec![(1, "ns/d".to_string())]);
+        s.update(1, "ns/d", meta::resource_version(&d), owned("u2"))
+            .unwrap();
+        assert!(s.dependents("u1").is_empty());
+        assert_eq!(s.dependents("u2").len(), 1);
+        s.delete(1, "ns/d", None).unwrap();
+        assert!(s.dependents("u2").is_empty());
     }
 
     #[test]

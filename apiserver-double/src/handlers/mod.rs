@@ -3,6 +3,7 @@
 mod delete;
 mod discovery;
 mod read;
+mod system;
 mod watch;
 mod write;
 
@@ -18,6 +19,7 @@ use crate::routes::Route;
 use crate::server::State;
 use crate::status::{ApiError, ApiResult};
 
+pub(crate) use system::{SystemWrite, delete_now, system_update};
 pub(crate) use write::{Ownership, create_object};
 
 /// A JSON response.

@@ -340,7 +340,7 @@ async fn finish_update(
 
 /// Stores `new` over `live` unless nothing changed. An object whose
 /// deletion waits for finalizers is removed once they are gone.
-fn commit(
+pub(super) fn commit(
     state: &State,
     rt: &ResourceType,
     key: &str,
