@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 mod admission;
+mod batch;
 mod body;
 mod faults;
 mod fieldset;

@@ -370,6 +370,16 @@ pub(crate) static BUILTINS: &[Builtin] = &[
         &["all"],
         Family::DaemonSet,
     ),
+    rt("batch", "jobs", "Job", true, &[], &["all"], Family::Job),
+    rt(
+        "batch",
+        "cronjobs",
+        "CronJob",
+        true,
+        &["cj"],
+        &["all"],
+        Family::CronJob,
+    ),
     rt(
         "coordination.k8s.io",
         "leases",
@@ -402,7 +412,7 @@ pub(crate) const SECRETS: usize = 2;
 #[cfg(test)]
 pub(crate) const DEPLOYMENTS: usize = 5;
 /// Id of the MutatingWebhookConfigurations resource.
-pub(crate) const MUTATING_WEBHOOKS: usize = 9;
+pub(crate) const MUTATING_WEBHOOKS: usize = 11;
 
 /// The resource type of a built-in id (tests).
 #[cfg(test)]

@@ -322,6 +322,11 @@ impl FieldSelector {
 
 fn field_value(obj: &Value, field: &str) -> String {
     let path: Vec<&str> = field.split('.').collect();
+    if field == "status.successful" {
+        // A Job's `strconv.Itoa(int(job.Status.Succeeded))`.
+        let n = meta::get_path(obj, &["status", "succeeded"]).and_then(Value::as_i64);
+        return n.unwrap_or(0).to_string();
+    }
     match field {
         "source" => meta::get_path(obj, &["source", "component"]),
         _ => meta::get_path(obj, &path),

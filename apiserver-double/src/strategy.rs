@@ -6,6 +6,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
+use crate::batch::{cronjob, job};
 use crate::managed::Subresource;
 use crate::meta;
 use crate::resources::{Family, ResourceType};
@@ -149,7 +150,11 @@ pub(crate) fn decode(rt: &ResourceType, obj: &mut Value) -> ApiResult<()> {
                 }
             }
         }
-        Family::Deployment | Family::StatefulSet | Family::DaemonSet => {
+        Family::Deployment
+        | Family::StatefulSet
+        | Family::DaemonSet
+        | Family::Job
+        | Family::CronJob => {
             if let Some(spec) = obj.get("spec")
                 && !spec.is_object()
                 && !spec.is_null()
@@ -232,7 +237,8 @@ fn fill_skeleton(obj: &mut Value, skeleton: &Value) {
     }
 }
 
-fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
+/// Sets `key` to `v` when it is missing or null.
+pub(crate) fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
     if m.get(key).is_none_or(Value::is_null) {
         m.insert(key.to_string(), v);
     }
@@ -311,6 +317,11 @@ pub(crate) fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             }
             default_pod_template(obj);
         }
+        Family::Job => {
+            job::default_job(obj);
+            default_pod_template(obj);
+        }
+        Family::CronJob => cronjob::default_cron_job(obj),
         Family::MutatingWebhookConfiguration => {
             if let Some(Value::Array(hooks)) = obj.get_mut("webhooks") {
                 for h in hooks.iter_mut().filter_map(Value::as_object_mut) {
@@ -338,7 +349,14 @@ pub(crate) fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
 }
 
 fn default_pod_template(obj: &mut Value) {
-    let Some(spec) = meta::ensure_map(obj, &["spec", "template", "spec"]) else {
+    default_pod_template_at(obj, &["spec", "template"]);
+}
+
+/// `SetDefaults_PodSpec` and friends for the pod template at `path`.
+pub(crate) fn default_pod_template_at(obj: &mut Value, path: &[&str]) {
+    let mut spec_path = path.to_vec();
+    spec_path.push("spec");
+    let Some(spec) = meta::ensure_map(obj, &spec_path) else {
         return;
     };
     set_default(spec, "dnsPolicy", json!("ClusterFirst"));
@@ -408,9 +426,8 @@ fn default_container(c: &mut Map<String, Value>) {
 
 /// Create-time preparation (`PrepareForCreate`).
 pub(crate) fn prepare_create(rt: &ResourceType, obj: &mut Value) {
-    if rt.is_workload()
-        && let Some(o) = obj.as_object_mut()
-    {
+    let resets_status = rt.is_workload() || matches!(rt.family, Family::Job | Family::CronJob);
+    if resets_status && let Some(o) = obj.as_object_mut() {
         o.insert(
             "status".into(),
             rt.skeleton().get("status").cloned().unwrap_or(json!({})),
@@ -426,6 +443,14 @@ pub(crate) fn prepare_create(rt: &ResourceType, obj: &mut Value) {
     }
     if rt.has_generation() {
         meta::set_meta(obj, "generation", 1);
+    }
+}
+
+/// What the server fills in once the object has its UID, after admission
+/// and managed fields, before validation (the Job selector).
+pub(crate) fn after_uid(rt: &ResourceType, obj: &mut Value) {
+    if rt.family == Family::Job {
+        job::generate_selector(obj);
     }
 }
 

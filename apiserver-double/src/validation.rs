@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::batch::{cronjob, job};
 use crate::meta;
 use crate::resources::{Family, ResourceType};
 use crate::status::{ApiError, Cause};
@@ -83,12 +84,25 @@ pub(crate) fn show(v: &Value) -> String {
 pub(crate) struct Errors(Vec<Cause>);
 
 impl Errors {
-    fn push(&mut self, reason: &'static str, field: impl Into<String>, message: String) {
+    /// Adds an error with a given reason and full message.
+    pub fn push(&mut self, reason: &'static str, field: impl Into<String>, message: String) {
         self.0.push(Cause {
             reason,
             message,
             field: field.into(),
         });
+    }
+
+    /// `field: message` of every error (tests).
+    #[cfg(test)]
+    pub fn summaries(&self) -> Vec<String> {
+        self.0.iter().map(Cause::summary).collect()
+    }
+
+    /// Whether no error was collected.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// `Required value`.
@@ -169,7 +183,14 @@ pub(crate) fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiE
 pub(crate) fn validate_update(rt: &ResourceType, old: &Value, new: &Value) -> Result<(), ApiError> {
     let mut errs = Errors::default();
     validate_metadata(rt, new, &mut errs);
-    validate_kind(rt, new, &mut errs);
+    match rt.family {
+        Family::Job => {
+            job::validate_job(new, job::has_prefixed_labels(old), &mut errs);
+            job::validate_job_update(old, new, &mut errs);
+        }
+        Family::CronJob => cronjob::validate_cron_job(new, Some(old), &mut errs),
+        _ => validate_kind(rt, new, &mut errs),
+    }
     if rt.is_workload() {
         let o = meta::get_path(old, &["spec", "selector"]);
         let n = meta::get_path(new, &["spec", "selector"]);
@@ -265,6 +286,8 @@ fn validate_kind(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
         Family::Deployment | Family::StatefulSet | Family::DaemonSet => {
             validate_workload(rt, obj, errs)
         }
+        Family::Job => job::validate_job(obj, true, errs),
+        Family::CronJob => cronjob::validate_cron_job(obj, None, errs),
         Family::CoreEvent => validate_core_event(obj, errs),
         Family::EventsV1 => validate_events_v1(obj, errs),
         Family::Lease => {
@@ -516,11 +539,25 @@ fn validate_workload(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
             ),
         }
     }
-    validate_pod_spec(rt, meta::get_path(obj, &["spec", "template", "spec"]), errs);
+    let pod_spec = meta::get_path(obj, &["spec", "template", "spec"]);
+    validate_pod_spec("spec.template.spec", pod_spec, errs);
+    if let Some(rp) = pod_spec
+        .and_then(|s| s.get("restartPolicy"))
+        .and_then(Value::as_str)
+        && rp != "Always"
+    {
+        errs.unsupported(
+            "spec.template.spec.restartPolicy",
+            &Value::from(rp),
+            &["Always"],
+        );
+    }
 }
 
-fn validate_pod_spec(rt: &ResourceType, spec: Option<&Value>, errs: &mut Errors) {
-    const P: &str = "spec.template.spec";
+/// The checks of a pod spec that controllers hit, with errors under `prefix`
+/// (e.g. `spec.template.spec`).
+pub(crate) fn validate_pod_spec(prefix: &str, spec: Option<&Value>, errs: &mut Errors) {
+    let p = prefix;
     let containers = spec
         .and_then(|s| s.get("containers"))
         .and_then(Value::as_array);
@@ -537,19 +574,19 @@ fn validate_pod_spec(rt: &ResourceType, spec: Option<&Value>, errs: &mut Errors)
     for (i, name) in volumes.iter().enumerate() {
         if !is_dns1123_label(name) {
             errs.invalid(
-                format!("{P}.volumes[{i}].name"),
+                format!("{p}.volumes[{i}].name"),
                 &Value::from(*name),
                 DNS1123_LABEL_MSG,
             );
         }
         if seen_vol.contains(name) {
-            errs.duplicate(format!("{P}.volumes[{i}].name"), &Value::from(*name));
+            errs.duplicate(format!("{p}.volumes[{i}].name"), &Value::from(*name));
         }
         seen_vol.push(name);
     }
     match containers {
-        None => errs.required(format!("{P}.containers"), ""),
-        Some(c) if c.is_empty() => errs.required(format!("{P}.containers"), ""),
+        None => errs.required(format!("{p}.containers"), ""),
+        Some(c) if c.is_empty() => errs.required(format!("{p}.containers"), ""),
         Some(_) => {}
     }
     let mut names: Vec<String> = Vec::new();
@@ -562,7 +599,7 @@ fn validate_pod_spec(rt: &ResourceType, spec: Option<&Value>, errs: &mut Errors)
         ("containers", containers),
     ] {
         for (i, c) in items.into_iter().flatten().enumerate() {
-            let field = format!("{P}.{list}[{i}]");
+            let field = format!("{p}.{list}[{i}]");
             match c.get("name").and_then(Value::as_str) {
                 None | Some("") => errs.required(format!("{field}.name"), ""),
                 Some(n) => {
@@ -619,16 +656,6 @@ fn validate_pod_spec(rt: &ResourceType, spec: Option<&Value>, errs: &mut Errors)
                 }
             }
         }
-    }
-    if matches!(
-        rt.family,
-        Family::Deployment | Family::StatefulSet | Family::DaemonSet
-    ) && let Some(rp) = spec
-        .and_then(|s| s.get("restartPolicy"))
-        .and_then(Value::as_str)
-        && rp != "Always"
-    {
-        errs.unsupported(format!("{P}.restartPolicy"), &Value::from(rp), &["Always"]);
     }
 }
 

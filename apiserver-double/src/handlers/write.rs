@@ -266,6 +266,7 @@ fn finish_create(
         }
     }
     managed::encode(&mut obj, &managers);
+    strategy::after_uid(rt, &mut obj);
     validation::validate_create(rt, &obj)?;
     if dry_run {
         return Ok(Arc::new(obj));
