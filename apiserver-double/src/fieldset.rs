@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use crate::schema::{self, ListType, MapType};
+use crate::schema::{Cursor, ListType, MapType};
 
 /// A set of field paths.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -200,11 +200,12 @@ pub(crate) struct Comparison {
     pub removed: FieldSet,
 }
 
-/// Compares two objects the way structured-merge-diff does.
-pub(crate) fn compare(old: &Value, new: &Value) -> Comparison {
+/// Compares two objects the way structured-merge-diff does, following
+/// the schema from `cur` (the object's root).
+pub(crate) fn compare(old: &Value, new: &Value, cur: Cursor<'_>) -> Comparison {
     let mut out = Comparison::default();
     let mut path = Vec::new();
-    compare_node(Some(old), Some(new), "", &mut path, &mut out);
+    compare_node(Some(old), Some(new), cur, &mut path, &mut out);
     out
 }
 
@@ -226,10 +227,10 @@ fn compare_leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, out: &mut
     }
 }
 
-fn compare_node(
-    lhs: Option<&Value>,
-    rhs: Option<&Value>,
-    field: &str,
+fn compare_node<'a>(
+    lhs: Option<&'a Value>,
+    rhs: Option<&'a Value>,
+    cur: Cursor<'a>,
     path: &mut Path,
     out: &mut Comparison,
 ) {
@@ -242,13 +243,13 @@ fn compare_node(
         && !is_arr(rhs)
         && !is_scalar(lhs)
         && !is_scalar(rhs)
-        && (path.is_empty() || schema::map_type(field) != MapType::Atomic);
+        && (path.is_empty() || cur.map_type() != MapType::Atomic);
     let list_node = (is_arr(lhs) || is_arr(rhs))
         && !is_obj(lhs)
         && !is_obj(rhs)
         && !is_scalar(lhs)
         && !is_scalar(rhs)
-        && schema::list_type(field) != ListType::Atomic;
+        && cur.list_type() != ListType::Atomic;
     if !(map_node || list_node) || (!path.is_empty() && is_emptyish(lhs) && is_emptyish(rhs)) {
         compare_leaf(lhs, rhs, path, out);
         return;
@@ -273,16 +274,16 @@ fn compare_node(
             compare_node(
                 lm.and_then(|m| m.get(k)),
                 rm.and_then(|m| m.get(k)),
-                k,
+                cur.field(k),
                 path,
                 out,
             );
             path.pop();
         }
     } else {
-        let lt = schema::list_type(field);
-        let li = index_items(lhs, field, lt);
-        let ri = index_items(rhs, field, lt);
+        let lt = cur.list_type();
+        let li = index_items(lhs, cur, lt);
+        let ri = index_items(rhs, cur, lt);
         let keys: BTreeSet<&String> = li.keys().chain(ri.keys()).collect();
         for k in keys {
             path.push(k.clone());
@@ -290,7 +291,7 @@ fn compare_node(
             if lt == ListType::Set {
                 compare_leaf(l, r, path, out);
             } else {
-                compare_node(l, r, "", path, out);
+                compare_node(l, r, cur.item(), path, out);
             }
             path.pop();
         }
@@ -300,33 +301,34 @@ fn compare_node(
 /// Items of an associative list or set by path element (later duplicates win).
 fn index_items<'a>(
     list: Option<&'a Value>,
-    field: &str,
-    lt: ListType,
+    cur: Cursor<'_>,
+    lt: ListType<'_>,
 ) -> BTreeMap<String, &'a Value> {
     let mut out = BTreeMap::new();
     if let Some(Value::Array(items)) = list {
         for (i, item) in items.iter().enumerate() {
-            let pe = item_element(item, field, lt).unwrap_or_else(|| format!("i:{i}"));
+            let pe = item_element(item, cur, lt).unwrap_or_else(|| format!("i:{i}"));
             out.insert(pe, item);
         }
     }
     out
 }
 
-/// The path element of a list item: `k:{...}` for associative lists, `v:...`
-/// for sets. `None` when an associative item lacks a key field.
-pub(crate) fn item_element(item: &Value, field: &str, lt: ListType) -> Option<String> {
+/// The path element of an item of the list at `cur`: `k:{...}` for
+/// associative lists, `v:...` for sets. `None` when an associative item
+/// lacks a key field.
+pub(crate) fn item_element(item: &Value, cur: Cursor<'_>, lt: ListType<'_>) -> Option<String> {
     match lt {
         ListType::Set => Some(format!("v:{}", item)),
         ListType::Map(keys) => {
             let obj = item.as_object()?;
             let mut parts = Vec::new();
-            for k in keys {
-                let v = match obj.get(*k) {
+            for k in keys.names() {
+                let v = match obj.get(k) {
                     Some(v) if !v.is_null() => v.clone(),
-                    _ => Value::from(schema::key_default(field, k)?),
+                    _ => cur.key_default(k)?,
                 };
-                parts.push(format!("{}:{}", Value::from(*k), v));
+                parts.push(format!("{}:{}", Value::from(k), v));
             }
             Some(format!("k:{{{}}}", parts.join(",")))
         }
@@ -335,41 +337,45 @@ pub(crate) fn item_element(item: &Value, field: &str, lt: ListType) -> Option<St
 }
 
 /// The set of fields an applied configuration specifies.
-pub(crate) fn from_applied(config: &Value) -> Result<FieldSet, String> {
+pub(crate) fn from_applied(config: &Value, cur: Cursor<'_>) -> Result<FieldSet, String> {
     let mut out = FieldSet::default();
     let mut path = Vec::new();
-    applied_node(config, "", &mut path, &mut out)?;
+    applied_node(config, cur, &mut path, &mut out)?;
     Ok(out)
 }
 
-fn applied_node(v: &Value, field: &str, path: &mut Path, out: &mut FieldSet) -> Result<(), String> {
+fn applied_node<'a>(
+    v: &'a Value,
+    cur: Cursor<'a>,
+    path: &mut Path,
+    out: &mut FieldSet,
+) -> Result<(), String> {
     match v {
         Value::Object(m) => {
-            if !path.is_empty() && schema::map_type(field) == MapType::Atomic {
+            if !path.is_empty() && cur.map_type() == MapType::Atomic {
                 out.insert(path);
                 return Ok(());
             }
             if !path.is_empty() && m.is_empty() {
                 out.insert(path);
             }
-            let granular = !path.is_empty() && schema::map_type(field) == MapType::Granular;
             for (k, child) in m {
                 path.push(format!("f:{k}"));
-                if child.is_null() || granular {
+                if child.is_null() || !cur.declares(k) {
                     out.insert(path);
                 }
                 if !child.is_null() {
-                    applied_node(child, k, path, out)?;
+                    applied_node(child, cur.field(k), path, out)?;
                 }
                 path.pop();
             }
         }
-        Value::Array(items) => match schema::list_type(field) {
+        Value::Array(items) => match cur.list_type() {
             ListType::Atomic => out.insert(path),
             lt @ (ListType::Set | ListType::Map(_)) => {
                 let mut seen = BTreeSet::new();
                 for item in items {
-                    let pe = item_element(item, field, lt).ok_or_else(|| {
+                    let pe = item_element(item, cur, lt).ok_or_else(|| {
                         format!(
                             "{}: associative list with keys has an element that omits key field",
                             path_string(path)
@@ -385,7 +391,7 @@ fn applied_node(v: &Value, field: &str, path: &mut Path, out: &mut FieldSet) -> 
                     path.push(pe);
                     out.insert(path);
                     if matches!(lt, ListType::Map(_)) {
-                        applied_node(item, "", path, out)?;
+                        applied_node(item, cur.item(), path, out)?;
                     }
                     path.pop();
                 }
@@ -434,29 +440,39 @@ fn element_string(pe: &str) -> String {
     }
 }
 
-/// Removes the value at `path` from an object. Returns whether something was removed.
-pub(crate) fn remove_path(obj: &mut Value, path: &[String]) -> bool {
+/// Removes the value at `path` from an object whose schema root is `cur`.
+/// Returns whether something was removed.
+pub(crate) fn remove_path(obj: &mut Value, path: &[String], cur: Cursor<'_>) -> bool {
     let Some((last, parents)) = path.split_last() else {
         return false;
     };
-    let mut cur = obj;
-    let mut field = String::new();
+    let mut node = obj;
+    let mut cur = cur;
     for pe in parents {
-        match step_mut(cur, pe, &field) {
-            Some((next, f)) => {
-                cur = next;
-                field = f;
-            }
-            None => return false,
-        }
+        let Some(f) = pe.strip_prefix("f:") else {
+            let Some(items) = node.as_array_mut() else {
+                return false;
+            };
+            let Some(i) = find_item(items, pe, cur) else {
+                return false;
+            };
+            node = &mut items[i];
+            cur = cur.item();
+            continue;
+        };
+        let Some(next) = node.as_object_mut().and_then(|m| m.get_mut(f)) else {
+            return false;
+        };
+        node = next;
+        cur = cur.field(f);
     }
     if let Some(f) = last.strip_prefix("f:") {
-        return cur.as_object_mut().and_then(|m| m.remove(f)).is_some();
+        return node.as_object_mut().and_then(|m| m.remove(f)).is_some();
     }
-    let Some(items) = cur.as_array_mut() else {
+    let Some(items) = node.as_array_mut() else {
         return false;
     };
-    if let Some(i) = find_item(items, last, &field) {
+    if let Some(i) = find_item(items, last, cur) {
         items.remove(i);
         true
     } else {
@@ -464,24 +480,15 @@ pub(crate) fn remove_path(obj: &mut Value, path: &[String]) -> bool {
     }
 }
 
-fn step_mut<'a>(cur: &'a mut Value, pe: &str, field: &str) -> Option<(&'a mut Value, String)> {
-    if let Some(f) = pe.strip_prefix("f:") {
-        let next = cur.as_object_mut()?.get_mut(f)?;
-        return Some((next, f.to_string()));
-    }
-    let items = cur.as_array_mut()?;
-    let i = find_item(items, pe, field)?;
-    Some((&mut items[i], String::new()))
-}
-
-fn find_item(items: &[Value], pe: &str, field: &str) -> Option<usize> {
+/// The index of the item a path element names in the list at `cur`.
+fn find_item(items: &[Value], pe: &str, cur: Cursor<'_>) -> Option<usize> {
     if let Some(i) = pe.strip_prefix("i:") {
         return i.parse::<usize>().ok().filter(|i| *i < items.len());
     }
-    let lt = schema::list_type(field);
+    let lt = cur.list_type();
     items
         .iter()
-        .position(|item| item_element(item, field, lt).as_deref() == Some(pe))
+        .position(|item| item_element(item, cur, lt).as_deref() == Some(pe))
 }
 
 #[cfg(test)]
@@ -506,7 +513,7 @@ mod tests {
     fn create_of_configmap_matches_transcript() {
         let skeleton = json!({"metadata": {}});
         let obj = json!({"metadata": {"labels": {"tier": "x"}}, "data": {"k": "v1"}});
-        let c = compare(&skeleton, &obj);
+        let c = compare(&skeleton, &obj, Cursor::Named(""));
         assert_eq!(
             c.added.to_fields_v1(),
             json!({"f:data": {".": {}, "f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:tier": {}}}})
@@ -517,7 +524,7 @@ mod tests {
     fn associative_lists_use_keys() {
         let old = json!({"spec": {"containers": null}});
         let new = json!({"spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}], "ports": [{"containerPort": 80}]}]}});
-        let c = compare(&old, &new);
+        let c = compare(&old, &new, Cursor::Named(""));
         assert_eq!(
             c.added.to_fields_v1(),
             json!({"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {
@@ -532,7 +539,7 @@ mod tests {
     #[test]
     fn applied_sets_have_no_dot_for_struct_fields() {
         let cfg = json!({"apiVersion": "apps/v1", "spec": {"template": {"metadata": {"annotations": {"a": "1"}}}}});
-        let s = from_applied(&cfg).unwrap();
+        let s = from_applied(&cfg, Cursor::Named("")).unwrap();
         assert_eq!(
             s.to_fields_v1(),
             json!({"f:apiVersion": {}, "f:spec": {"f:template": {"f:metadata": {"f:annotations": {"f:a": {}}}}}})
@@ -562,10 +569,15 @@ mod tests {
                 "f:spec".into(),
                 "f:containers".into(),
                 "k:{\"name\":\"a\"}".into()
-            ]
+            ],
+            Cursor::Named("")
         ));
         assert_eq!(o, json!({"spec": {"containers": [{"name": "b"}]}}));
-        assert!(!remove_path(&mut o, &["f:spec".into(), "f:nope".into()]));
+        assert!(!remove_path(
+            &mut o,
+            &["f:spec".into(), "f:nope".into()],
+            Cursor::Named("")
+        ));
     }
 
     #[test]

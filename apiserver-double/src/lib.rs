@@ -28,6 +28,8 @@
 mod admission;
 mod batch;
 mod body;
+mod crd;
+mod custom;
 mod faults;
 mod fieldset;
 mod gc;
@@ -38,6 +40,7 @@ mod managed;
 mod meta;
 mod output;
 mod patch;
+mod pattern;
 mod recorder;
 mod registry;
 mod request;

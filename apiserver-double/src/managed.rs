@@ -5,7 +5,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::fieldset::{self, FieldSet};
-use crate::resources::ResourceType;
+use crate::resources::{Family, ResourceType};
+use crate::schema::Cursor;
 use crate::status::{ApiError, Cause};
 
 /// `Apply` or `Update`.
@@ -167,6 +168,12 @@ impl Subresource {
     }
 }
 
+/// Whether the status endpoint's reset fields include `metadata.labels`
+/// (built-in kinds) or only `spec` (custom resources).
+fn resets_labels_on_status(rt: &ResourceType) -> bool {
+    rt.family != Family::Custom
+}
+
 /// A copy of the object without the fields that are never tracked
 /// (type meta, server-set metadata, and the fields the endpoint resets).
 pub(crate) fn strip_ignored(obj: &Value, rt: &ResourceType, sub: Subresource) -> Value {
@@ -198,7 +205,7 @@ pub(crate) fn strip_ignored(obj: &Value, rt: &ResourceType, sub: Subresource) ->
             ] {
                 meta.remove(k);
             }
-            if sub == Subresource::Status {
+            if sub == Subresource::Status && resets_labels_on_status(rt) {
                 meta.remove("labels");
             }
         }
@@ -213,7 +220,7 @@ pub(crate) fn applied_set(
     rt: &ResourceType,
     sub: Subresource,
 ) -> Result<FieldSet, String> {
-    let mut set = fieldset::from_applied(config)?;
+    let mut set = fieldset::from_applied(config, Cursor::root(rt))?;
     let p = |parts: &[&str]| parts.iter().map(|f| format!("f:{f}")).collect::<Vec<_>>();
     for top in ["apiVersion", "kind"] {
         set.remove_tree(&p(&[top]));
@@ -236,7 +243,9 @@ pub(crate) fn applied_set(
         Subresource::Main if rt.has_status_subresource() => set.remove_tree(&p(&["status"])),
         Subresource::Status => {
             set.remove_tree(&p(&["spec"]));
-            set.remove_tree(&p(&["metadata", "labels"]));
+            if resets_labels_on_status(rt) {
+                set.remove_tree(&p(&["metadata", "labels"]));
+            }
         }
         Subresource::Main => {}
     }
@@ -246,16 +255,18 @@ pub(crate) fn applied_set(
 /// Ownership after a non-apply write by `manager`: the writer takes every
 /// field it added or changed, others lose those, removed fields are owned by
 /// nobody. (structured-merge-diff `Updater.Update` + `managedFieldsUpdater`.)
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn update(
     managers: &mut Vec<Manager>,
     old: &Value,
     new: &Value,
+    cur: Cursor<'_>,
     manager: &str,
     sub: Subresource,
     api_version: &str,
     now: &str,
 ) {
-    let cmp = fieldset::compare(old, new);
+    let cmp = fieldset::compare(old, new, cur);
     let taken = cmp.modified.union(&cmp.added);
     for m in managers.iter_mut() {
         m.set = m.set.difference(&taken).difference(&cmp.removed);
@@ -290,6 +301,7 @@ pub(crate) fn apply(
     managers: &mut Vec<Manager>,
     live: &Value,
     merged: &Value,
+    cur: Cursor<'_>,
     applied: FieldSet,
     manager: &str,
     sub: Subresource,
@@ -297,7 +309,7 @@ pub(crate) fn apply(
     force: bool,
     now: &str,
 ) -> Result<(), ApiError> {
-    let cmp = fieldset::compare(live, merged);
+    let cmp = fieldset::compare(live, merged, cur);
     let changed = cmp.modified.union(&cmp.added);
     let is_self = |m: &Manager| m.same_identity(manager, Operation::Apply, sub.name(), api_version);
     let mut conflicts: Vec<(String, String)> = Vec::new();
@@ -436,6 +448,7 @@ mod tests {
             &mut managers,
             &old,
             &new,
+            Cursor::Named(""),
             "unknown",
             Subresource::Main,
             "v1",
@@ -466,6 +479,7 @@ mod tests {
             &mut managers,
             &live,
             &merged,
+            Cursor::Named(""),
             applied.clone(),
             "gitops",
             Subresource::Main,
@@ -482,6 +496,7 @@ mod tests {
             &mut managers,
             &live,
             &merged,
+            Cursor::Named(""),
             applied,
             "gitops",
             Subresource::Main,

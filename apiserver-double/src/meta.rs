@@ -83,6 +83,15 @@ pub(crate) fn get_path<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
     Some(cur)
 }
 
+/// Reads a nested value by a list of map keys, mutably.
+pub(crate) fn get_path_mut<'a>(obj: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    let mut cur = obj;
+    for p in path {
+        cur = cur.as_object_mut()?.get_mut(*p)?;
+    }
+    Some(cur)
+}
+
 /// Mutable nested map at `path`, creating empty maps on the way.
 /// Returns `None` when a non-map value is in the way.
 pub(crate) fn ensure_map<'a>(

@@ -8,6 +8,7 @@
 //! (`ResourceType::storage`), as the real apiserver stores one object per
 //! custom resource whatever version it was written through.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -22,6 +23,8 @@ struct Slots {
     storages: usize,
     /// Store slots whose resource is gone (its CRD was deleted).
     retired: Vec<bool>,
+    /// The store slot of each CRD by name, while it exists.
+    crds: HashMap<String, usize>,
 }
 
 /// The served resource types.
@@ -46,6 +49,7 @@ impl Registry {
                 types,
                 storages: BUILTINS.len(),
                 retired: vec![false; BUILTINS.len()],
+                crds: HashMap::new(),
             }),
             changes,
         }
@@ -94,12 +98,22 @@ impl Registry {
             .cloned()
     }
 
-    /// A fresh store slot for a new CRD.
-    pub fn new_storage(&self) -> usize {
+    /// The store slot of a CRD, allocated on first use.
+    pub fn storage_for_crd(&self, crd: &str) -> usize {
         let mut g = self.slots.write();
+        if let Some(s) = g.crds.get(crd) {
+            return *s;
+        }
         g.storages += 1;
         g.retired.push(false);
-        g.storages - 1
+        let storage = g.storages - 1;
+        g.crds.insert(crd.to_string(), storage);
+        storage
+    }
+
+    /// The store slot of an existing CRD.
+    pub fn crd_storage(&self, crd: &str) -> Option<usize> {
+        self.slots.read().crds.get(crd).copied()
     }
 
     /// Serves exactly `types` for the store slot `storage` (the versions of
@@ -136,6 +150,7 @@ impl Registry {
         if let Some(r) = g.retired.get_mut(storage) {
             *r = true;
         }
+        g.crds.retain(|_, s| *s != storage);
         drop(g);
         self.changes.send_modify(|n| *n += 1);
     }

@@ -44,6 +44,8 @@ pub(crate) struct CustomVersion {
     pub storage_api_version: String,
     /// `selectableFields[].jsonPath` without the leading dot.
     pub selectable_fields: Vec<String>,
+    /// Whether versions convert through a webhook (which the double cannot call).
+    pub webhook_conversion: bool,
 }
 
 /// One served resource (`group/version/plural`).
@@ -398,6 +400,15 @@ pub(crate) static BUILTINS: &[Builtin] = &[
         &["api-extensions"],
         Family::MutatingWebhookConfiguration,
     ),
+    rt(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+        &["api-extensions"],
+        Family::CustomResourceDefinition,
+    ),
 ];
 
 /// Id of the namespaces resource.
@@ -413,6 +424,8 @@ pub(crate) const SECRETS: usize = 2;
 pub(crate) const DEPLOYMENTS: usize = 5;
 /// Id of the MutatingWebhookConfigurations resource.
 pub(crate) const MUTATING_WEBHOOKS: usize = 11;
+/// Id of the CustomResourceDefinitions resource.
+pub(crate) const CRDS: usize = 12;
 
 /// The resource type of a built-in id (tests).
 #[cfg(test)]
@@ -430,6 +443,7 @@ mod tests {
         assert_eq!(BUILTINS[CONFIGMAPS].kind, "ConfigMap");
         assert_eq!(BUILTINS[SECRETS].kind, "Secret");
         assert_eq!(BUILTINS[DEPLOYMENTS].kind, "Deployment");
+        assert_eq!(BUILTINS[CRDS].kind, "CustomResourceDefinition");
         assert_eq!(
             BUILTINS[MUTATING_WEBHOOKS].kind,
             "MutatingWebhookConfiguration"

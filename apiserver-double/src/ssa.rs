@@ -7,25 +7,26 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use crate::fieldset::{self, FieldSet};
-use crate::schema::{self, ListType, MapType};
+use crate::schema::{Cursor, ListType, MapType};
 
-/// Merges `config` into `live` (structured-merge-diff `Merge`).
-pub(crate) fn merge(live: &Value, config: &Value) -> Value {
-    merge_node(Some(live), config, "", true)
+/// Merges `config` into `live` (structured-merge-diff `Merge`), following
+/// the schema from `cur` (the objects' root).
+pub(crate) fn merge(live: &Value, config: &Value, cur: Cursor<'_>) -> Value {
+    merge_node(Some(live), config, cur, true)
 }
 
-fn merge_node(lhs: Option<&Value>, rhs: &Value, field: &str, root: bool) -> Value {
+fn merge_node(lhs: Option<&Value>, rhs: &Value, cur: Cursor<'_>, root: bool) -> Value {
     match rhs {
-        Value::Object(r) if root || schema::map_type(field) != MapType::Atomic => {
+        Value::Object(r) if root || cur.map_type() != MapType::Atomic => {
             let mut out: Map<String, Value> =
                 lhs.and_then(Value::as_object).cloned().unwrap_or_default();
             for (k, rv) in r {
-                let merged = merge_node(out.get(k), rv, k, false);
+                let merged = merge_node(out.get(k), rv, cur.field(k), false);
                 out.insert(k.clone(), merged);
             }
             Value::Object(out)
         }
-        Value::Array(r) => match schema::list_type(field) {
+        Value::Array(r) => match cur.list_type() {
             ListType::Atomic => rhs.clone(),
             ListType::Set => {
                 let mut out: Vec<Value> =
@@ -42,27 +43,32 @@ fn merge_node(lhs: Option<&Value>, rhs: &Value, field: &str, root: bool) -> Valu
                     .and_then(Value::as_array)
                     .map(Vec::as_slice)
                     .unwrap_or(&[]);
-                Value::Array(merge_associative(l, r, field, lt))
+                Value::Array(merge_associative(l, r, cur, lt))
             }
         },
         _ => rhs.clone(),
     }
 }
 
-fn pes(items: &[Value], field: &str, lt: ListType) -> Vec<String> {
+fn pes(items: &[Value], cur: Cursor<'_>, lt: ListType<'_>) -> Vec<String> {
     items
         .iter()
         .enumerate()
-        .map(|(i, v)| fieldset::item_element(v, field, lt).unwrap_or_else(|| format!("i:{i}")))
+        .map(|(i, v)| fieldset::item_element(v, cur, lt).unwrap_or_else(|| format!("i:{i}")))
         .collect()
 }
 
 /// The item order of structured-merge-diff's list merge: shared items in
 /// the configuration's order, live-only items where they were, new items at
 /// their position relative to shared ones.
-fn merge_associative(lhs: &[Value], rhs: &[Value], field: &str, lt: ListType) -> Vec<Value> {
-    let lpes = pes(lhs, field, lt);
-    let rpes = pes(rhs, field, lt);
+fn merge_associative(
+    lhs: &[Value],
+    rhs: &[Value],
+    cur: Cursor<'_>,
+    lt: ListType<'_>,
+) -> Vec<Value> {
+    let lpes = pes(lhs, cur, lt);
+    let rpes = pes(rhs, cur, lt);
     let lmap: BTreeMap<&str, &Value> = lpes.iter().map(String::as_str).zip(lhs).collect();
     let rmap: BTreeMap<&str, &Value> = rpes.iter().map(String::as_str).zip(rhs).collect();
     let shared: Vec<&str> = rpes
@@ -74,7 +80,7 @@ fn merge_associative(lhs: &[Value], rhs: &[Value], field: &str, lt: ListType) ->
     let mut merged_rhs: BTreeSet<&str> = BTreeSet::new();
     let mut out = Vec::with_capacity(lhs.len() + rhs.len());
     let (mut li, mut ri) = (0, 0);
-    let merge_item = |pe: &str| merge_node(lmap.get(pe).copied(), rmap[pe], "", false);
+    let merge_item = |pe: &str| merge_node(lmap.get(pe).copied(), rmap[pe], cur.item(), false);
     while li < lpes.len() || ri < rpes.len() {
         if li < lpes.len() && ri < rpes.len() {
             let pe = lpes[li].as_str();
@@ -119,10 +125,10 @@ fn merge_associative(lhs: &[Value], rhs: &[Value], field: &str, lt: ListType) ->
 
 /// Removes from `obj` every field of `last` (the manager's previous apply)
 /// that nobody owns any more (`keep`: the union of all current sets).
-pub(crate) fn prune(obj: &mut Value, last: &FieldSet, keep: &FieldSet) {
+pub(crate) fn prune(obj: &mut Value, last: &FieldSet, keep: &FieldSet, cur: Cursor<'_>) {
     for path in last.members() {
         if !keep.has_at_or_below(&path) {
-            fieldset::remove_path(obj, &path);
+            fieldset::remove_path(obj, &path, cur);
         }
     }
 }
@@ -137,7 +143,7 @@ mod tests {
         let live = json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "2"}], "args": ["x"]}});
         let cfg = json!({"spec": {"containers": [{"name": "b", "image": "3"}, {"name": "c", "image": "4"}], "args": ["y"]}});
         assert_eq!(
-            merge(&live, &cfg),
+            merge(&live, &cfg, Cursor::Named("")),
             json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "3"}, {"name": "c", "image": "4"}], "args": ["y"]}})
         );
     }
@@ -147,7 +153,7 @@ mod tests {
         let live = json!({"env": [{"name": "A"}, {"name": "C"}]});
         let cfg = json!({"env": [{"name": "B"}, {"name": "C", "value": "c"}]});
         assert_eq!(
-            merge(&live, &cfg),
+            merge(&live, &cfg, Cursor::Named("")),
             json!({"env": [{"name": "A"}, {"name": "B"}, {"name": "C", "value": "c"}]})
         );
     }
@@ -161,7 +167,7 @@ mod tests {
         .unwrap();
         let keep = FieldSet::from_fields_v1(&json!({"f:metadata": {"f:annotations": {"f:b": {}}}}))
             .unwrap();
-        prune(&mut obj, &last, &keep);
+        prune(&mut obj, &last, &keep, Cursor::Named(""));
         assert_eq!(obj, json!({"metadata": {"annotations": {"b": "2"}}}));
     }
 }

@@ -359,6 +359,16 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// Deletes every object of a store slot (a CRD going away); returns
+    /// their last states.
+    pub fn delete_all(&self, storage: usize) -> Vec<Arc<Value>> {
+        let mut g = self.inner.write();
+        Self::keys_under(&g, storage, "")
+            .into_iter()
+            .filter_map(|k| Self::delete_locked(&mut g, &self.events, storage, &k, None).ok())
+            .collect()
+    }
+
     fn keys_under(g: &Inner, storage: usize, prefix: &str) -> Vec<String> {
         g.slot(storage)
             .map(|m| {

@@ -12,6 +12,7 @@ use crate::meta;
 use crate::resources::{Family, ResourceType};
 use crate::schema::{self, MapType};
 use crate::status::{ApiError, ApiResult};
+use crate::{crd, custom};
 
 fn cannot_handle(rt: &ResourceType, why: &str) -> ApiError {
     ApiError::bad_request(format!(
@@ -244,10 +245,22 @@ pub(crate) fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
     }
 }
 
+/// Brings a decoded object to its stored form: the Go round trip for
+/// built-in kinds, metadata coercion and pruning for custom resources.
+pub(crate) fn normalize_for(rt: &ResourceType, obj: &mut Value) {
+    if rt.is_custom() {
+        custom::normalize(rt, obj);
+    } else {
+        normalize(obj);
+    }
+}
+
 /// Applies the kind's defaults (`SetDefaults_*`).
 pub(crate) fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
     fill_skeleton(obj, &rt.skeleton());
     match rt.family {
+        Family::Custom => custom::apply_defaults(rt, obj),
+        Family::CustomResourceDefinition => crd::validation::defaults(obj),
         Family::Namespace => {
             let name = meta::name(obj).to_string();
             if !name.is_empty()
@@ -433,6 +446,11 @@ pub(crate) fn prepare_create(rt: &ResourceType, obj: &mut Value) {
             rt.skeleton().get("status").cloned().unwrap_or(json!({})),
         );
     }
+    match rt.family {
+        Family::Custom => custom::prepare_create(rt, obj),
+        Family::CustomResourceDefinition => crd::validation::prepare_create(obj),
+        _ => {}
+    }
     if rt.family == Family::Namespace {
         if let Some(spec) = meta::ensure_map(obj, &["spec"]) {
             set_default(spec, "finalizers", json!(["kubernetes"]));
@@ -443,6 +461,17 @@ pub(crate) fn prepare_create(rt: &ResourceType, obj: &mut Value) {
     }
     if rt.has_generation() {
         meta::set_meta(obj, "generation", 1);
+    }
+}
+
+/// Custom resources are stored in their CRD's storage version (the `None`
+/// conversion only changes `apiVersion`).
+pub(crate) fn to_storage_version(rt: &ResourceType, obj: &mut Value) {
+    if let (Some(c), Some(o)) = (&rt.custom, obj.as_object_mut()) {
+        o.insert(
+            "apiVersion".into(),
+            Value::from(c.storage_api_version.clone()),
+        );
     }
 }
 
@@ -470,6 +499,10 @@ pub(crate) fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value, su
             }
         }
     }
+    if rt.is_custom() {
+        custom::prepare_update(rt, old, new, sub);
+        return;
+    }
     let keep = |new: &mut Value, field: &str| {
         if let Some(o) = new.as_object_mut() {
             match old.get(field) {
@@ -490,6 +523,9 @@ pub(crate) fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value, su
                 }
             }
         }
+    }
+    if rt.family == Family::CustomResourceDefinition {
+        crd::validation::prepare_update(new);
     }
     if rt.family == Family::Namespace
         && let Some(f) = meta::get_path(old, &["spec", "finalizers"]).cloned()

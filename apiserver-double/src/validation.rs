@@ -7,6 +7,7 @@ use crate::batch::{cronjob, job};
 use crate::meta;
 use crate::resources::{Family, ResourceType};
 use crate::status::{ApiError, Cause};
+use crate::{crd, custom};
 
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -100,7 +101,6 @@ impl Errors {
     }
 
     /// Whether no error was collected.
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -175,6 +175,9 @@ impl Errors {
 pub(crate) fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     let mut errs = Errors::default();
     validate_metadata(rt, obj, &mut errs);
+    if rt.is_custom() {
+        custom::validate(rt, obj, &mut errs)?;
+    }
     validate_kind(rt, obj, &mut errs);
     errs.into_result(rt, meta::name(obj))
 }
@@ -189,6 +192,11 @@ pub(crate) fn validate_update(rt: &ResourceType, old: &Value, new: &Value) -> Re
             job::validate_job_update(old, new, &mut errs);
         }
         Family::CronJob => cronjob::validate_cron_job(new, Some(old), &mut errs),
+        Family::CustomResourceDefinition => {
+            crd::validation::validate(new, &mut errs);
+            crd::validation::validate_update(old, new, &mut errs);
+        }
+        Family::Custom => custom::validate(rt, new, &mut errs)?,
         _ => validate_kind(rt, new, &mut errs),
     }
     if rt.is_workload() {
@@ -288,6 +296,7 @@ fn validate_kind(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
         }
         Family::Job => job::validate_job(obj, true, errs),
         Family::CronJob => cronjob::validate_cron_job(obj, None, errs),
+        Family::CustomResourceDefinition => crd::validation::validate(obj, errs),
         Family::CoreEvent => validate_core_event(obj, errs),
         Family::EventsV1 => validate_events_v1(obj, errs),
         Family::Lease => {

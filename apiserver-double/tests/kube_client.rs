@@ -264,3 +264,98 @@ async fn streaming_list_watcher() -> anyhow::Result<()> {
     api.shutdown().await;
     Ok(())
 }
+
+mod support;
+
+/// Lists the kinds kube's discovery found in a group.
+fn kinds_in(discovery: &kube::discovery::Discovery, group: &str) -> Vec<String> {
+    discovery
+        .groups()
+        .filter(|g| g.name() == group)
+        .flat_map(|g| g.recommended_resources())
+        .map(|(ar, _)| ar.kind)
+        .collect()
+}
+
+#[tokio::test]
+async fn discovery_finds_a_crd_and_dynamic_api_uses_it() -> anyhow::Result<()> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    use kube::discovery::{self, Discovery, Scope};
+
+    let api = ApiServerDouble::start().await?;
+    let client = client(&api).await?;
+    let before = Discovery::new(client.clone()).run().await?;
+    assert!(kinds_in(&before, "argoproj.io").is_empty());
+    assert!(kinds_in(&before, "batch").contains(&"CronJob".to_string()));
+
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let crd = serde_json::from_value(support::crds::rollout_crd())?;
+    crds.create(&PostParams::default(), &crd).await?;
+
+    let after = Discovery::new(client.clone()).run().await?;
+    assert_eq!(kinds_in(&after, "argoproj.io"), ["Rollout"]);
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    let (ar, caps) = discovery::pinned_kind(&client, &gvk).await?;
+    assert_eq!(ar.plural, "rollouts");
+    assert_eq!(caps.scope, Scope::Namespaced);
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
+
+    let rollouts: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let mut stream = watcher(rollouts.clone(), watcher::Config::default()).boxed();
+    let manifest = support::crds::rollout("web", "app:1");
+    let applied = rollouts
+        .patch(
+            "web",
+            &PatchParams::apply("gitops"),
+            &Patch::Apply(&manifest),
+        )
+        .await?;
+    assert_eq!(applied.metadata.generation, Some(1));
+    next_matching(&mut stream, "the applied Rollout", |e| {
+        matches!(e, Event::Apply(o) | Event::InitApply(o) if o.metadata.name.as_deref() == Some("web"))
+    })
+    .await?;
+
+    let stamp = serde_json::json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "web"},
+        "spec": {"template": {"metadata": {"annotations": {"nudge.dev/config-hash": "sha256-a"}}}}
+    });
+    let stamped = rollouts
+        .patch(
+            "web",
+            &PatchParams::apply("nudge").force(),
+            &Patch::Apply(&stamp),
+        )
+        .await?;
+    assert_eq!(stamped.metadata.generation, Some(2));
+    assert_eq!(
+        stamped.data["spec"]["template"]["metadata"]["annotations"]["nudge.dev/config-hash"],
+        "sha256-a"
+    );
+    next_matching(
+        &mut stream,
+        "the stamped Rollout",
+        |e| matches!(e, Event::Apply(o) if o.metadata.generation == Some(2)),
+    )
+    .await?;
+
+    let list = rollouts.list(&ListParams::default()).await?;
+    assert_eq!(list.items.len(), 1);
+    let metadata = rollouts.list_metadata(&ListParams::default()).await?;
+    assert_eq!(metadata.items[0].metadata.name.as_deref(), Some("web"));
+    let any = ApiResource::from_gvk_with_plural(&gvk, "rollouts");
+    let everywhere: Api<DynamicObject> = Api::all_with(client.clone(), &any);
+    assert_eq!(
+        everywhere.list(&ListParams::default()).await?.items.len(),
+        1
+    );
+
+    rollouts.delete("web", &DeleteParams::default()).await?;
+    next_matching(&mut stream, "the deletion", |e| {
+        matches!(e, Event::Delete(_))
+    })
+    .await?;
+    api.shutdown().await;
+    Ok(())
+}

@@ -22,6 +22,7 @@ use super::system::mark_deleted;
 use super::write::{MAX_RETRIES, key_of, uid_precondition_failed};
 use super::{json_response, read};
 use crate::body::ResponseBody;
+use crate::crd;
 use crate::gc;
 use crate::ids;
 use crate::meta;
@@ -231,6 +232,7 @@ fn delete_one(
         }
         let outcome = match rt.family {
             Family::Namespace => delete_namespace(state, rt, key, &live),
+            Family::CustomResourceDefinition => delete_crd(state, rt, key, &live),
             _ => delete_with_policy(state, rt, key, &live, opts.policy(rt, &live)),
         };
         match outcome {
@@ -267,6 +269,38 @@ fn delete_namespace(
     debug_assert_eq!(rt.storage, NAMESPACES);
     state.store.delete(rt.storage, key, None)?;
     Ok(Deleted::Pending(Arc::new(last)))
+}
+
+/// A CRD: marked as terminating (the answer), then the finalizer
+/// controller's work at once: its custom resources go, its resources stop
+/// being served, the cleanup finalizer goes, and with it the CRD unless
+/// other finalizers remain.
+fn delete_crd(
+    state: &State,
+    rt: &ResourceType,
+    key: &str,
+    live: &Arc<Value>,
+) -> Result<Deleted, WriteError> {
+    if meta::metadata(live).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+        return Ok(Deleted::Pending(live.clone()));
+    }
+    let mut marked = (**live).clone();
+    crd::mark_terminating(&mut marked, &ids::now_rfc3339());
+    let marked = state
+        .store
+        .update(rt.storage, key, meta::resource_version(live), marked)?;
+    crd::remove_resources(state, meta::name(live));
+    let mut others = finalizers(&marked);
+    others.retain(|f| f != crd::CLEANUP_FINALIZER);
+    let marked_rv = meta::resource_version(&marked).to_string();
+    if others.is_empty() {
+        state.store.delete(rt.storage, key, Some(&marked_rv))?;
+    } else {
+        let mut after = (*marked).clone();
+        set_finalizers(&mut after, &others);
+        state.store.update(rt.storage, key, &marked_rv, after)?;
+    }
+    Ok(Deleted::Pending(marked))
 }
 
 /// Deletes one object under a propagation policy.

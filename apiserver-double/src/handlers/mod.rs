@@ -55,6 +55,26 @@ pub(crate) fn prefix(rt: &ResourceType, namespace: Option<&str>) -> String {
     }
 }
 
+/// The resource type of a route, if still served and usable: a custom
+/// resource read through a version other than the storage version needs
+/// conversion, which the double can only do for the `None` strategy.
+fn served(state: &State, resource: usize) -> ApiResult<Arc<ResourceType>> {
+    let rt = state
+        .registry
+        .get(resource)
+        .ok_or_else(ApiError::no_route)?;
+    if let Some(c) = &rt.custom
+        && c.webhook_conversion
+        && c.storage_api_version != rt.api_version()
+    {
+        return Err(ApiError::internal(format!(
+            "conversion webhook for {}, Kind={} failed: the apiserver double cannot call conversion webhooks",
+            c.storage_api_version, rt.kind
+        )));
+    }
+    Ok(rt)
+}
+
 /// Handles an API request.
 pub(crate) async fn dispatch(
     state: &Arc<State>,
@@ -78,10 +98,7 @@ pub(crate) async fn dispatch(
             resource,
             namespace,
         } => {
-            let rt = state
-                .registry
-                .get(resource)
-                .ok_or_else(ApiError::no_route)?;
+            let rt = served(state, resource)?;
             let ns = namespace.as_deref();
             match *m {
                 Method::GET => {
@@ -106,10 +123,7 @@ pub(crate) async fn dispatch(
             name,
             subresource,
         } => {
-            let rt = state
-                .registry
-                .get(resource)
-                .ok_or_else(ApiError::no_route)?;
+            let rt = served(state, resource)?;
             let sub = match subresource.as_deref() {
                 None => Subresource::Main,
                 Some("status") if rt.has_status_subresource() => Subresource::Status,

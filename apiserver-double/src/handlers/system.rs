@@ -11,6 +11,7 @@ use crate::ids;
 use crate::managed::{self, Subresource};
 use crate::meta;
 use crate::resources::ResourceType;
+use crate::schema::Cursor;
 use crate::server::State;
 use crate::store::WriteError;
 
@@ -45,6 +46,7 @@ pub(crate) fn system_update(
             &mut managers,
             &managed::strip_ignored(&live, w.rt, w.sub),
             &managed::strip_ignored(&new, w.rt, w.sub),
+            Cursor::root(w.rt),
             w.manager,
             w.sub,
             &w.rt.api_version(),

@@ -290,8 +290,10 @@ async fn run(
             _ = drops.changed() => return,
             _ = shutdown.changed() => return,
             _ = registry_changes.changed() => {
-                // The CRD of a custom resource was deleted: its watches end.
+                // The CRD of a custom resource was deleted: its watches end,
+                // after the deletions of its objects.
                 if state.registry.is_retired(watcher.rt.storage) {
+                    drain(state, &watcher, &tx, &mut events, &mut last_rv).await;
                     return;
                 }
                 false
@@ -341,6 +343,31 @@ async fn run(
             if tx.send(watcher.bookmark(last_rv, false)).await.is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// Delivers what is already queued on `events`.
+async fn drain(
+    state: &State,
+    watcher: &Watcher,
+    tx: &mpsc::Sender<Bytes>,
+    events: &mut broadcast::Receiver<Arc<Event>>,
+    last_rv: &mut u64,
+) {
+    loop {
+        match events.try_recv() {
+            Ok(ev) => {
+                if !deliver(watcher, tx, &ev, last_rv).await {
+                    return;
+                }
+            }
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                if !catch_up(state, watcher, tx, last_rv).await {
+                    return;
+                }
+            }
+            Err(_) => return,
         }
     }
 }

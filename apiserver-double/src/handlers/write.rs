@@ -22,7 +22,8 @@ use crate::meta;
 use crate::output::{self, Shape, Target};
 use crate::patch::{self, PatchType};
 use crate::request::Ctx;
-use crate::resources::ResourceType;
+use crate::resources::{Family, ResourceType};
+use crate::schema::Cursor;
 use crate::server::State;
 use crate::ssa;
 use crate::status::{ApiError, ApiResult, Cause};
@@ -204,7 +205,7 @@ fn prepare_new(state: &State, rt: &ResourceType, mut obj: Value) -> ApiResult<Va
         ));
     }
     strategy::decode(rt, &mut obj)?;
-    strategy::normalize(&mut obj);
+    strategy::normalize_for(rt, &mut obj);
     strategy::apply_defaults(rt, &mut obj);
     strategy::prepare_create(rt, &mut obj);
     Ok(obj)
@@ -245,6 +246,7 @@ fn finish_create(
                 &mut managers,
                 &skeleton,
                 &stripped,
+                Cursor::root(rt),
                 &m,
                 Subresource::Main,
                 &rt.api_version(),
@@ -256,6 +258,7 @@ fn finish_create(
                 &mut managers,
                 &skeleton,
                 &stripped,
+                Cursor::root(rt),
                 set,
                 &m,
                 Subresource::Main,
@@ -273,10 +276,41 @@ fn finish_create(
     }
     let name = meta::name(&obj).to_string();
     let key = key_of(rt, namespace.as_deref(), &name);
-    state
+    strategy::to_storage_version(rt, &mut obj);
+    let stored = state
         .store
         .create(rt.storage, &key, obj, namespace.as_deref())
-        .map_err(|e| map_write_error(e, rt, &name, namespace.as_deref()))
+        .map_err(|e| map_write_error(e, rt, &name, namespace.as_deref()))?;
+    after_commit(state, rt, &stored);
+    Ok(stored)
+}
+
+/// What the control plane does at once after a write: a stored CRD is
+/// served and established.
+fn after_commit(state: &State, rt: &ResourceType, stored: &Value) {
+    if rt.family == Family::CustomResourceDefinition {
+        crate::crd::sync(state, stored);
+    }
+}
+
+/// `fieldValidation=Strict` on a custom resource: undeclared fields are a
+/// 400 instead of being pruned silently.
+fn check_field_validation(rt: &ResourceType, ctx: &Ctx, obj: &Value) -> ApiResult<()> {
+    if !rt.is_custom() || ctx.query.get("fieldValidation") != Some("Strict") {
+        return Ok(());
+    }
+    let unknown = crate::custom::unknown_fields(rt, obj);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let listed = unknown
+        .iter()
+        .map(|f| format!("unknown field {}", Value::from(f.as_str())))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(ApiError::bad_request(format!(
+        "strict decoding error: {listed}"
+    )))
 }
 
 /// POST to a collection.
@@ -291,6 +325,7 @@ pub(super) async fn create(
     let mut obj = patch::parse_json(&ctx.body)?;
     check_type_meta(rt, &mut obj)?;
     check_namespace(rt, namespace, &mut obj)?;
+    check_field_validation(rt, ctx, &obj)?;
     let manager = ctx.manager();
     managed::validate_field_manager("CreateOptions", &manager)?;
     let stored =
@@ -309,7 +344,7 @@ async fn finish_update(
     sub: Subresource,
     dry_run: bool,
 ) -> ApiResult<Value> {
-    strategy::normalize(&mut new);
+    strategy::normalize_for(rt, &mut new);
     strategy::apply_defaults(rt, &mut new);
     strategy::prepare_update(rt, live, &mut new, sub);
     admission::mutate(
@@ -329,6 +364,7 @@ async fn finish_update(
         &mut managers,
         &managed::strip_ignored(live, rt, sub),
         &managed::strip_ignored(&new, rt, sub),
+        Cursor::root(rt),
         manager,
         sub,
         &rt.api_version(),
@@ -346,9 +382,10 @@ pub(super) fn commit(
     rt: &ResourceType,
     key: &str,
     live: &Arc<Value>,
-    new: Value,
+    mut new: Value,
     dry_run: bool,
 ) -> Result<Arc<Value>, WriteError> {
+    strategy::to_storage_version(rt, &mut new);
     if new == **live || dry_run {
         return Ok(if dry_run { Arc::new(new) } else { live.clone() });
     }
@@ -363,9 +400,11 @@ pub(super) fn commit(
             .delete(rt.storage, key, Some(meta::resource_version(live)))?;
         return Ok(Arc::new(new));
     }
-    state
+    let stored = state
         .store
-        .update(rt.storage, key, meta::resource_version(live), new)
+        .update(rt.storage, key, meta::resource_version(live), new)?;
+    after_commit(state, rt, &stored);
+    Ok(stored)
 }
 
 /// PUT of an object or its status.
@@ -385,6 +424,7 @@ pub(super) async fn update(
     check_type_meta(rt, &mut obj)?;
     check_name(&obj, name)?;
     check_namespace(rt, namespace, &mut obj)?;
+    check_field_validation(rt, ctx, &obj)?;
     strategy::decode(rt, &mut obj)?;
     let key = key_of(rt, namespace, name);
     let precondition_rv = meta::resource_version(&obj).to_string();
@@ -426,6 +466,7 @@ pub(super) async fn patch(
     ctx: &Ctx,
 ) -> ApiResult<Response<ResponseBody>> {
     let kind = PatchType::from_content_type(ctx.header("content-type"))
+        .filter(|k| !(rt.is_custom() && *k == PatchType::Strategic))
         .ok_or_else(ApiError::unsupported_media_type)?;
     let shape = output::negotiate(ctx.header("accept"), Target::Object)?;
     let dry_run = ctx.dry_run()?;
@@ -467,6 +508,7 @@ pub(super) async fn patch(
         check_type_meta(rt, &mut patched)?;
         check_name(&patched, name)?;
         check_namespace(rt, namespace, &mut patched)?;
+        check_field_validation(rt, ctx, &patched)?;
         let rv = meta::resource_version(&patched);
         check_write_preconditions(rt, name, rv, meta::uid(&patched), &live)?;
         strategy::decode(rt, &mut patched)?;
@@ -574,6 +616,11 @@ async fn apply(
     {
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
+    check_field_validation(rt, ctx, &config)?;
+    if rt.is_custom() {
+        // Undeclared fields are pruned before they can be owned.
+        crate::custom::normalize(rt, &mut config);
+    }
     let applied = managed::applied_set(&config, rt, sub).map_err(|e| {
         ApiError::internal(format!(
             "failed to create typed patch object ({}, Kind={}): {e}",
@@ -626,10 +673,10 @@ async fn apply(
                     && m.subresource == sub.name())
             })
             .fold(applied.clone(), |acc, m| acc.union(&m.set));
-        let mut merged = ssa::merge(&live, &config);
-        ssa::prune(&mut merged, &last, &keep);
+        let mut merged = ssa::merge(&live, &config, Cursor::root(rt));
+        ssa::prune(&mut merged, &last, &keep, Cursor::root(rt));
         strategy::decode(rt, &mut merged)?;
-        strategy::normalize(&mut merged);
+        strategy::normalize_for(rt, &mut merged);
         strategy::apply_defaults(rt, &mut merged);
         strategy::prepare_update(rt, &live, &mut merged, sub);
         admission::mutate(
@@ -652,6 +699,7 @@ async fn apply(
             &mut managers,
             &managed::strip_ignored(&live, rt, sub),
             &managed::strip_ignored(&merged, rt, sub),
+            Cursor::root(rt),
             applied.clone(),
             &manager,
             sub,

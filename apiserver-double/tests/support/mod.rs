@@ -1,6 +1,8 @@
 //! A minimal HTTP client for talking to the double in tests.
 #![allow(dead_code)]
 
+pub mod crds;
+
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
