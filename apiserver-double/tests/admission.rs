@@ -416,3 +416,120 @@ async fn objects_outside_the_rules_or_selectors_are_not_sent() {
     assert_eq!(resp.status, 201);
     assert!(webhook.received().is_empty());
 }
+
+/// A registration sending CREATEs of Jobs and Rollouts (any version) to `webhook`.
+fn batch_and_rollout_registration(webhook: &FakeWebhook) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "label-everything"},
+        "webhooks": [{
+            "name": "label.example.com",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "clientConfig": {
+                "url": format!("https://{}/mutate", webhook.addr),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem)
+            },
+            "rules": [
+                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                 "resources": ["jobs", "cronjobs"]},
+                {"apiGroups": ["argoproj.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                 "resources": ["rollouts"]}
+            ]
+        }]
+    })
+}
+
+#[tokio::test]
+async fn jobs_and_custom_resources_go_through_matching_webhooks() {
+    let patch = json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "yes"}]);
+    let webhook = FakeWebhook::start(FakeWebhook::patching(Some(patch)), Duration::ZERO).await;
+    let api = ApiServerDouble::start().await.unwrap();
+    let http = Http::new(&api);
+    let r = http
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &support::crds::rollout_crd(),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    let r = http
+        .post(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            &batch_and_rollout_registration(&webhook),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "pi", "labels": {"app": "pi"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "pi", "image": "perl:5.34"}]}}}});
+    let r = http
+        .post("/apis/batch/v1/namespaces/default/jobs", &job)
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["metadata"]["labels"]["mutated"], "yes");
+
+    let rollouts = "/apis/argoproj.io/v1alpha1/namespaces/default/rollouts";
+    let r = http
+        .post(rollouts, &support::crds::rollout("web", "app:1"))
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["metadata"]["labels"]["mutated"], "yes");
+    let r = http
+        .patch(
+            &format!("{rollouts}/web?fieldManager=ci"),
+            "application/apply-patch+yaml",
+            &json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                "metadata": {"name": "web", "labels": {"app": "web", "mutated": "no"}}})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    let cm = http
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"metadata": {"name": "c", "labels": {"a": "b"}}}),
+        )
+        .await;
+    assert!(cm.json()["metadata"]["labels"].get("mutated").is_none());
+
+    let reviews: Vec<(String, String, String, String)> = webhook
+        .received()
+        .iter()
+        .map(|(_, r)| {
+            let req = &r["request"];
+            (
+                req["kind"]["group"].as_str().unwrap().into(),
+                req["kind"]["kind"].as_str().unwrap().into(),
+                req["resource"]["resource"].as_str().unwrap().into(),
+                req["operation"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reviews,
+        [
+            ("batch".into(), "Job".into(), "jobs".into(), "CREATE".into()),
+            (
+                "argoproj.io".into(),
+                "Rollout".into(),
+                "rollouts".into(),
+                "CREATE".into()
+            ),
+            (
+                "argoproj.io".into(),
+                "Rollout".into(),
+                "rollouts".into(),
+                "UPDATE".into()
+            ),
+        ]
+    );
+    let rollout_review = &webhook.received()[1].1["request"];
+    assert_eq!(rollout_review["kind"]["version"], "v1alpha1");
+    assert_eq!(rollout_review["namespace"], "default");
+    assert_eq!(rollout_review["object"]["spec"]["revisionHistoryLimit"], 10);
+}
