@@ -137,6 +137,31 @@ fn owner_uids(obj: &Value) -> BTreeSet<&str> {
 /// Objects under a prefix at a resourceVersion: `(resourceVersion, [(key, object)])`.
 pub(crate) type Snapshot = (u64, Vec<(String, Arc<Value>)>);
 
+/// One page of a list: what the list handler asks for.
+pub(crate) struct PageRequest<'a> {
+    /// Key prefix (`ns/` or empty).
+    pub prefix: &'a str,
+    /// resourceVersion of the snapshot (`None`: now).
+    pub at: Option<u64>,
+    /// Only keys after this one (a continue token's start key).
+    pub start_after: Option<&'a str>,
+    /// Page size.
+    pub limit: Option<usize>,
+    /// Whether selectors filter: the scan then stops at the first match
+    /// beyond the page instead of counting all the remaining items.
+    pub selecting: bool,
+}
+
+/// A list page.
+pub(crate) struct Page {
+    /// resourceVersion of the snapshot.
+    pub rv: u64,
+    /// `(key, object)` in key order.
+    pub items: Vec<(String, Arc<Value>)>,
+    /// Matching items after the page (at least one when selecting).
+    pub remaining: u64,
+}
+
 /// Past events and a receiver for the following ones.
 pub(crate) type Subscription = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>);
 
@@ -418,6 +443,77 @@ impl Store {
         Ok((at, items.into_iter().collect()))
     }
 
+    /// One page of the objects under a prefix at a resourceVersion, without
+    /// copying the collection: the current objects merged with the states
+    /// that newer events replaced.
+    pub fn page(
+        &self,
+        resource: usize,
+        req: &PageRequest<'_>,
+        matches: impl Fn(&Value) -> bool,
+    ) -> Result<Page, ReadError> {
+        use std::ops::Bound;
+        let g = self.inner.read();
+        let at = req.at.unwrap_or(g.rv);
+        if at > g.rv {
+            return Err(ReadError::TooLarge(g.rv));
+        }
+        if at < g.compacted {
+            return Err(ReadError::Expired);
+        }
+        let from = match req.start_after {
+            Some(s) => Bound::Excluded(s),
+            None => Bound::Included(req.prefix),
+        };
+        // Newest first, so that the oldest `prev` of a key wins.
+        let mut undone: BTreeMap<&str, Option<&Arc<Value>>> = BTreeMap::new();
+        for ev in g.history.iter().rev().take_while(|e| e.rv > at) {
+            let after_start = req.start_after.is_none_or(|s| ev.key.as_str() > s);
+            if ev.resource == resource && ev.key.starts_with(req.prefix) && after_start {
+                undone.insert(ev.key.as_str(), ev.prev.as_ref());
+            }
+        }
+        let mut current = g
+            .slot(resource)
+            .into_iter()
+            .flat_map(|m| m.range::<str, _>((from, Bound::Unbounded)))
+            .take_while(|(k, _)| k.starts_with(req.prefix))
+            .peekable();
+        let mut past = undone.into_iter().peekable();
+        let mut page = Page {
+            rv: at,
+            items: Vec::new(),
+            remaining: 0,
+        };
+        loop {
+            let next = match (current.peek(), past.peek()) {
+                (None, None) => break,
+                (Some((ck, _)), Some((pk, _))) if ck.as_str() == *pk => {
+                    current.next();
+                    past.next()
+                }
+                (Some((ck, _)), Some((pk, _))) if ck.as_str() > *pk => past.next(),
+                (Some(_), _) => current.next().map(|(k, v)| (k.as_str(), Some(v))),
+                (None, Some(_)) => past.next(),
+            };
+            let Some((key, Some(obj))) = next else {
+                continue;
+            };
+            if !matches(obj) {
+                continue;
+            }
+            if req.limit.is_some_and(|l| page.items.len() >= l) {
+                page.remaining += 1;
+                if req.selecting {
+                    break;
+                }
+                continue;
+            }
+            page.items.push((key.to_string(), obj.clone()));
+        }
+        Ok(page)
+    }
+
     /// Events newer than `rv` from the window and a receiver for later ones,
     /// taken atomically.
     pub fn subscribe_from(&self, rv: u64) -> Result<Subscription, ReadError> {
@@ -498,6 +594,50 @@ mod tests {
         assert_eq!(then[0].1["data"]["v"], "1");
         let (_, mid) = s.snapshot(1, "ns/", Some(3)).unwrap();
         assert_eq!(mid.len(), 2);
+    }
+
+    #[test]
+    fn pages_at_past_versions_merge_undone_changes() {
+        let s = setup();
+        for n in ["a", "b", "c", "d"] {
+            s.create(1, &format!("ns/{n}"), obj(n, "1"), Some("ns"))
+                .unwrap();
+        }
+        let at = s.current_rv();
+        s.delete(1, "ns/b", None).unwrap();
+        s.create(1, "ns/bb", obj("bb", "1"), Some("ns")).unwrap();
+        let c = s.get(1, "ns/c").unwrap();
+        s.update(1, "ns/c", meta::resource_version(&c), obj("c", "2"))
+            .unwrap();
+        let req = |start: Option<&'static str>, limit| PageRequest {
+            prefix: "ns/",
+            at: Some(at),
+            start_after: start,
+            limit: Some(limit),
+            selecting: false,
+        };
+        let p = s.page(1, &req(None, 2), |_| true).unwrap();
+        let keys: Vec<&str> = p.items.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!((keys, p.remaining, p.rv), (vec!["ns/a", "ns/b"], 2, at));
+        let p = s.page(1, &req(Some("ns/b"), 5), |_| true).unwrap();
+        let got: Vec<(&str, &Value)> = p
+            .items
+            .iter()
+            .map(|(k, v)| (k.as_str(), &v["data"]["v"]))
+            .collect();
+        assert_eq!(got, [("ns/c", &json!("1")), ("ns/d", &json!("1"))]);
+        let now = s
+            .page(
+                1,
+                &PageRequest {
+                    at: None,
+                    ..req(None, 10)
+                },
+                |_| true,
+            )
+            .unwrap();
+        assert_eq!(now.items.len(), 4);
+        assert_eq!(now.items[1].0, "ns/bb");
     }
 
     #[test]

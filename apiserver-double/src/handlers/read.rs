@@ -15,7 +15,7 @@ use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::State;
 use crate::status::{ApiError, ApiResult, Cause};
-use crate::store::ReadError;
+use crate::store::{PageRequest, ReadError};
 
 /// GET one object.
 pub(super) fn get(
@@ -143,38 +143,26 @@ pub(super) fn list(
         }
     };
 
-    let (snap_rv, items) = state
+    let selecting = !labels.is_empty() || !fields.is_empty();
+    let request = PageRequest {
+        prefix: &pfx,
+        at,
+        start_after: start_after.as_deref(),
+        limit,
+        selecting,
+    };
+    let page = state
         .store
-        .snapshot(rt.storage, &pfx, at)
+        .page(rt.storage, &request, |v| {
+            labels.matches(v) && fields.matches(v)
+        })
         .map_err(|e| match e {
             ReadError::Expired => ApiError::expired(expired_msg),
             ReadError::TooLarge(cur) => ApiError::too_large_resource_version(at.unwrap_or(0), cur),
         })?;
-
-    let selecting = !labels.is_empty() || !fields.is_empty();
-    let matches = |v: &Value| labels.matches(v) && fields.matches(v);
-    let mut page: Vec<&Value> = Vec::new();
-    let mut last_key: Option<&str> = None;
-    let mut remaining: u64 = 0;
-    for (key, obj) in &items {
-        if let Some(s) = &start_after
-            && key.as_str() <= s.as_str()
-        {
-            continue;
-        }
-        if !matches(obj) {
-            continue;
-        }
-        if limit.is_some_and(|l| page.len() >= l) {
-            remaining += 1;
-            if selecting {
-                break;
-            }
-            continue;
-        }
-        page.push(obj);
-        last_key = Some(key);
-    }
+    let (snap_rv, remaining) = (page.rv, page.remaining);
+    let page_items: Vec<&Value> = page.items.iter().map(|(_, v)| v.as_ref()).collect();
+    let last_key: Option<&str> = page.items.last().map(|(k, _)| k.as_str());
     let continue_token = (remaining > 0)
         .then(|| {
             last_key.map(|k| output::encode_continue(snap_rv, &format!("/{}", &k[pfx.len()..])))
@@ -187,7 +175,7 @@ pub(super) fn list(
     };
     Ok(json_response(
         200,
-        output::list_bytes(rt, &page, &meta, shape),
+        output::list_bytes(rt, &page_items, &meta, shape),
     ))
 }
 
