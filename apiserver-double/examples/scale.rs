@@ -314,19 +314,36 @@ async fn watch_initial(client: &mut Client, path: &str) -> (usize, usize) {
 /// Memory per `serde_json::Value` parsed from `json`, measured as the RSS
 /// growth of holding 5,000 copies (kept in `held`, so that no freed memory
 /// is reused by the next measurement).
-fn in_memory_size(json: &[u8], held: &mut Vec<Vec<Value>>) -> usize {
+fn in_memory_size(json: &[u8], stored_form: bool, held: &mut Vec<Vec<Value>>) -> usize {
     const COPIES: usize = 5_000;
     let before = memory().1;
     let copies: Vec<Value> = (0..COPIES)
-        .map(|_| serde_json::from_slice(json).expect("JSON"))
+        .map(|_| {
+            let mut v: Value = serde_json::from_slice(json).expect("JSON");
+            if stored_form {
+                compact_fields(&mut v);
+            }
+            v
+        })
         .collect();
     let after = memory().1;
     held.push(copies);
     ((after - before).max(0.0) * 1024.0 * 1024.0 / COPIES as f64) as usize
 }
 
-/// How big stored objects are as JSON and as `serde_json::Value` (the
-/// store's representation), and what their `managedFields` weigh.
+/// What the store does to `managedFields` (each `fieldsV1` kept as JSON text).
+fn compact_fields(obj: &mut Value) {
+    if let Some(Value::Array(entries)) = obj.pointer_mut("/metadata/managedFields") {
+        for e in entries {
+            if let Some(f) = e.get_mut("fieldsV1") {
+                *f = Value::String(f.to_string());
+            }
+        }
+    }
+}
+
+/// How big stored objects are as JSON, as a plain `serde_json::Value`, and
+/// in the store's form (fieldsV1 as text), and what `managedFields` weigh.
 async fn object_sizes(client: &mut Client) {
     let mut held = Vec::new();
     for path in [
@@ -338,11 +355,12 @@ async fn object_sizes(client: &mut Client) {
         let obj: Value = serde_json::from_slice(&body).expect("JSON");
         let managed = serde_json::to_vec(&obj["metadata"]["managedFields"]).unwrap();
         println!(
-            "{path}: JSON {} B, as Value ~{} B (managedFields: JSON {} B, as Value ~{} B)",
+            "{path}: JSON {} B, as Value ~{} B, stored ~{} B (managedFields: JSON {} B, as Value ~{} B)",
             body.len(),
-            in_memory_size(&body, &mut held),
+            in_memory_size(&body, false, &mut held),
+            in_memory_size(&body, true, &mut held),
             managed.len(),
-            in_memory_size(&managed, &mut held)
+            in_memory_size(&managed, false, &mut held)
         );
     }
 }

@@ -303,7 +303,7 @@ fn review(
             "groups": ["system:masters", "system:authenticated"],
         },
         "object": sent_object(obj),
-        "oldObject": old.cloned().unwrap_or(Value::Null),
+        "oldObject": old.map_or(Value::Null, |o| crate::managed::expanded(o).into_owned()),
         "dryRun": dry_run,
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": op.options_kind()},
     });
@@ -322,7 +322,7 @@ fn review(
 
 /// The object as the webhook sees it: without what the server sets around admission.
 fn sent_object(obj: &Value) -> Value {
-    let mut sent = obj.clone();
+    let mut sent = crate::managed::expanded(obj).into_owned();
     if let Some(m) = sent.get_mut("metadata").and_then(Value::as_object_mut) {
         for k in SERVER_SET {
             m.remove(k);
@@ -393,7 +393,7 @@ async fn call_and_patch(
             meta::set_meta(&mut patched, k, v);
         }
     }
-    let changed = patched != *obj;
+    let changed = patched != *crate::managed::expanded(obj);
     *obj = patched;
     Ok(changed)
 }

@@ -71,6 +71,67 @@ impl Manager {
     }
 }
 
+/// Stored objects keep each `managedFields[].fieldsV1` as its JSON text:
+/// as a `serde_json::Value` a FieldsV1 tree costs a map node (~630 bytes)
+/// per non-empty map, measured at ~4 KB per ConfigMap and ~15 KB per
+/// Deployment, about half of what a stored workload weighs. Objects are
+/// expanded again wherever they leave the store ([`expanded`]).
+pub(crate) fn compact(obj: &mut Value) {
+    let Some(Value::Array(entries)) =
+        crate::meta::get_path_mut(obj, &["metadata", "managedFields"])
+    else {
+        return;
+    };
+    for e in entries.iter_mut() {
+        if let Some(f) = e.get_mut("fieldsV1").filter(|f| f.is_object()) {
+            *f = Value::String(f.to_string());
+        }
+    }
+}
+
+fn has_compact_fields(metadata: &Value) -> bool {
+    metadata
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|a| {
+            a.iter()
+                .any(|e| e.get("fieldsV1").is_some_and(Value::is_string))
+        })
+}
+
+/// `metadata` with its `fieldsV1` in JSON form (borrowed when already so).
+pub(crate) fn expand_metadata(metadata: &Value) -> std::borrow::Cow<'_, Value> {
+    if !has_compact_fields(metadata) {
+        return std::borrow::Cow::Borrowed(metadata);
+    }
+    let mut m = metadata.clone();
+    if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
+        for e in entries.iter_mut() {
+            if let Some(f) = e.get_mut("fieldsV1")
+                && let Some(text) = f.as_str()
+                && let Ok(v) = serde_json::from_str::<Value>(text)
+            {
+                *f = v;
+            }
+        }
+    }
+    std::borrow::Cow::Owned(m)
+}
+
+/// An object with its `fieldsV1` in JSON form (borrowed when already so).
+pub(crate) fn expanded(obj: &Value) -> std::borrow::Cow<'_, Value> {
+    match obj.get("metadata") {
+        Some(m) if has_compact_fields(m) => {
+            let mut o = obj.clone();
+            if let Some(map) = o.as_object_mut() {
+                map.insert("metadata".into(), expand_metadata(m).into_owned());
+            }
+            std::borrow::Cow::Owned(o)
+        }
+        _ => std::borrow::Cow::Borrowed(obj),
+    }
+}
+
 /// Decodes `metadata.managedFields` of an object. `Ok(None)` when absent.
 pub(crate) fn decode(obj: &Value) -> Result<Option<Vec<Manager>>, String> {
     let Some(entries) = crate::meta::metadata(obj).and_then(|m| m.get("managedFields")) else {
@@ -95,6 +156,10 @@ pub(crate) fn decode(obj: &Value) -> Result<Option<Vec<Manager>>, String> {
             return Err(format!("unknown fieldsType {fields_type:?}"));
         }
         let set = match e.get("fieldsV1") {
+            Some(Value::String(text)) => {
+                let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                FieldSet::from_fields_v1(&v)?
+            }
             Some(v) => FieldSet::from_fields_v1(v)?,
             None => FieldSet::default(),
         };
@@ -507,6 +572,19 @@ mod tests {
         .unwrap();
         assert_eq!(managers.len(), 1);
         assert_eq!(managers[0].name, "gitops");
+    }
+
+    #[test]
+    fn compact_fields_round_trip() {
+        let mut obj = json!({"metadata": {"name": "a", "managedFields": [{"manager": "m",
+            "operation": "Update", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {".": {}, "f:k": {}}}}]}});
+        let original = obj.clone();
+        compact(&mut obj);
+        assert!(obj["metadata"]["managedFields"][0]["fieldsV1"].is_string());
+        assert_eq!(*expanded(&obj), original);
+        assert_eq!(decode(&obj).unwrap(), decode(&original).unwrap());
+        assert!(matches!(expanded(&original), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

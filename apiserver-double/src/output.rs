@@ -1,8 +1,6 @@
 //! Response shapes: content negotiation (full objects or
 //! `PartialObjectMetadata`), list bodies, and continue tokens.
 
-use std::borrow::Cow;
-
 use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -78,59 +76,74 @@ pub(crate) fn negotiate(accept: Option<&str>, target: Target) -> Result<Shape, A
 
 /// `PartialObjectMetadata` of an object.
 pub(crate) fn to_metadata(obj: &Value) -> Value {
+    let metadata = obj
+        .get("metadata")
+        .map(|m| crate::managed::expand_metadata(m).into_owned())
+        .unwrap_or_else(|| json!({}));
     json!({
         "apiVersion": "meta.k8s.io/v1",
         "kind": "PartialObjectMetadata",
-        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))
+        "metadata": metadata
     })
 }
 
-/// The object as served through `rt`: a custom resource read through a
-/// version other than its CRD's storage version carries that version's
-/// `apiVersion` (the `None` conversion strategy changes nothing else).
-pub(crate) fn view<'a>(rt: &ResourceType, obj: &'a Value) -> Cow<'a, Value> {
-    let wanted = rt.api_version();
-    if rt.is_custom() && obj.get("apiVersion").and_then(Value::as_str) != Some(wanted.as_str()) {
-        let mut o = obj.clone();
-        if let Some(m) = o.as_object_mut() {
-            m.insert("apiVersion".into(), Value::from(wanted));
+/// An object as it leaves the store, serialized without copying it:
+/// `managedFields` expanded from their stored form, custom resources with
+/// the `apiVersion` of the version served (the `None` conversion strategy
+/// changes nothing else), and the type meta dropped from items of typed
+/// (built-in) lists.
+struct Served<'a> {
+    fields: &'a Map<String, Value>,
+    /// Replaces `apiVersion` (custom resources).
+    api_version: Option<&'a str>,
+    /// Whether `apiVersion` and `kind` are written.
+    type_meta: bool,
+}
+
+impl<'a> Served<'a> {
+    fn new(
+        rt: &ResourceType,
+        fields: &'a Map<String, Value>,
+        api_version: &'a str,
+        list_item: bool,
+    ) -> Self {
+        Served {
+            fields,
+            api_version: rt.is_custom().then_some(api_version),
+            type_meta: rt.is_custom() || !list_item,
         }
-        Cow::Owned(o)
-    } else {
-        Cow::Borrowed(obj)
     }
 }
 
-/// Serializes an object served through `rt` in the requested shape.
-pub(crate) fn object_bytes(rt: &ResourceType, obj: &Value, shape: Shape) -> Vec<u8> {
-    let r = match shape {
-        Shape::Full => serde_json::to_vec(&view(rt, obj)),
-        Shape::Metadata => serde_json::to_vec(&to_metadata(obj)),
-    };
-    r.unwrap_or_default()
-}
-
-/// A list item, serialized without copying. Items of built-in kinds drop
-/// `apiVersion`/`kind` (typed lists); custom resources keep them, with the
-/// `apiVersion` of the version listed (unstructured lists).
-struct Item<'a> {
-    fields: &'a Map<String, Value>,
-    /// `Some(apiVersion)` to keep the type meta.
-    api_version: Option<&'a str>,
-}
-
-impl Serialize for Item<'_> {
+impl Serialize for Served<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         for (k, v) in self.fields {
-            match (k.as_str(), self.api_version) {
-                ("apiVersion", Some(av)) => m.serialize_entry(k, av)?,
-                ("apiVersion" | "kind", None) => {}
+            match k.as_str() {
+                "apiVersion" | "kind" if !self.type_meta => {}
+                "apiVersion" => match self.api_version {
+                    Some(av) => m.serialize_entry(k, av)?,
+                    None => m.serialize_entry(k, v)?,
+                },
+                "metadata" => m.serialize_entry(k, &crate::managed::expand_metadata(v))?,
                 _ => m.serialize_entry(k, v)?,
             }
         }
         m.end()
     }
+}
+
+/// Serializes an object served through `rt` in the requested shape.
+pub(crate) fn object_bytes(rt: &ResourceType, obj: &Value, shape: Shape) -> Vec<u8> {
+    let api_version = rt.api_version();
+    let r = match (shape, obj.as_object()) {
+        (Shape::Full, Some(fields)) => {
+            serde_json::to_vec(&Served::new(rt, fields, &api_version, false))
+        }
+        (Shape::Full, None) => serde_json::to_vec(obj),
+        (Shape::Metadata, _) => serde_json::to_vec(&to_metadata(obj)),
+    };
+    r.unwrap_or_default()
 }
 
 /// Metadata of a list response.
@@ -168,8 +181,7 @@ pub(crate) fn list_bytes(
             "PartialObjectMetadataList".to_string(),
         ),
     };
-    let type_meta = rt.api_version();
-    let keep_type_meta = rt.is_custom().then_some(type_meta.as_str());
+    let served_version = rt.api_version();
     let mut out = Vec::with_capacity(64 + items.len() * 512);
     out.extend_from_slice(b"{\"apiVersion\":");
     let _ = serde_json::to_writer(&mut out, &api_version);
@@ -180,13 +192,9 @@ pub(crate) fn list_bytes(
         }
         let _ = match (shape, item.as_object()) {
             (Shape::Metadata, _) => serde_json::to_writer(&mut out, &to_metadata(item)),
-            (Shape::Full, Some(fields)) => serde_json::to_writer(
-                &mut out,
-                &Item {
-                    fields,
-                    api_version: keep_type_meta,
-                },
-            ),
+            (Shape::Full, Some(fields)) => {
+                serde_json::to_writer(&mut out, &Served::new(rt, fields, &served_version, true))
+            }
             (Shape::Full, None) => serde_json::to_writer(&mut out, item),
         };
     }

@@ -301,7 +301,7 @@ impl ApiServerDouble {
             handlers::Ownership::Update("unknown".into()),
             false,
         )
-        .map(|v| (*v).clone())
+        .map(|v| crate::managed::expanded(&v).into_owned())
         .map_err(|e| Error::Api {
             code: e.code,
             reason: e.reason.to_string(),

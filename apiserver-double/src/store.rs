@@ -265,6 +265,7 @@ impl Store {
         }
         g.rv += 1;
         meta::set_meta(&mut obj, "resourceVersion", g.rv.to_string());
+        crate::managed::compact(&mut obj);
         let obj = Arc::new(obj);
         g.index_owners(resource, key, None, Some(&obj));
         g.slot_mut(resource).insert(key.to_string(), obj.clone());
@@ -299,6 +300,7 @@ impl Store {
         }
         g.rv += 1;
         meta::set_meta(&mut obj, "resourceVersion", g.rv.to_string());
+        crate::managed::compact(&mut obj);
         let obj = Arc::new(obj);
         g.index_owners(resource, key, Some(&prev), Some(&obj));
         g.slot_mut(resource).insert(key.to_string(), obj.clone());

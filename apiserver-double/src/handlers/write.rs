@@ -386,6 +386,7 @@ pub(super) fn commit(
     dry_run: bool,
 ) -> Result<Arc<Value>, WriteError> {
     strategy::to_storage_version(rt, &mut new);
+    managed::compact(&mut new);
     if new == **live || dry_run {
         return Ok(if dry_run { Arc::new(new) } else { live.clone() });
     }
@@ -504,7 +505,7 @@ pub(super) async fn patch(
             .store
             .get(rt.storage, &key)
             .ok_or_else(|| ApiError::not_found(rt, name))?;
-        let mut patched = patch::apply_patch(&live, kind, &ctx.body)?;
+        let mut patched = patch::apply_patch(&managed::expanded(&live), kind, &ctx.body)?;
         check_type_meta(rt, &mut patched)?;
         check_name(&patched, name)?;
         check_namespace(rt, namespace, &mut patched)?;
