@@ -481,12 +481,9 @@ fn metadata(c: &mut Checker, meta: &Value, path: &str, level: Level, embedded: b
     if level != Level::Root {
         return;
     }
-    let allowed = |k: &str| {
-        matches!(
-            k,
-            "type" | "properties" | "description" | "default" | "title"
-        )
-    };
+    // What `validateStructuralMetadataInvariants` clears before requiring
+    // an otherwise empty schema.
+    let allowed = |k: &str| matches!(k, "type" | "properties" | "default");
     let props_ok = meta
         .get("properties")
         .and_then(Value::as_object)
