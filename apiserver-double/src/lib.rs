@@ -2,8 +2,10 @@
 //!
 //! [`ApiServerDouble`] is a real HTTP/1.1 server on `127.0.0.1` that speaks
 //! the Kubernetes REST API for namespaces, ConfigMaps, Secrets, Events (core
-//! and `events.k8s.io`), Deployments, StatefulSets, DaemonSets, Leases and
-//! MutatingWebhookConfigurations, and writes a kubeconfig so that any client
+//! and `events.k8s.io`), Deployments, StatefulSets, DaemonSets, Jobs,
+//! CronJobs, Leases, MutatingWebhookConfigurations and
+//! CustomResourceDefinitions, plus the custom resources the CRDs in it
+//! declare, and writes a kubeconfig so that any client
 //! (kube-rs, kubectl) can talk to it. Its behaviour follows recordings of a
 //! real kube-apiserver 1.34 (`tests/transcripts/`): status codes,
 //! `Status` bodies, list/watch shapes, resourceVersion semantics, managed
