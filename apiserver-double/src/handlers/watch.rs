@@ -324,20 +324,8 @@ async fn run(
         if bookmark_now {
             // Everything up to `current` is already queued on `events`.
             let current = state.store.current_rv();
-            loop {
-                match events.try_recv() {
-                    Ok(ev) => {
-                        if !deliver(&watcher, &tx, &ev, &mut last_rv).await {
-                            return;
-                        }
-                    }
-                    Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                        if !catch_up(state, &watcher, &tx, &mut last_rv).await {
-                            return;
-                        }
-                    }
-                    Err(_) => break,
-                }
+            if !drain(state, &watcher, &tx, &mut events, &mut last_rv).await {
+                return;
             }
             last_rv = last_rv.max(current);
             if tx.send(watcher.bookmark(last_rv, false)).await.is_err() {
@@ -347,27 +335,25 @@ async fn run(
     }
 }
 
-/// Delivers what is already queued on `events`.
+/// Delivers what is already queued on `events`; `false` when the watch
+/// must end (client gone, or history lost).
 async fn drain(
     state: &State,
     watcher: &Watcher,
     tx: &mpsc::Sender<Bytes>,
     events: &mut broadcast::Receiver<Arc<Event>>,
     last_rv: &mut u64,
-) {
+) -> bool {
     loop {
-        match events.try_recv() {
-            Ok(ev) => {
-                if !deliver(watcher, tx, &ev, last_rv).await {
-                    return;
-                }
-            }
+        let alive = match events.try_recv() {
+            Ok(ev) => deliver(watcher, tx, &ev, last_rv).await,
             Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                if !catch_up(state, watcher, tx, last_rv).await {
-                    return;
-                }
+                catch_up(state, watcher, tx, last_rv).await
             }
-            Err(_) => return,
+            Err(_) => return true,
+        };
+        if !alive {
+            return false;
         }
     }
 }
