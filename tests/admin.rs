@@ -3,32 +3,11 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use nudge::runtime::metrics::Metrics;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-
-/// A minimal HTTP/1.1 GET: status and body; `None` when nothing listens yet.
-async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    let status = head.split(' ').nth(1)?.parse().ok()?;
-    Some((status, body.to_owned()))
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
@@ -49,16 +28,16 @@ async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
     ));
 
     wait_for("/live", WAIT, || async {
-        get(addr, "/live").await.filter(|(s, _)| *s == 200)
+        http_get(addr, "/live").await.filter(|(s, _)| *s == 200)
     })
     .await;
     wait_for("/ready", WAIT, || async {
-        get(addr, "/ready").await.filter(|(s, _)| *s == 200)
+        http_get(addr, "/ready").await.filter(|(s, _)| *s == 200)
     })
     .await;
     wait_for_stamp(&cluster, "Deployment", "web", "nudge.dev/config-hash", None).await;
     let body = wait_for("metrics of the tracked workload", WAIT, || async {
-        get(addr, "/metrics")
+        http_get(addr, "/metrics")
             .await
             .map(|(_, body)| body)
             .filter(|b| b.contains("nudge_tracked_workloads 1"))
@@ -89,7 +68,7 @@ async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
         .unwrap()
         .unwrap();
     assert!(
-        get(addr, "/live").await.is_none(),
+        http_get(addr, "/live").await.is_none(),
         "the admin server stops last"
     );
 }
@@ -119,16 +98,16 @@ async fn not_ready_while_an_initial_list_keeps_failing() {
         Metrics::new(),
     ));
     wait_for("/live", WAIT, || async {
-        get(addr, "/live").await.filter(|(s, _)| *s == 200)
+        http_get(addr, "/live").await.filter(|(s, _)| *s == 200)
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (status, _) = get(addr, "/ready").await.expect("admin answers");
+    let (status, _) = http_get(addr, "/ready").await.expect("admin answers");
     assert_eq!(status, 503, "not ready before the ConfigMap list succeeded");
 
     double.clear_failures();
     wait_for("/ready after the lists", WAIT, || async {
-        get(addr, "/ready").await.filter(|(s, _)| *s == 200)
+        http_get(addr, "/ready").await.filter(|(s, _)| *s == 200)
     })
     .await;
     shutdown.cancel();

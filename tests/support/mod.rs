@@ -493,6 +493,38 @@ impl BinaryNudge {
     }
 }
 
+/// A minimal HTTP/1.1 GET (the admin server): status and body; `None` when
+/// nothing listens yet.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Waits until nudge's admin server at `addr` answers `/ready` with 200; returns
+/// the body.
+pub async fn wait_ready(addr: std::net::SocketAddr) -> String {
+    wait_for("/ready", WAIT, || async {
+        http_get(addr, "/ready")
+            .await
+            .filter(|(status, _)| *status == 200)
+            .map(|(_, body)| body)
+    })
+    .await
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
@@ -642,4 +674,97 @@ fn config_env(config: &Config) -> Vec<(String, String)> {
 /// The name of an object, for assertions.
 pub fn name_of<K: Resource>(object: &K) -> String {
     object.name_any()
+}
+
+/// A CustomResourceDefinition this test made sure exists; deleted on drop when
+/// the test created it (never one that was there before, e.g. a real Argo install).
+pub struct CrdGuard {
+    client: Client,
+    name: String,
+    created: bool,
+}
+
+impl TestCluster {
+    /// Creates the CRD `crd` unless it exists, and waits until the API server
+    /// serves its kind (discovery finds it).
+    pub async fn ensure_crd(&self, crd: Value) -> CrdGuard {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let name = crd["metadata"]["name"].as_str().expect("a name").to_owned();
+        let group = crd["spec"]["group"].as_str().expect("a group").to_owned();
+        let version = crd["spec"]["versions"][0]["name"]
+            .as_str()
+            .expect("a version")
+            .to_owned();
+        let kind = crd["spec"]["names"]["kind"]
+            .as_str()
+            .expect("a kind")
+            .to_owned();
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("a CRD");
+        let created = match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(status)) if status.code == 409 => false,
+            Err(error) => panic!("create CRD {name}: {error}"),
+        };
+        let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
+        wait_for(&format!("{kind} to be served"), WAIT, || async {
+            kube::discovery::pinned_kind(&self.client, &gvk).await.ok()
+        })
+        .await;
+        CrdGuard {
+            client: self.client.clone(),
+            name,
+            created,
+        }
+    }
+}
+
+impl Drop for CrdGuard {
+    fn drop(&mut self) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        if !self.created {
+            return;
+        }
+        let (client, name) = (self.client.clone(), self.name.clone());
+        let cleanup = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let api: Api<CustomResourceDefinition> = Api::all(client);
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// A minimal Argo Rollouts CRD (`argoproj.io/v1alpha1` `Rollout`): the spec keeps
+/// any field, the status subresource is on, as in Argo's own CRD.
+pub fn rollout_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": "rollouts.argoproj.io" },
+        "spec": {
+            "group": "argoproj.io",
+            "names": { "kind": "Rollout", "listKind": "RolloutList", "plural": "rollouts",
+                       "singular": "rollout", "shortNames": ["ro"] },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "subresources": { "status": {} },
+                "schema": { "openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+                        "status": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+                    },
+                }},
+            }],
+        },
+    })
 }

@@ -1,0 +1,145 @@
+//! Kinds beyond the built-in three: Argo Rollouts when their CRD is served,
+//! `[[targets]]` entries, and kinds that are not served (reported, not fatal).
+
+mod support;
+
+use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
+use nudge::config::TargetConfig;
+use serde_json::json;
+use support::*;
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+fn rollout(name: &str, configmap: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": { "name": name, "annotations": { "nudge.dev/auto": "true" } },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": name } },
+            "strategy": { "canary": { "steps": [{ "setWeight": 50 }] } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": pod_mounting_configmap(configmap),
+            },
+        },
+    })
+}
+
+async fn rollout_stamp(cluster: &TestCluster, name: &str) -> Option<String> {
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .ok()?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let object = api.get(name).await.ok()?;
+    object.data["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argo_rollouts_are_stamped_like_deployments_when_their_crd_is_served() {
+    let cluster = TestCluster::start("argo-rollouts").await;
+    let _crd = cluster.ensure_crd(rollout_crd()).await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    let mut config = cluster.nudge_config();
+    let admin = free_port();
+    config.admin.bind = admin;
+    let nudge = cluster.start_nudge(config);
+    wait_ready(admin).await;
+
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let object: DynamicObject = serde_json::from_value(rollout("canary", "cfg")).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let first = wait_for("the Rollout to be stamped", WAIT, || {
+        rollout_stamp(&cluster, "canary")
+    })
+    .await;
+    assert!(first.starts_with("sha256-"), "{first}");
+
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    let second = wait_for("the Rollout to be stamped again", WAIT, || async {
+        rollout_stamp(&cluster, "canary")
+            .await
+            .filter(|stamp| *stamp != first)
+    })
+    .await;
+    assert!(second.starts_with("sha256-"), "{second}");
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_kind_that_is_not_served_is_noted_in_ready_and_the_rest_works() {
+    let cluster = TestCluster::start("unserved-kind").await;
+    let mut config = cluster.nudge_config();
+    config.targets = vec![TargetConfig {
+        group: "gizmos.nudge.invalid".into(),
+        version: "v1".into(),
+        kind: "Gizmo".into(),
+        template: "spec.template".into(),
+    }];
+    let admin = free_port();
+    config.admin.bind = admin;
+    let nudge = cluster.start_nudge(config);
+    let body = wait_ready(admin).await;
+    assert!(
+        body.contains("not stamping") && body.contains("gizmos.nudge.invalid/v1 Gizmo"),
+        "{body}"
+    );
+    cluster.auto_deployment("web", "cfg", &[("k", "1")]).await;
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_targets_entry_stamps_its_kind_at_its_template_path() {
+    let cluster = TestCluster::start("targets-entry").await;
+    let mut crd = rollout_crd();
+    crd["metadata"]["name"] = json!("gadgets.nudge.test");
+    crd["spec"]["group"] = json!("nudge.test");
+    crd["spec"]["names"] = json!({"kind": "Gadget", "listKind": "GadgetList",
+                                   "plural": "gadgets", "singular": "gadget"});
+    crd["spec"]["versions"][0]["name"] = json!("v1");
+    let _crd = cluster.ensure_crd(crd).await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    let mut config = cluster.nudge_config();
+    config.targets = vec![TargetConfig {
+        group: "nudge.test".into(),
+        version: "v1".into(),
+        kind: "Gadget".into(),
+        template: "spec.worker.template".into(),
+    }];
+    let nudge = cluster.start_nudge(config);
+
+    let gvk = GroupVersionKind::gvk("nudge.test", "v1", "Gadget");
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let gadget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "nudge.test/v1", "kind": "Gadget",
+        "metadata": { "name": "g", "annotations": { "nudge.dev/configmap-cfg": "cfg" } },
+        "spec": { "worker": { "template": { "spec": pod_mounting_configmap("cfg") } } },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &gadget).await.unwrap();
+    let stamp = wait_for("the Gadget to be stamped", WAIT, || async {
+        let object = api.get("g").await.ok()?;
+        object.data["spec"]["worker"]["template"]["metadata"]["annotations"]
+            ["nudge.dev/checksum-cfg"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(stamp.starts_with("sha256-"), "{stamp}");
+    nudge.stop().await;
+}
