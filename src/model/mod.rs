@@ -263,9 +263,33 @@ impl Reference {
     }
 }
 
+impl Reference {
+    /// The reference's identity as nudge's combined `config-hash` encodes it: a
+    /// wire format, pinned by golden vectors (`tests/fixtures/golden-vectors.json`)
+    /// and independent of [`Display`](fmt::Display), so that changing how
+    /// references print never changes a stamp. `source/name` or
+    /// `source/namespace/name`, then `[k1,k2]` (keys in byte order) when narrowed.
+    pub fn canonical_id(&self) -> String {
+        let mut id = format!("{}/", self.source.as_str());
+        if let Some(ns) = &self.namespace {
+            id.push_str(ns);
+            id.push('/');
+        }
+        id.push_str(&self.name);
+        if let KeySelection::Only(keys) = &self.keys {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            id.push('[');
+            id.push_str(&keys.join(","));
+            id.push(']');
+        }
+        id
+    }
+}
+
 impl fmt::Display for Reference {
     /// `source/name`, or `source/namespace/name`, plus `[k1,k2]` when narrowed.
-    /// Never contains content.
+    /// Never contains content. For people; the stamp uses
+    /// [`canonical_id`](Reference::canonical_id).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/", self.source)?;
         if let Some(ns) = &self.namespace {

@@ -391,7 +391,7 @@ fn native_hash(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
                 continue;
             }
         };
-        entries.push((input.tracked.reference.to_string(), digest));
+        entries.push((input.tracked.reference.canonical_id(), digest));
     }
     finish(reasons, || {
         combine_native(entries.iter().map(|(id, digest)| (id.as_str(), *digest))).to_string()
