@@ -108,7 +108,9 @@ pub enum Effect {
     Write(Box<StampWrite>),
     /// Publish a Kubernetes Event (never waited for).
     Publish(Notice),
-    /// Send [`Input::Tick`] at this time (replaces any earlier request).
+    /// Send [`Input::Tick`] at this time, or as soon as the inputs already
+    /// queued are handled when it is not in the future (replaces any earlier
+    /// request).
     WakeAt(Instant),
 }
 
@@ -256,9 +258,11 @@ impl Core {
             Input::WriteFinished { id, outcome } => self.on_written(id, outcome, now, &mut out),
             Input::Leadership(leader) => self.on_leadership(leader, now, &mut out),
             Input::Namespaces(selected) => self.on_namespaces(selected, now, &mut out),
-            Input::Tick => {}
+            // Due workloads go out only on a tick: the driver handles every input
+            // already queued first, so a burst (a workload's four Consul keys
+            // observed together) is written once, not once per input.
+            Input::Tick => self.release(now, &mut out),
         }
-        self.release(now, &mut out);
         self.metrics.set_gauges(
             self.graph.workload_count(),
             self.graph.tracked_count(),

@@ -31,6 +31,8 @@ const FIRST_SOURCE_RESTART: Duration = Duration::from_secs(1);
 const MAX_SOURCE_RESTART: Duration = Duration::from_secs(60);
 /// A source that ran this long before ending restarts with a fresh backoff.
 const SOURCE_HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// Inputs handled before a due tick is forced in.
+const MAX_INPUTS_BETWEEN_TICKS: usize = 256;
 /// How long tasks get to finish after shutdown before they are aborted.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -137,6 +139,9 @@ pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(
     let mut leadership = leadership;
     let mut namespaces = namespaces;
     let mut wake: Option<Instant> = None;
+    // Inputs handled since the last tick: queued inputs go first (so a burst is
+    // decided once), but never so many that due work waits on a busy stream.
+    let mut since_tick = 0_usize;
     if let Some(rx) = &mut leadership
         && *rx.borrow_and_update()
     {
@@ -176,8 +181,20 @@ pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(
                 Input::Tick
             }
         };
-        let effects = core.handle(input, Instant::now());
+        since_tick = if matches!(input, Input::Tick) {
+            0
+        } else {
+            since_tick + 1
+        };
+        let now = Instant::now();
+        let effects = core.handle(input, now);
         perform(effects, &slots, &targets, &mut tasks, &event_tx, &mut wake);
+        if since_tick >= MAX_INPUTS_BETWEEN_TICKS && wake.is_some_and(|at| at <= now) {
+            since_tick = 0;
+            wake = None;
+            let effects = core.handle(Input::Tick, now);
+            perform(effects, &slots, &targets, &mut tasks, &event_tx, &mut wake);
+        }
     }
     tasks_shutdown.cancel();
     drop(event_tx);

@@ -381,14 +381,17 @@ fn min_interval_holds_a_restamp_only_while_the_previous_rollout_is_in_progress()
     assert_eq!(wake(&effects), Some(stamped_at + secs(30)));
 
     // The controller reports the rollout complete: released at once.
+    let completed = stamped_at + secs(12);
     let effects = core.handle(
         Input::workload(WorkloadEvent::Apply(stamped(
             "web",
             "sha256-1",
             Rollout::Complete,
         ))),
-        stamped_at + secs(12),
+        completed,
     );
+    assert!(wake(&effects).is_some_and(|at| at <= completed), "due now");
+    let effects = core.handle(Input::Tick, completed);
     assert_eq!(written(writes(&effects)[0]), "sha256-2");
 }
 
@@ -426,6 +429,27 @@ fn a_completed_rollout_lets_the_next_change_through_after_the_debounce_alone() {
 }
 
 #[test]
+fn inputs_queued_together_are_written_once() {
+    let t0 = Instant::now();
+    let mut settings = mk_settings();
+    settings.engine.debounce = Duration::ZERO;
+    let mut core = mk_core(settings);
+    let mut workload = mk_workload("web", "cfg", None);
+    workload
+        .annotations
+        .insert("nudge.dev/configmap-other".into(), "other".into());
+    core.handle(Input::workload(WorkloadEvent::Apply(workload)), t0);
+    // Both references observed before the driver gets to the tick.
+    core.handle(observed("cfg", "sha256-1"), t0);
+    let effects = core.handle(observed("other", "sha256-2"), t0);
+    assert_eq!(wake(&effects), Some(t0));
+    let effects = core.handle(Input::Tick, t0);
+    let writes = writes(&effects);
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].patch.values.len(), 2, "{:?}", writes[0].patch);
+}
+
+#[test]
 fn no_more_than_eight_writes_are_in_flight() {
     let t0 = Instant::now();
     let mut settings = mk_settings();
@@ -444,6 +468,8 @@ fn no_more_than_eight_writes_are_in_flight() {
         );
     }
     let effects = core.handle(observed("cfg", "sha256-1"), t0);
+    assert!(writes(&effects).is_empty(), "only on a tick");
+    let effects = core.handle(Input::Tick, t0);
     let first = writes(&effects);
     assert_eq!(first.len(), MAX_WRITES_IN_FLIGHT);
     total += first.len();
@@ -452,7 +478,8 @@ fn no_more_than_eight_writes_are_in_flight() {
         .map(|w| stamped(&w.patch.id.name, "sha256-1", Rollout::Unknown))
         .collect();
     for workload in done {
-        total += writes(&core.handle(applied(workload), t0 + ms(5))).len();
+        core.handle(applied(workload), t0 + ms(5));
+        total += writes(&core.handle(Input::Tick, t0 + ms(5))).len();
     }
     assert_eq!(core.writes_in_flight(), MAX_WRITES_IN_FLIGHT);
     assert_eq!(total, 16);
