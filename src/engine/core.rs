@@ -140,6 +140,8 @@ struct Record {
     write: WriteState,
     /// Set while writes fail and are retried.
     retry: Option<Backoff>,
+    /// Since when a due stamp has waited for an input no source has reported yet.
+    unknown_since: Option<Instant>,
     last_stamp: Option<Instant>,
     reported_missing: Option<BTreeSet<Reference>>,
     reported_invalid: Vec<String>,
@@ -359,6 +361,7 @@ impl Core {
             observed_at: None,
             write: WriteState::Idle,
             retry: None,
+            unknown_since: None,
             last_stamp: None,
             reported_missing: None,
             reported_invalid: Vec::new(),
@@ -598,12 +601,12 @@ impl Core {
             hold.map_or(since, |until| until.max(since))
         });
         for id in due {
-            self.dispatch(id, out);
+            self.dispatch(id, now, out);
         }
     }
 
     /// Decides on a due workload: write its stamp, or report why not.
-    fn dispatch(&mut self, id: WorkloadId, out: &mut Vec<Effect>) {
+    fn dispatch(&mut self, id: WorkloadId, now: Instant, out: &mut Vec<Effect>) {
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
@@ -633,6 +636,22 @@ impl Core {
                 tracing::warn!(workload = %id, output = %blocked.output, reason = %blocked.reason, "cannot compute stamp");
             }
         }
+        let unknown = desired
+            .blocked
+            .iter()
+            .any(|b| matches!(b.reason, BlockReason::Unknown { .. }));
+        let waiting_since = *record.unknown_since.get_or_insert(now);
+        if unknown && now.saturating_duration_since(waiting_since) < self.engine.max_delay {
+            // A source has not reported some input yet (start-up, a new
+            // reference): wait for it rather than write a partial stamp now and
+            // the rest a moment later. Its observation queues the workload again;
+            // after max_delay (a source that stays unreachable) what is known is
+            // written.
+            let retry = self.engine.max_delay - now.saturating_duration_since(waiting_since);
+            self.touch(id, now, Some(retry));
+            return;
+        }
+        record.unknown_since = None;
         let workload = record.current.to_workload();
         let patch = stamp::diff(&workload, specs, &desired);
         let sources = patch

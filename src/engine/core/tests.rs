@@ -571,3 +571,47 @@ fn a_workload_deleted_before_its_write_returns_is_forgotten() {
     assert_eq!(effects, [Effect::Untrack(mk_tracked("cfg"))]);
     assert_eq!((core.workload_count(), core.writes_in_flight()), (0, 0));
 }
+
+fn two_reference_workload() -> Workload {
+    let mut workload = mk_workload("web", "cfg", None);
+    workload
+        .annotations
+        .insert("nudge.dev/configmap-other".into(), "other".into());
+    workload
+}
+
+#[test]
+fn a_stamp_waits_for_inputs_no_source_has_reported_yet() {
+    let t0 = Instant::now();
+    let mut core = mk_core(mk_settings());
+    core.handle(
+        Input::workload(WorkloadEvent::Apply(two_reference_workload())),
+        t0,
+    );
+    core.handle(observed("cfg", "sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert!(writes(&effects).is_empty(), "`other` is not known yet");
+    core.handle(observed("other", "sha256-2"), t0 + secs(6));
+    let effects = core.handle(Input::Tick, t0 + secs(6) + DEBOUNCE);
+    let writes = writes(&effects);
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].patch.values.len(), 2, "one write with both");
+}
+
+#[test]
+fn a_source_that_never_reports_delays_the_other_outputs_by_max_delay_at_most() {
+    let t0 = Instant::now();
+    let mut core = mk_core(mk_settings());
+    core.handle(
+        Input::workload(WorkloadEvent::Apply(two_reference_workload())),
+        t0,
+    );
+    core.handle(observed("cfg", "sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    let retry = wake(&effects).expect("retried later");
+    assert_eq!(retry, t0 + DEBOUNCE + secs(60));
+    let effects = core.handle(Input::Tick, retry);
+    let writes = writes(&effects);
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].patch.values.len(), 1, "what is known");
+}
