@@ -381,6 +381,15 @@ type Annotations<'a> = BTreeMap<&'a str, &'a str>;
 impl Parser<'_> {
     fn finish(mut self) -> Dependencies {
         self.deps.stamps = self.stamps.build(&mut self.deps.errors);
+        if self.workload.id.kind.adopts_first_stamp() {
+            // A CronJob runs, a Job is recreated, when its template changes: the
+            // first stamp is adopted into metadata, never written there.
+            for spec in &mut self.deps.stamps {
+                if let Output::PodTemplateAnnotation(key) = &spec.output {
+                    spec.output = Output::Adopted(key.clone());
+                }
+            }
+        }
         self.deps
     }
 
@@ -741,7 +750,10 @@ impl<'a> Parser<'a> {
                 Algorithm::Reloader,
             )
         } else {
-            let output = Output::PodTemplateAnnotation(self.scheme.config_hash());
+            // Reloader had nothing on the pod template for this object yet:
+            // adopted without a rollout, written on the template at its first
+            // change (when Reloader would have added its env var).
+            let output = Output::Adopted(self.scheme.config_hash());
             (output, Combine::NativeHash, Algorithm::Native)
         };
         Contribution {
@@ -790,6 +802,8 @@ struct Group {
     combine: Combine,
     /// Set when contributions disagree on how to combine (a prefix clash).
     mixed: bool,
+    /// Every contribution asked for [`Output::Adopted`].
+    adopted: bool,
     annotations: BTreeSet<String>,
     objects: BTreeMap<ObjectId, Merged>,
 }
@@ -807,12 +821,21 @@ impl Stamps {
     /// Makes sure `output` is written even with no inputs (e.g. `auto` with nothing
     /// to discover: the stamp is the hash of nothing).
     fn declare(&mut self, output: &Output, combine: Combine, annotation: &str) -> &mut Group {
-        let group = self.0.entry(output.clone()).or_insert_with(|| Group {
+        // An adopted annotation and the same annotation on the pod template are
+        // one output (Reloader's fallback and `auto` share `config-hash`); it is
+        // adopted only when every contribution asks for adoption.
+        let (key, adopted) = match output {
+            Output::Adopted(k) => (Output::PodTemplateAnnotation(k.clone()), true),
+            other => (other.clone(), false),
+        };
+        let group = self.0.entry(key).or_insert_with(|| Group {
             combine,
             mixed: false,
+            adopted,
             annotations: BTreeSet::new(),
             objects: BTreeMap::new(),
         });
+        group.adopted &= adopted;
         group.mixed |= group.combine != combine;
         group.annotations.insert(annotation.to_owned());
         group
@@ -862,6 +885,10 @@ impl Stamps {
 
 impl Group {
     fn into_spec(self, output: Output) -> StampSpec {
+        let output = match output {
+            Output::PodTemplateAnnotation(key) if self.adopted => Output::Adopted(key),
+            other => other,
+        };
         let mut inputs = Vec::new();
         let mut origins = Vec::new();
         for ((source, namespace, name, algorithm), merged) in self.objects {

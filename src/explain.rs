@@ -623,6 +623,8 @@ fn output_kind(output: &Output) -> &'static str {
         Output::PodTemplateAnnotation(_) => "annotation",
         Output::PodTemplateAndWorkloadAnnotation(_) => "annotation+metadata",
         Output::ContainerEnv(_) => "env",
+        Output::WorkloadAnnotation(_) => "metadata",
+        Output::Adopted(_) => "annotation (adopted)",
     }
 }
 

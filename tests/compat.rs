@@ -149,7 +149,7 @@ async fn reloader_env_var_in_sync_is_not_patched_and_is_updated_in_place_after_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reloader_workload_without_env_var_gets_nudge_config_hash() {
+async fn reloader_workload_reloader_never_reloaded_is_adopted_without_a_rollout() {
     let cluster = TestCluster::start("reloader-new").await;
     cluster.put_configmap("plain", &[("a", "1")]).await;
     cluster
@@ -161,8 +161,30 @@ async fn reloader_workload_without_env_var_gets_nudge_config_hash() {
             plain_pod(),
         )
         .await;
+    let generation =
+        cluster.workload("Deployment", "fresh").await["metadata"]["generation"].clone();
     let nudge = cluster.start_nudge(cluster.nudge_config());
-    let first = wait_for_stamp(
+    // Adopted: the fingerprint is kept on the workload's own metadata; the pod
+    // template (what rolls pods) is untouched, as Reloader would have left it.
+    let adopted = wait_for("the adoption", WAIT, || async {
+        let workload = cluster.workload("Deployment", "fresh").await;
+        workload["metadata"]["annotations"]["nudge.dev/config-hash"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    let workload = cluster.workload("Deployment", "fresh").await;
+    assert_eq!(workload["metadata"]["generation"], generation, "no rollout");
+    assert!(
+        cluster
+            .template_annotations("Deployment", "fresh")
+            .await
+            .is_empty()
+    );
+
+    // The first change reaches the pod template: one rollout, as with Reloader.
+    cluster.put_configmap("plain", &[("a", "2")]).await;
+    let stamped = wait_for_stamp(
         &cluster,
         "Deployment",
         "fresh",
@@ -170,14 +192,11 @@ async fn reloader_workload_without_env_var_gets_nudge_config_hash() {
         None,
     )
     .await;
-    cluster.put_configmap("plain", &[("a", "2")]).await;
-    wait_for_stamp(
-        &cluster,
-        "Deployment",
-        "fresh",
-        "nudge.dev/config-hash",
-        Some(&first),
-    )
-    .await;
+    assert_ne!(stamped, adopted);
+    let workload = cluster.workload("Deployment", "fresh").await;
+    assert_eq!(
+        workload["metadata"]["annotations"]["nudge.dev/config-hash"],
+        stamped
+    );
     nudge.stop().await;
 }

@@ -68,6 +68,10 @@ struct KindInfo {
     template: TemplatePath,
     /// The `kind` metric label: the kind in lower case.
     label: String,
+    /// Whether a first stamp is adopted into metadata (see
+    /// [`Output::Adopted`](super::Output::Adopted)) because writing the template
+    /// has side effects (CronJob: a run; Job: a recreation).
+    adopt_first_stamp: bool,
 }
 
 static DEPLOYMENT: LazyLock<WorkloadKind> =
@@ -93,7 +97,28 @@ impl WorkloadKind {
             label: kind.to_ascii_lowercase(),
             kind,
             template,
+            adopt_first_stamp: false,
         }))
+    }
+
+    /// The same kind, adopting its first stamps into workload metadata instead of
+    /// writing them on the pod template (for kinds whose template change has side
+    /// effects).
+    pub fn adopting_first_stamp(self) -> Self {
+        let info = &self.0;
+        Self(Arc::new(KindInfo {
+            group: info.group.clone(),
+            version: info.version.clone(),
+            kind: info.kind.clone(),
+            template: info.template.clone(),
+            label: info.label.clone(),
+            adopt_first_stamp: true,
+        }))
+    }
+
+    /// Whether first stamps are adopted into workload metadata.
+    pub fn adopts_first_stamp(&self) -> bool {
+        self.0.adopt_first_stamp
     }
 
     /// `apps/v1` Deployment.

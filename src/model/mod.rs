@@ -368,6 +368,15 @@ pub enum Output {
     /// An environment variable already present in one or more containers of the pod
     /// template (Reloader's env-vars strategy); updated in place wherever it appears.
     ContainerEnv(String),
+    /// An annotation on the workload's own metadata only: changing it rolls
+    /// nothing. What an [`Output::Adopted`] output writes while it adopts.
+    WorkloadAnnotation(String),
+    /// An annotation adopted without a rollout: while the pod template does not
+    /// carry it, its value is kept on the workload's own metadata; the first
+    /// change after that writes it on both (and rolls). For workloads whose first
+    /// stamp must not roll or run anything: Reloader-managed workloads that
+    /// Reloader never reloaded, CronJobs, Jobs.
+    Adopted(String),
 }
 
 impl Output {
@@ -376,7 +385,9 @@ impl Output {
         match self {
             Self::PodTemplateAnnotation(k)
             | Self::PodTemplateAndWorkloadAnnotation(k)
-            | Self::ContainerEnv(k) => k,
+            | Self::ContainerEnv(k)
+            | Self::WorkloadAnnotation(k)
+            | Self::Adopted(k) => k,
         }
     }
 }
@@ -387,6 +398,8 @@ impl fmt::Display for Output {
             Self::PodTemplateAnnotation(k) => write!(f, "annotation {k}"),
             Self::PodTemplateAndWorkloadAnnotation(k) => write!(f, "annotation {k} (+metadata)"),
             Self::ContainerEnv(k) => write!(f, "env {k}"),
+            Self::WorkloadAnnotation(k) => write!(f, "annotation {k} (metadata)"),
+            Self::Adopted(k) => write!(f, "annotation {k} (adopted)"),
         }
     }
 }

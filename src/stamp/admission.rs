@@ -59,8 +59,12 @@ pub fn admission_patch(
             Output::PodTemplateAnnotation(key) => {
                 template.insert(key.clone(), value.clone());
             }
-            Output::PodTemplateAndWorkloadAnnotation(key) => {
+            // An adopted output reaches the renderer resolved; both, to be safe.
+            Output::PodTemplateAndWorkloadAnnotation(key) | Output::Adopted(key) => {
                 template.insert(key.clone(), value.clone());
+                workload.insert(key.clone(), value.clone());
+            }
+            Output::WorkloadAnnotation(key) => {
                 workload.insert(key.clone(), value.clone());
             }
             Output::ContainerEnv(name) => {

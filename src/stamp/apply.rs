@@ -26,8 +26,12 @@ pub fn apply_body(
             Output::PodTemplateAnnotation(key) => {
                 template_annotations.insert(key.clone(), value.clone());
             }
-            Output::PodTemplateAndWorkloadAnnotation(key) => {
+            // An adopted output reaches the renderer resolved; both, to be safe.
+            Output::PodTemplateAndWorkloadAnnotation(key) | Output::Adopted(key) => {
                 template_annotations.insert(key.clone(), value.clone());
+                workload_annotations.insert(key.clone(), value.clone());
+            }
+            Output::WorkloadAnnotation(key) => {
                 workload_annotations.insert(key.clone(), value.clone());
             }
             Output::ContainerEnv(name) => {

@@ -56,6 +56,13 @@ impl<'a> OutputKeys<'a> {
                 Output::ContainerEnv(name) => {
                     keys.env.insert(name);
                 }
+                Output::WorkloadAnnotation(key) => {
+                    keys.own.insert(key);
+                }
+                Output::Adopted(key) => {
+                    keys.template.insert(key);
+                    keys.own.insert(key);
+                }
             }
         }
         keys

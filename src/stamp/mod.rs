@@ -234,7 +234,7 @@ pub fn diff(
     specs: &[StampSpec],
     desired: &DesiredStamp,
 ) -> Option<StampPatch> {
-    let (changed, values) = plan(workload, None, specs, desired);
+    let (changed, values) = plan(workload, None, specs, desired, true);
     (!changed.is_empty()).then(|| StampPatch {
         id: workload.id.clone(),
         changed,
@@ -265,8 +265,11 @@ pub fn decide_admission(
     specs: &[StampSpec],
     desired: &DesiredStamp,
 ) -> AdmissionDecision {
-    let (_, values) = plan(incoming, stored, specs, desired);
-    let (changed, _) = plan(stored.unwrap_or(incoming), None, specs, desired);
+    // A new workload's pods start with the stamp on their template: adopting it
+    // into metadata would only roll them later.
+    let adopt = stored.is_some();
+    let (_, values) = plan(incoming, stored, specs, desired, adopt);
+    let (changed, _) = plan(stored.unwrap_or(incoming), None, specs, desired, adopt);
     let mut outputs: Vec<Output> = Vec::new();
     for spec in specs {
         if !outputs.contains(&spec.output) {
@@ -282,36 +285,101 @@ pub fn decide_admission(
 
 /// The one decision both renderers rest on: for each output, its value after the
 /// stamp (the desired one; for a blocked output the value `workload` holds, else
-/// `fallback`'s), and which outputs change on `workload`.
+/// `fallback`'s), and which outputs change on `workload`. The values are keyed by
+/// where they are written: an [`Output::Adopted`] output resolves to
+/// [`Output::WorkloadAnnotation`] while it adopts (when `adopt`: the controller,
+/// an UPDATE) and to [`Output::PodTemplateAndWorkloadAnnotation`] otherwise.
 fn plan(
     workload: &Workload,
     fallback: Option<&Workload>,
     specs: &[StampSpec],
     desired: &DesiredStamp,
+    adopt: bool,
 ) -> (Vec<Output>, BTreeMap<Output, String>) {
     let mut changed = Vec::new();
     let mut values = BTreeMap::new();
+    let mut seen: Vec<&Output> = Vec::new();
     for output in specs.iter().map(|spec| &spec.output) {
-        if values.contains_key(output) || changed.contains(output) {
+        if seen.contains(&output) {
             continue;
         }
-        let observed = observe(workload, output);
-        let value = match desired.values.get(output) {
-            Some(want) => {
-                if observed.consistent() != Some(want.as_str()) {
-                    changed.push(output.clone());
-                }
-                Some(want.as_str())
-            }
-            None => observed
-                .keep()
-                .or_else(|| fallback.and_then(|f| observe(f, output).consistent())),
+        seen.push(output);
+        let want = desired.values.get(output).map(String::as_str);
+        let (target, value, differs) = match output {
+            Output::Adopted(key) => plan_adopted(workload, fallback, key, want, adopt),
+            _ => plan_in_place(workload, fallback, output, want),
         };
+        if differs {
+            changed.push(output.clone());
+        }
         if let Some(value) = value {
-            values.insert(output.clone(), value.to_owned());
+            values.insert(target, value.to_owned());
         }
     }
     (changed, values)
+}
+
+/// An output written where it is: the desired value, or when blocked the value
+/// `workload` (else `fallback`) holds. Returns where, what, and whether it changes.
+fn plan_in_place<'a>(
+    workload: &'a Workload,
+    fallback: Option<&'a Workload>,
+    output: &Output,
+    want: Option<&'a str>,
+) -> (Output, Option<&'a str>, bool) {
+    let observed = observe(workload, output);
+    match want {
+        Some(want) => (
+            output.clone(),
+            Some(want),
+            observed.consistent() != Some(want),
+        ),
+        None => {
+            let keep = observed
+                .keep()
+                .or_else(|| fallback.and_then(|f| observe(f, output).consistent()));
+            (output.clone(), keep, false)
+        }
+    }
+}
+
+/// An [`Output::Adopted`] output: on the pod template once it is there; until
+/// then on the workload's metadata, so that adopting a workload rolls nothing and
+/// only a change of the adopted value reaches the pod template.
+fn plan_adopted<'a>(
+    workload: &'a Workload,
+    fallback: Option<&'a Workload>,
+    key: &str,
+    want: Option<&'a str>,
+    adopt: bool,
+) -> (Output, Option<&'a str>, bool) {
+    let both = Output::PodTemplateAndWorkloadAnnotation(key.to_owned());
+    let metadata = Output::WorkloadAnnotation(key.to_owned());
+    let held = |w: &'a Workload| {
+        (
+            w.template_annotations().get(key).map(String::as_str),
+            w.annotations.get(key).map(String::as_str),
+        )
+    };
+    let (template, own) = held(workload);
+    match want {
+        Some(want) => match (template, own) {
+            (Some(t), o) => (both, Some(want), t != want || o != Some(want)),
+            (None, Some(o)) if o == want => (metadata, Some(want), false),
+            (None, None) if adopt => (metadata, Some(want), true),
+            (None, _) => (both, Some(want), true),
+        },
+        None => {
+            let (template, own) = match (template, own, fallback) {
+                (None, None, Some(f)) => held(f),
+                _ => (template, own),
+            };
+            match (template, own) {
+                (Some(t), _) => (both, Some(t), false),
+                (None, o) => (metadata, o, false),
+            }
+        }
+    }
 }
 
 // === desired ===
@@ -500,6 +568,17 @@ fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
             }
         }
         Output::ContainerEnv(name) => observe_env(workload, name),
+        Output::WorkloadAnnotation(key) => match workload.annotations.get(key) {
+            Some(value) => Observed::Consistent(value),
+            None => Observed::Unset,
+        },
+        Output::Adopted(key) => {
+            let template = workload.template_annotations().get(key);
+            match template.or_else(|| workload.annotations.get(key)) {
+                Some(value) => Observed::Consistent(value),
+                None => Observed::Unset,
+            }
+        }
     }
 }
 

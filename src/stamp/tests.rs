@@ -726,3 +726,98 @@ fn current_outputs_diff_and_apply_like_the_full_workload() {
         "the cases must exercise the apply body: {patches}"
     );
 }
+
+// === adoption ===
+
+fn adopted_spec(tracked: &Tracked) -> StampSpec {
+    mk_spec(
+        Output::Adopted(HASH.to_owned()),
+        Combine::Single,
+        vec![mk_input(tracked, false)],
+    )
+}
+
+#[test]
+fn an_adopted_output_is_first_written_on_metadata_only() {
+    let cm = mk_cm("cfg");
+    let specs = [adopted_spec(&cm)];
+    let stamp = desired(&specs, &mk_store(&[(&cm, present("sha256-1"))]), false);
+    let patch = diff(&mk_annotated(&[]), &specs, &stamp).expect("adopted");
+    assert_eq!(patch.changed, [Output::Adopted(HASH.to_owned())]);
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([(
+            Output::WorkloadAnnotation(HASH.to_owned()),
+            "sha256-1".to_owned()
+        )])
+    );
+    // Adopted and unchanged: nothing to write.
+    let adopted = mk_workload(&[], &[(HASH, "sha256-1")], Vec::new(), Vec::new());
+    assert_eq!(diff(&adopted, &specs, &stamp), None);
+}
+
+#[test]
+fn a_change_after_adoption_reaches_the_pod_template() {
+    let cm = mk_cm("cfg");
+    let specs = [adopted_spec(&cm)];
+    let stamp = desired(&specs, &mk_store(&[(&cm, present("sha256-2"))]), false);
+    let adopted = mk_workload(&[], &[(HASH, "sha256-1")], Vec::new(), Vec::new());
+    let patch = diff(&adopted, &specs, &stamp).expect("changed");
+    let both = Output::PodTemplateAndWorkloadAnnotation(HASH.to_owned());
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([(both.clone(), "sha256-2".to_owned())])
+    );
+    // Once on the template it stays there, like any stamp.
+    let rolled = mk_workload(
+        &[(HASH, "sha256-2")],
+        &[(HASH, "sha256-2")],
+        Vec::new(),
+        Vec::new(),
+    );
+    assert_eq!(diff(&rolled, &specs, &stamp), None);
+    let stamp = desired(&specs, &mk_store(&[(&cm, present("sha256-3"))]), false);
+    let patch = diff(&rolled, &specs, &stamp).expect("changed again");
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([(both, "sha256-3".to_owned())])
+    );
+}
+
+#[test]
+fn a_blocked_adopted_output_keeps_where_it_is() {
+    let cm = mk_cm("cfg");
+    let other = mk_cm("other");
+    let specs = [adopted_spec(&cm), mk_checksum("other", &other)];
+    let store = mk_store(&[(&other, present("sha256-9"))]);
+    let stamp = desired(&specs, &store, false);
+    let adopted = mk_workload(&[], &[(HASH, "sha256-1")], Vec::new(), Vec::new());
+    let patch = diff(&adopted, &specs, &stamp).expect("the other output changes");
+    assert_eq!(
+        patch.values[&Output::WorkloadAnnotation(HASH.to_owned())],
+        "sha256-1",
+        "still owned, still only on metadata"
+    );
+}
+
+#[test]
+fn a_new_workload_under_admission_gets_an_adopted_output_on_its_template() {
+    let cm = mk_cm("cfg");
+    let specs = [adopted_spec(&cm)];
+    let stamp = desired(&specs, &mk_store(&[(&cm, present("sha256-1"))]), false);
+    let incoming = mk_annotated(&[]);
+    let created = decide_admission(&incoming, None, &specs, &stamp);
+    let both = Output::PodTemplateAndWorkloadAnnotation(HASH.to_owned());
+    assert_eq!(
+        created.values,
+        BTreeMap::from([(both, "sha256-1".to_owned())])
+    );
+    let updated = decide_admission(&incoming, Some(&incoming), &specs, &stamp);
+    assert_eq!(
+        updated.values,
+        BTreeMap::from([(
+            Output::WorkloadAnnotation(HASH.to_owned()),
+            "sha256-1".to_owned()
+        )])
+    );
+}
