@@ -65,6 +65,7 @@ const MIN_INTERVAL: &str = "min-interval";
 const IGNORE: &str = "ignore";
 const CONFIG_HASH: &str = "config-hash";
 const LAST_UPDATED: &str = "last-updated";
+const RUN_ON_CHANGE: &str = "run-on-change";
 const CHECKSUM_PREFIX: &str = "checksum-";
 
 /// Wave: `"true"` makes the workload Wave-managed.
@@ -142,6 +143,12 @@ impl AnnotationScheme {
     /// `<prefix>/ignore`: on a ConfigMap or Secret, see [`is_ignored`].
     pub fn ignore(&self) -> String {
         self.key(IGNORE)
+    }
+
+    /// `<prefix>/run-on-change`: on a CronJob, `"false"` stamps without starting
+    /// a Job when the stamp changes.
+    pub fn run_on_change(&self) -> String {
+        self.key(RUN_ON_CHANGE)
     }
 
     /// The `last-updated` annotations written on the workload's own metadata
@@ -466,6 +473,10 @@ impl Parser<'_> {
             EXCLUDE => self.exclude(key, value),
             DEBOUNCE => self.deps.debounce = Some(parse_duration(key, value)?),
             MIN_INTERVAL => self.deps.min_interval = Some(parse_duration(key, value)?),
+            // Read by the CronJob target; checked here so a typo is reported.
+            RUN_ON_CHANGE => {
+                parse_bool(key, value)?;
+            }
             IGNORE | CONFIG_HASH | LAST_UPDATED => {}
             _ if name.starts_with(CHECKSUM_PREFIX) => {}
             _ => self.explicit(key, name, value)?,

@@ -140,7 +140,7 @@ async fn explain(
     };
     let Some(kind) = nudge::explain::resolve_kind(kind_name, config) else {
         eprintln!(
-            "nudge explain: unknown kind {kind_name:?} (deployment, statefulset, daemonset, rollout, or a [[targets]] kind)"
+            "nudge explain: unknown kind {kind_name:?} (deployment, statefulset, daemonset, cronjob, job, rollout, or a [[targets]] kind)"
         );
         return ExitCode::from(2);
     };

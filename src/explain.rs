@@ -797,7 +797,7 @@ pub enum ExplainError {
     /// The kind is not one nudge stamps (built in, Argo Rollouts, or a
     /// `[[targets]]` entry).
     #[error(
-        "unknown kind {0:?} (deployment, statefulset, daemonset, rollout, or a [[targets]] kind)"
+        "unknown kind {0:?} (deployment, statefulset, daemonset, cronjob, job, rollout, or a [[targets]] kind)"
     )]
     UnknownKind(String),
     /// The kind is not served by the API server (its CRD is not installed).
@@ -828,6 +828,11 @@ pub fn resolve_kind(name: &str, config: &Config) -> Option<TargetConfig> {
         "statefulset" | "statefulsets" | "sts" => Some(entry("apps", "v1", "StatefulSet")),
         "daemonset" | "daemonsets" | "ds" => Some(entry("apps", "v1", "DaemonSet")),
         "rollout" | "rollouts" | "ro" => Some(entry("argoproj.io", "v1alpha1", "Rollout")),
+        "cronjob" | "cronjobs" | "cj" => Some(TargetConfig {
+            template: "spec.jobTemplate.spec.template".into(),
+            ..entry("batch", "v1", "CronJob")
+        }),
+        "job" | "jobs" => Some(entry("batch", "v1", "Job")),
         _ => config
             .targets
             .iter()
@@ -857,6 +862,10 @@ pub async fn explain(
         .map_err(|_| ExplainError::UnknownKind(kind.kind.clone()))?;
     let builtin = builtin_kinds()
         .into_iter()
+        .chain([
+            (crate::targets::cron_job_kind(), "cronjobs"),
+            (crate::targets::job_kind(), "jobs"),
+        ])
         .find(|(k, _)| k.group() == kind.group && k.as_str() == kind.kind);
     let target = match builtin {
         Some((builtin, plural)) => {

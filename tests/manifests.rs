@@ -573,6 +573,22 @@ const ALLOWED: &[Allowed] = &[
         cluster: false,
     },
     Allowed {
+        group: "batch",
+        resources: &["cronjobs"],
+        verbs: &["get", "list", "watch", "patch"],
+        names: None,
+        own_namespace: false,
+        cluster: false,
+    },
+    Allowed {
+        group: "batch",
+        resources: &["jobs"],
+        verbs: &["get", "list", "watch", "patch", "create", "delete"],
+        names: None,
+        own_namespace: false,
+        cluster: false,
+    },
+    Allowed {
         group: "argoproj.io",
         resources: &["rollouts"],
         verbs: &["get", "list", "watch", "patch"],

@@ -22,7 +22,9 @@ use crate::scope::NamespaceScope;
 use crate::sources::consul::SettingsError;
 use crate::sources::secret::{KeyError, installation_key};
 use crate::sources::{ObjectSourceSettings, Source};
-use crate::targets::{KubeTarget, Target, TargetSettings, TargetSetupError, builtin_kinds};
+use crate::targets::{
+    CronJobTarget, JobTarget, KubeTarget, Target, TargetSettings, TargetSetupError, builtin_kinds,
+};
 use crate::webhook::{self, Admission, AdmissionParts, AdmissionSettings, WebhookError};
 
 pub mod admin;
@@ -409,7 +411,8 @@ impl Controller {
     }
 }
 
-/// Every target: the built-in kinds, Argo Rollouts when served, the `[[targets]]`
+/// Every target: the built-in kinds (Deployment, StatefulSet, DaemonSet, CronJob,
+/// Job), Argo Rollouts when served, the `[[targets]]`
 /// entries the API server serves, and the custom ones (which win for their kind).
 /// Kinds that are not served are logged and noted in `/ready`, once.
 pub async fn targets(
@@ -432,6 +435,15 @@ pub async fn targets(
             )) as Arc<dyn Target>
         })
         .collect();
+    let batch: [Arc<dyn Target>; 2] = [
+        Arc::new(CronJobTarget::new(client.clone(), settings.clone())),
+        Arc::new(JobTarget::new(client.clone(), settings.clone())),
+    ];
+    targets.extend(
+        batch
+            .into_iter()
+            .filter(|target| !custom_kinds.contains(target.kind())),
+    );
     let (group, version, kind) = ARGO_ROLLOUT;
     let mut wanted = vec![(
         TargetConfig {

@@ -242,6 +242,21 @@ pub fn diff(
     })
 }
 
+/// Whether writing `patch` changes `workload`'s pod template (and so rolls its
+/// pods, runs a CronJob, or must recreate a Job), not only its metadata.
+pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
+    patch.values.iter().any(|(output, value)| {
+        let on_template = match output {
+            Output::PodTemplateAnnotation(key)
+            | Output::PodTemplateAndWorkloadAnnotation(key)
+            | Output::Adopted(key) => workload.template_annotations().get(key).map(String::as_str),
+            Output::ContainerEnv(_) => observe(workload, output).consistent(),
+            Output::WorkloadAnnotation(_) => return false,
+        };
+        on_template != Some(value.as_str())
+    })
+}
+
 /// The admission webhook's decision on an object under review (design §6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionDecision {

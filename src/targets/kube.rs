@@ -138,6 +138,50 @@ impl KubeTarget {
         })
     }
 
+    /// Server-side applies `patch` and returns the object as stored afterwards
+    /// (`None`: the workload no longer exists). For targets that build on this one
+    /// and need more of the object than a [`Workload`].
+    pub async fn apply_object(
+        &self,
+        current: &Workload,
+        patch: &StampPatch,
+    ) -> Result<Option<DynamicObject>, TargetError> {
+        let id = &current.id;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let body = stamp::apply_body(current, patch, &self.settings.scheme, &now);
+        let params = PatchParams::apply(&self.settings.field_manager).force();
+        let api = self.api(Some(&id.namespace));
+        match api.patch(&id.name, &params, &Patch::Apply(&body)).await {
+            Ok(obj) => Ok(Some(obj)),
+            Err(error) if is_status(&error, 404) => Ok(None),
+            // Apply is an upsert: on a workload deleted meanwhile the server tries to
+            // create it from the partial body and answers 422.
+            Err(error) if is_status(&error, 422) => match self.get_object(id).await? {
+                None => Ok(None),
+                Some(_) => Err(classify(id, error)),
+            },
+            Err(error) => Err(classify(id, error)),
+        }
+    }
+
+    /// Reads the whole object of `id` now.
+    pub async fn get_object(&self, id: &WorkloadId) -> Result<Option<DynamicObject>, TargetError> {
+        self.api(Some(&id.namespace))
+            .get_opt(&id.name)
+            .await
+            .map_err(|e| classify(id, e))
+    }
+
+    /// The settings this target writes with.
+    pub fn settings(&self) -> &TargetSettings {
+        &self.settings
+    }
+
+    /// Reads a [`Workload`] of this target's kind from an object it returned.
+    pub fn workload_of(&self, object: DynamicObject) -> Option<Workload> {
+        self.workload(object)
+    }
+
     /// The plural resource name the target uses (`deployments`, `rollouts`).
     pub fn plural(&self) -> &str {
         &self.resource.plural
@@ -197,7 +241,9 @@ fn to_value(mut object: DynamicObject) -> Value {
     value
 }
 
-fn classify(id: &WorkloadId, error: kube::Error) -> TargetError {
+/// A kube error as a [`TargetError`]: 409 conflict, 429/5xx/transport transient,
+/// anything else a rejection.
+pub(crate) fn classify(id: &WorkloadId, error: kube::Error) -> TargetError {
     match error {
         kube::Error::Api(status) => {
             let message = status.message.clone();
@@ -261,24 +307,12 @@ impl Target for KubeTarget {
         current: &Workload,
         patch: &StampPatch,
     ) -> Result<ApplyOutcome, TargetError> {
-        let id = &current.id;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let body = stamp::apply_body(current, patch, &self.settings.scheme, &now);
-        let params = PatchParams::apply(&self.settings.field_manager).force();
-        let api = self.api(Some(&id.namespace));
-        match api.patch(&id.name, &params, &Patch::Apply(&body)).await {
-            Ok(obj) => Ok(self
+        Ok(match self.apply_object(current, patch).await? {
+            Some(obj) => self
                 .workload(obj)
-                .map_or(ApplyOutcome::Gone, |w| ApplyOutcome::Applied(Box::new(w)))),
-            Err(error) if is_status(&error, 404) => Ok(ApplyOutcome::Gone),
-            // Apply is an upsert: on a workload deleted meanwhile the server tries to
-            // create it from the partial body and answers 422.
-            Err(error) if is_status(&error, 422) => match self.get(id).await? {
-                None => Ok(ApplyOutcome::Gone),
-                Some(_) => Err(classify(id, error)),
-            },
-            Err(error) => Err(classify(id, error)),
-        }
+                .map_or(ApplyOutcome::Gone, |w| ApplyOutcome::Applied(Box::new(w))),
+            None => ApplyOutcome::Gone,
+        })
     }
 
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {

@@ -20,8 +20,10 @@ use crate::health::{WatchHealth, WatchReady};
 use crate::model::{Workload, WorkloadId, WorkloadKind};
 use crate::stamp::StampPatch;
 
+mod batch;
 mod kube;
 
+pub use self::batch::{CronJobTarget, JobTarget, cron_job_kind, job_kind};
 pub use self::kube::{KubeTarget, TargetSettings, TargetSetupError, builtin_kinds};
 
 /// One watch stream of a target: a kind, in one namespace or all of them.
