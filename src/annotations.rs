@@ -46,8 +46,8 @@ use k8s_openapi::api::core::v1::PodSpec;
 use crate::discovery::{self, Discovered};
 use crate::fingerprint::{self, Algorithm, ObjectKind};
 use crate::model::{
-    Combine, Input, KeySelection, MAX_ANNOTATION_NAME_LEN, NameError, Origin, Output, Reference,
-    Scope, Slot, SourceCatalog, SourceName, StampSpec, Tracked, Workload,
+    Combine, Gate, Input, KeySelection, MAX_ANNOTATION_NAME_LEN, NameError, Origin, Output,
+    Reference, Scope, Slot, SourceCatalog, SourceName, StampSpec, Tracked, Workload,
 };
 
 // === names ===
@@ -97,6 +97,23 @@ pub const RELOADER_CONFIGMAP_RELOAD: &str = "configmap.reloader.stakater.com/rel
 pub const RELOADER_SECRET_RELOAD: &str = "secret.reloader.stakater.com/reload";
 /// Reloader: `"true"` on a ConfigMap or Secret makes its changes stamp nothing.
 pub const RELOADER_IGNORE: &str = "reloader.stakater.com/ignore";
+/// Reloader: on the workload, `"true"` tracks only referenced objects that carry
+/// [`RELOADER_MATCH`].
+pub const RELOADER_SEARCH: &str = "reloader.stakater.com/search";
+/// Reloader: on a ConfigMap or Secret, `"true"` lets `search` workloads follow it.
+pub const RELOADER_MATCH: &str = "reloader.stakater.com/match";
+/// Reloader: on the workload's own metadata, ConfigMaps never to reload for.
+pub const RELOADER_CONFIGMAPS_EXCLUDE: &str = "configmaps.exclude.reloader.stakater.com/reload";
+/// Reloader: on the workload's own metadata, Secrets never to reload for.
+pub const RELOADER_SECRETS_EXCLUDE: &str = "secrets.exclude.reloader.stakater.com/reload";
+/// Reloader: a Go duration; Reloader pauses the Deployment that long after a
+/// change. nudge waits that long (debounce and ceiling) and rolls once.
+pub const RELOADER_PAUSE_PERIOD: &str = "deployment.reloader.stakater.com/pause-period";
+/// Reloader: `restart` patches an Argo Rollout's `spec.restartAt` instead of its
+/// template.
+pub const RELOADER_ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
+/// Reloader's annotations strategy: the pod-template annotation it writes.
+pub const RELOADER_LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
 
 /// The native annotation prefix in use (`nudge.dev` unless configured otherwise),
 /// and the one place that spells nudge's annotation names.
@@ -104,6 +121,9 @@ pub const RELOADER_IGNORE: &str = "reloader.stakater.com/ignore";
 pub struct AnnotationScheme {
     /// The prefix before `/`, e.g. `nudge.dev`.
     pub prefix: String,
+    /// Reloader's `--auto-reload-all`: a workload that no other scheme manages is
+    /// Reloader-`auto` unless it opts out (`reloader.stakater.com/auto: "false"`).
+    pub reloader_auto_all: bool,
 }
 
 impl Default for AnnotationScheme {
@@ -117,7 +137,14 @@ impl AnnotationScheme {
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
+            reloader_auto_all: false,
         }
+    }
+
+    /// The same scheme with Reloader's `--auto-reload-all` on or off.
+    pub fn with_reloader_auto_all(mut self, on: bool) -> Self {
+        self.reloader_auto_all = on;
+        self
     }
 
     /// `<prefix>/<name>`.
@@ -282,6 +309,27 @@ pub enum AnnotationError {
         /// The contested annotation or env var name.
         output: String,
     },
+    /// The value is not one the annotation allows.
+    #[error("annotation {key}: invalid value {value:?}: expected {expected}")]
+    InvalidValue {
+        /// The annotation key.
+        key: String,
+        /// The start of the rejected value.
+        value: String,
+        /// What is allowed.
+        expected: &'static str,
+    },
+    /// Another tool's setting nudge does not emulate; the message says what nudge
+    /// does instead.
+    #[error("annotation {key}: {value:?} is not supported: {instead}")]
+    Unsupported {
+        /// The annotation key.
+        key: String,
+        /// The value.
+        value: String,
+        /// What nudge does instead.
+        instead: &'static str,
+    },
 }
 
 impl AnnotationError {
@@ -297,6 +345,8 @@ impl AnnotationError {
             Self::InvalidDuration { .. } => "bad_duration",
             Self::InvalidListItem { .. } => "bad_list_item",
             Self::DuplicateOutput { .. } => "duplicate_slot",
+            Self::InvalidValue { .. } => "bad_value",
+            Self::Unsupported { .. } => "unsupported",
         }
     }
 
@@ -311,7 +361,9 @@ impl AnnotationError {
             | Self::InvalidBool { key, .. }
             | Self::InvalidDuration { key, .. }
             | Self::InvalidListItem { key, .. }
-            | Self::DuplicateOutput { key, .. } => key,
+            | Self::DuplicateOutput { key, .. }
+            | Self::InvalidValue { key, .. }
+            | Self::Unsupported { key, .. } => key,
         }
     }
 }
@@ -329,6 +381,9 @@ pub struct Dependencies {
     pub debounce: Option<Duration>,
     /// `<prefix>/min-interval`, when set and valid.
     pub min_interval: Option<Duration>,
+    /// The ceiling of the debounce window, when the workload sets one (Reloader's
+    /// `pause-period`).
+    pub max_delay: Option<Duration>,
     /// Objects `<prefix>/exclude` drops from `auto` discovery (whole-object
     /// references in the workload's namespace).
     pub excluded: BTreeSet<Reference>,
@@ -684,15 +739,85 @@ struct ReloaderObject {
     optional: bool,
     origins: Vec<Origin>,
     annotation: &'static str,
+    gate: Gate,
 }
 
 impl<'a> Parser<'a> {
     fn reloader(&mut self, annotations: &Annotations<'_>) {
+        self.reloader_settings(annotations);
+        let excluded = self.reloader_excluded();
         let mut objects = self.reloader_auto(annotations);
+        objects.extend(self.reloader_lists(annotations));
+        objects.extend(self.reloader_search(annotations));
+        objects.retain(|o| !excluded.contains(&(o.kind, o.name.clone())));
+        let env_vars = self.env_var_names();
+        for object in objects {
+            let contribution = self.reloader_contribution(object, &env_vars);
+            self.stamps.add(contribution);
+        }
+    }
+
+    /// `pause-period` (nudge's debounce and ceiling) and `rollout-strategy`.
+    fn reloader_settings(&mut self, annotations: &Annotations<'_>) {
+        if let Some(value) = annotations.get(RELOADER_PAUSE_PERIOD) {
+            match parse_go_duration(RELOADER_PAUSE_PERIOD, value) {
+                // Reloader pauses the Deployment for the period after the first
+                // change and resumes it with whatever changed meanwhile: one
+                // rollout at the end of the period.
+                Ok(period) if self.deps.debounce.is_none() => {
+                    self.deps.debounce = Some(period);
+                    self.deps.max_delay = Some(period);
+                }
+                Ok(_) => {}
+                Err(error) => self.deps.errors.push(error),
+            }
+        }
+        match annotations.get(RELOADER_ROLLOUT_STRATEGY).copied() {
+            None | Some("rollout") => {}
+            Some("restart") => self.deps.errors.push(AnnotationError::Unsupported {
+                key: RELOADER_ROLLOUT_STRATEGY.to_owned(),
+                value: "restart".to_owned(),
+                instead: "nudge rolls the Rollout through its pod template, as the default \"rollout\" strategy does; remove the annotation",
+            }),
+            Some(other) => self.deps.errors.push(AnnotationError::InvalidValue {
+                key: RELOADER_ROLLOUT_STRATEGY.to_owned(),
+                value: excerpt(other),
+                expected: "\"rollout\" or \"restart\"",
+            }),
+        }
+    }
+
+    /// Objects the exclude lists drop from every Reloader mode. Read from the
+    /// workload's own metadata only, as Reloader does.
+    fn reloader_excluded(&mut self) -> BTreeSet<(ObjectKind, String)> {
+        let lists = [
+            (RELOADER_CONFIGMAPS_EXCLUDE, ObjectKind::ConfigMap),
+            (RELOADER_SECRETS_EXCLUDE, ObjectKind::Secret),
+        ];
+        let mut excluded = BTreeSet::new();
+        for (key, kind) in lists {
+            let Some(value) = self.workload.annotations.get(key) else {
+                continue;
+            };
+            for item in split_list(value) {
+                match check_object_name(item) {
+                    Ok(()) => {
+                        excluded.insert((kind, item.to_owned()));
+                    }
+                    Err(reason) => self.deps.errors.push(invalid_item(key, item, reason)),
+                }
+            }
+        }
+        excluded
+    }
+
+    /// `configmap.reloader.stakater.com/reload` and `secret.…/reload`.
+    fn reloader_lists(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
         let lists = [
             (RELOADER_CONFIGMAP_RELOAD, ObjectKind::ConfigMap),
             (RELOADER_SECRET_RELOAD, ObjectKind::Secret),
         ];
+        let mut objects = Vec::new();
         for (key, kind) in lists {
             let Some(value) = annotations.get(key) else {
                 continue;
@@ -705,30 +830,49 @@ impl<'a> Parser<'a> {
                         optional: false,
                         origins: vec![Origin::Annotation(key.to_owned())],
                         annotation: key,
+                        gate: Gate::Always,
                     }),
                     Err(reason) => self.deps.errors.push(invalid_item(key, item, reason)),
                 }
             }
         }
-        let env_vars = self.env_var_names();
-        for object in objects {
-            let contribution = self.reloader_contribution(object, &env_vars);
-            self.stamps.add(contribution);
-        }
+        objects
     }
 
-    /// Objects selected by the three Reloader `auto` annotations.
+    /// `reloader.stakater.com/search: "true"`: referenced objects, counted only
+    /// while they carry `reloader.stakater.com/match: "true"`.
+    fn reloader_search(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
+        if !self.flag(annotations, RELOADER_SEARCH) {
+            return Vec::new();
+        }
+        self.referenced(RELOADER_SEARCH, Gate::ReloaderMatch, |_| true)
+    }
+
+    /// Objects selected by the Reloader `auto` annotations, or by
+    /// `--auto-reload-all` (the scheme's `reloader_auto_all`) on a workload that
+    /// sets none of them and that no other scheme manages. Values are read as Go's
+    /// `strconv.ParseBool` does, as Reloader reads them.
     fn reloader_auto(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
-        let all = self.flag(annotations, RELOADER_AUTO);
-        let configmaps = self.flag(annotations, RELOADER_CONFIGMAP_AUTO);
-        let secrets = self.flag(annotations, RELOADER_SECRET_AUTO);
-        let enabled_by = |kind| match kind {
+        let all = self.go_flag(annotations, RELOADER_AUTO);
+        let configmaps = self.go_flag(annotations, RELOADER_CONFIGMAP_AUTO);
+        let secrets = self.go_flag(annotations, RELOADER_SECRET_AUTO);
+        let unset = |key: &str| annotations.get(key).is_none_or(|v| v.is_empty());
+        let by_default = self.scheme.reloader_auto_all && self.stamps.0.is_empty();
+        let default_for = |typed: &str| unset(RELOADER_AUTO) && unset(typed) && by_default;
+        let configmaps_by_default = default_for(RELOADER_CONFIGMAP_AUTO);
+        let secrets_by_default = default_for(RELOADER_SECRET_AUTO);
+        let enabled_by = move |kind| match kind {
             _ if all => Some(RELOADER_AUTO),
-            ObjectKind::ConfigMap if configmaps => Some(RELOADER_CONFIGMAP_AUTO),
-            ObjectKind::Secret if secrets => Some(RELOADER_SECRET_AUTO),
+            ObjectKind::ConfigMap if configmaps || configmaps_by_default => {
+                Some(RELOADER_CONFIGMAP_AUTO)
+            }
+            ObjectKind::Secret if secrets || secrets_by_default => Some(RELOADER_SECRET_AUTO),
             _ => None,
         };
-        if !(all || configmaps || secrets) {
+        if [ObjectKind::ConfigMap, ObjectKind::Secret]
+            .iter()
+            .all(|kind| enabled_by(*kind).is_none())
+        {
             return Vec::new();
         }
         self.discover(discovery::native)
@@ -740,9 +884,50 @@ impl<'a> Parser<'a> {
                     name: found.name,
                     optional: found.optional,
                     origins: found.origins.into_iter().map(Origin::Discovered).collect(),
+                    gate: Gate::Always,
                 })
             })
             .collect()
+    }
+
+    /// Every object the pod spec references that `select` keeps, for `annotation`.
+    fn referenced(
+        &self,
+        annotation: &'static str,
+        gate: Gate,
+        select: impl Fn(ObjectKind) -> bool,
+    ) -> Vec<ReloaderObject> {
+        self.discover(discovery::native)
+            .into_iter()
+            .filter(|found| select(found.kind))
+            .map(|found| ReloaderObject {
+                annotation,
+                kind: found.kind,
+                name: found.name,
+                optional: found.optional,
+                origins: found.origins.into_iter().map(Origin::Discovered).collect(),
+                gate,
+            })
+            .collect()
+    }
+
+    /// A yes/no annotation of Reloader's, read as Go's `strconv.ParseBool`;
+    /// anything else is reported and counts as no.
+    fn go_flag(&mut self, annotations: &Annotations<'_>, key: &str) -> bool {
+        let Some(value) = annotations.get(key) else {
+            return false;
+        };
+        match *value {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+            "0" | "f" | "F" | "FALSE" | "false" | "False" | "" => false,
+            other => {
+                self.deps.errors.push(AnnotationError::InvalidBool {
+                    key: key.to_owned(),
+                    value: excerpt(other),
+                });
+                false
+            }
+        }
     }
 
     /// Reloader's env var when the pod template already carries it, nudge's
@@ -771,7 +956,7 @@ impl<'a> Parser<'a> {
             output,
             combine,
             annotation: object.annotation.to_owned(),
-            tracked: Tracked::new(reference, algorithm),
+            tracked: Tracked::new(reference, algorithm).gated(object.gate),
             optional: object.optional,
             origins: object.origins,
         }
@@ -820,7 +1005,7 @@ struct Group {
 }
 
 /// A reference without its key selection, plus the algorithm.
-type ObjectId = (SourceName, Option<String>, String, Algorithm);
+type ObjectId = (SourceName, Option<String>, String, Algorithm, Gate);
 
 struct Merged {
     keys: KeySelection,
@@ -862,7 +1047,7 @@ impl Stamps {
         } = c.tracked.reference;
         let merged = group
             .objects
-            .entry((source, namespace, name, c.tracked.algorithm))
+            .entry((source, namespace, name, c.tracked.algorithm, c.tracked.gate))
             .or_insert_with(|| Merged {
                 keys: keys.clone(),
                 optional: c.optional,
@@ -902,7 +1087,7 @@ impl Group {
         };
         let mut inputs = Vec::new();
         let mut origins = Vec::new();
-        for ((source, namespace, name, algorithm), merged) in self.objects {
+        for ((source, namespace, name, algorithm, gate), merged) in self.objects {
             let reference = Reference {
                 source,
                 namespace,
@@ -911,7 +1096,7 @@ impl Group {
             };
             origins.extend(merged.origins.into_iter().map(|o| (reference.clone(), o)));
             inputs.push(Input {
-                tracked: Tracked::new(reference, algorithm),
+                tracked: Tracked::new(reference, algorithm).gated(gate),
                 optional: merged.optional,
             });
         }
@@ -955,6 +1140,51 @@ fn parse_duration(key: &str, value: &str) -> Result<Duration, AnnotationError> {
         value: excerpt(value),
         error,
     })
+}
+
+/// A Go duration (`300ms`, `1.5h`, `2h45m`), as Reloader's `time.ParseDuration`
+/// reads it; humantime's forms are accepted too.
+fn parse_go_duration(key: &str, value: &str) -> Result<Duration, AnnotationError> {
+    if let Some(duration) = go_duration(value) {
+        return Ok(duration);
+    }
+    parse_duration(key, value)
+}
+
+/// Go's duration grammar: an optional `+`, then one or more decimal numbers (with
+/// an optional fraction), each followed by a unit (`ns`, `us`, `µs`, `ms`, `s`,
+/// `m`, `h`). `0` alone is zero.
+fn go_duration(value: &str) -> Option<Duration> {
+    let mut rest = value.strip_prefix('+').unwrap_or(value);
+    if rest == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = 0.0_f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += number * seconds;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 /// Items of a comma list, trimmed; empty items (a trailing comma) are skipped.
@@ -1875,11 +2105,199 @@ mod tests {
 
     #[test]
     fn reloader_garbage_auto_value_is_reported() {
-        let deps = parse(&mk_annotated(&[("reloader.stakater.com/auto", "TRUE")]));
+        let deps = parse(&mk_annotated(&[("reloader.stakater.com/auto", "yes")]));
         assert!(deps.stamps.is_empty());
         assert_eq!(
             categories(&deps),
             vec![("reloader.stakater.com/auto", "bad_bool")]
+        );
+    }
+
+    fn mk_reloader_pod() -> PodSpec {
+        mk_pod(
+            vec![mk_cm_volume("app", &[]), mk_cm_volume("flags", &[])],
+            vec![mk_container("app", &["db"], vec![])],
+            vec![],
+        )
+    }
+
+    #[test]
+    fn reloader_auto_values_read_as_go_parse_bool() {
+        for value in ["1", "t", "T", "TRUE", "true", "True"] {
+            let deps = parse(&mk_workload(
+                &[("reloader.stakater.com/auto", value)],
+                &[],
+                mk_reloader_pod(),
+            ));
+            assert!(deps.errors.is_empty(), "{value}: {:?}", deps.errors);
+            assert_eq!(
+                inputs(stamp(&deps, "nudge.dev/config-hash")).len(),
+                3,
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn reloader_exclude_lists_drop_objects_from_every_mode() {
+        let deps = parse(&mk_workload(
+            &[
+                ("reloader.stakater.com/auto", "true"),
+                (
+                    "configmaps.exclude.reloader.stakater.com/reload",
+                    " flags , other",
+                ),
+                ("secrets.exclude.reloader.stakater.com/reload", "db"),
+            ],
+            &[],
+            mk_reloader_pod(),
+        ));
+        assert_eq!(
+            inputs(stamp(&deps, "nudge.dev/config-hash")),
+            vec!["configmap/shop/app (native)"]
+        );
+        // On the pod template they are not Reloader's exclude lists.
+        let deps = parse(&mk_workload(
+            &[("reloader.stakater.com/auto", "true")],
+            &[("secrets.exclude.reloader.stakater.com/reload", "db")],
+            mk_reloader_pod(),
+        ));
+        assert_eq!(inputs(stamp(&deps, "nudge.dev/config-hash")).len(), 3);
+    }
+
+    #[test]
+    fn auto_reload_all_makes_unannotated_workloads_auto_unless_they_opt_out() {
+        let scheme = AnnotationScheme::default().with_reloader_auto_all(true);
+        let plain = mk_workload(&[], &[], mk_reloader_pod());
+        let deps = dependencies(&plain, &scheme, &mk_catalog());
+        let spec = stamp(&deps, "nudge.dev/config-hash");
+        assert_eq!(spec.output, Output::Adopted("nudge.dev/config-hash".into()));
+        assert_eq!(inputs(spec).len(), 3);
+
+        let opted_out = mk_workload(
+            &[("reloader.stakater.com/auto", "false")],
+            &[],
+            mk_reloader_pod(),
+        );
+        assert!(
+            dependencies(&opted_out, &scheme, &mk_catalog())
+                .stamps
+                .is_empty()
+        );
+        // A typed annotation set to false opts that kind out only.
+        let secrets_out = mk_workload(
+            &[("secret.reloader.stakater.com/auto", "false")],
+            &[],
+            mk_reloader_pod(),
+        );
+        let deps = dependencies(&secrets_out, &scheme, &mk_catalog());
+        assert_eq!(
+            inputs(stamp(&deps, "nudge.dev/config-hash")),
+            vec![
+                "configmap/shop/app (native)",
+                "configmap/shop/flags (native)"
+            ]
+        );
+        // Workloads another scheme manages are left to it.
+        let wave = mk_workload(
+            &[("wave.pusher.com/update-on-config-change", "true")],
+            &[],
+            mk_reloader_pod(),
+        );
+        let deps = dependencies(&wave, &scheme, &mk_catalog());
+        assert!(
+            deps.stamps
+                .iter()
+                .all(|s| s.output.key() != "nudge.dev/config-hash")
+        );
+        // Without the setting nothing happens.
+        assert!(parse(&plain).stamps.is_empty());
+    }
+
+    #[test]
+    fn reloader_search_tracks_referenced_objects_gated_by_match() {
+        let deps = parse(&mk_workload(
+            &[("reloader.stakater.com/search", "true")],
+            &[],
+            mk_reloader_pod(),
+        ));
+        let spec = stamp(&deps, "nudge.dev/config-hash");
+        assert_eq!(
+            inputs(spec),
+            vec![
+                "configmap/shop/app (native) while matched",
+                "configmap/shop/flags (native) while matched",
+                "secret/shop/db (native) while matched",
+            ]
+        );
+        assert!(
+            spec.inputs
+                .iter()
+                .all(|i| i.tracked.gate == Gate::ReloaderMatch)
+        );
+    }
+
+    #[test]
+    fn reloader_pause_period_is_the_debounce_and_its_ceiling() {
+        for (value, secs) in [
+            ("30s", 30.0),
+            ("5m", 300.0),
+            ("1h30m", 5400.0),
+            ("1.5h", 5400.0),
+            ("500ms", 0.5),
+        ] {
+            let deps = parse(&mk_annotated(&[(
+                "deployment.reloader.stakater.com/pause-period",
+                value,
+            )]));
+            assert!(deps.errors.is_empty(), "{value}: {:?}", deps.errors);
+            assert_eq!(
+                deps.debounce,
+                Some(Duration::from_secs_f64(secs)),
+                "{value}"
+            );
+            assert_eq!(deps.max_delay, deps.debounce);
+        }
+        let deps = parse(&mk_annotated(&[(
+            "deployment.reloader.stakater.com/pause-period",
+            "soon",
+        )]));
+        assert_eq!(
+            categories(&deps),
+            vec![(
+                "deployment.reloader.stakater.com/pause-period",
+                "bad_duration"
+            )]
+        );
+    }
+
+    #[test]
+    fn reloader_rollout_strategy_restart_is_answered_with_what_nudge_does_instead() {
+        let deps = parse(&mk_annotated(&[(
+            "reloader.stakater.com/rollout-strategy",
+            "restart",
+        )]));
+        assert_eq!(
+            categories(&deps),
+            vec![("reloader.stakater.com/rollout-strategy", "unsupported")]
+        );
+        assert!(
+            deps.errors[0].to_string().contains("pod template"),
+            "{}",
+            deps.errors[0]
+        );
+        let deps = parse(&mk_annotated(&[(
+            "reloader.stakater.com/rollout-strategy",
+            "rollout",
+        )]));
+        assert!(deps.errors.is_empty());
+        let deps = parse(&mk_annotated(&[(
+            "reloader.stakater.com/rollout-strategy",
+            "blue",
+        )]));
+        assert_eq!(
+            categories(&deps),
+            vec![("reloader.stakater.com/rollout-strategy", "bad_value")]
         );
     }
 

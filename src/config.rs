@@ -107,13 +107,26 @@ fn default_template_path() -> String {
 pub struct AnnotationsConfig {
     /// Prefix of nudge's own annotations (`<prefix>/auto`, `<prefix>/checksum-x`).
     pub prefix: String,
+    /// Reloader's `--auto-reload-all`: every workload that no annotation of any
+    /// scheme manages is Reloader-`auto` unless it opts out with
+    /// `reloader.stakater.com/auto: "false"`.
+    pub reloader_auto_all: bool,
 }
 
 impl Default for AnnotationsConfig {
     fn default() -> Self {
         Self {
             prefix: "nudge.dev".to_owned(),
+            reloader_auto_all: false,
         }
+    }
+}
+
+impl AnnotationsConfig {
+    /// The annotation scheme these settings describe.
+    pub fn scheme(&self) -> crate::annotations::AnnotationScheme {
+        crate::annotations::AnnotationScheme::new(self.prefix.clone())
+            .with_reloader_auto_all(self.reloader_auto_all)
     }
 }
 

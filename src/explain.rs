@@ -264,7 +264,7 @@ impl ExplainSettings {
     /// The settings of `config`.
     pub fn from_config(config: &Config) -> Self {
         Self {
-            scheme: AnnotationScheme::new(config.annotations.prefix.clone()),
+            scheme: config.annotations.scheme(),
             debounce: config.engine.debounce,
             max_delay: config.engine.max_delay,
             min_interval: config.engine.min_interval,

@@ -134,7 +134,7 @@ pub struct ObjectData(pub BTreeMap<String, DataValue>);
 
 /// The kind of object whose content is hashed; some compatibility formats encode
 /// the two differently.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum ObjectKind {
     /// A ConfigMap.

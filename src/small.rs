@@ -43,6 +43,14 @@ impl<T: Ord> SmallSet<T> {
         }
     }
 
+    /// Whether `value` is in the set.
+    pub fn contains<Q: Ord + ?Sized>(&self, value: &Q) -> bool
+    where
+        T: Borrow<Q>,
+    {
+        self.0.binary_search_by(|v| v.borrow().cmp(value)).is_ok()
+    }
+
     /// The values in order.
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.0.iter()

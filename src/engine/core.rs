@@ -132,6 +132,7 @@ struct Record {
     full: Option<Box<Workload>>,
     debounce: Option<Duration>,
     min_interval: Option<Duration>,
+    max_delay: Option<Duration>,
     rollout: Rollout,
     /// References whose observation changed since the last stamp.
     pending: BTreeSet<Reference>,
@@ -356,6 +357,7 @@ impl Core {
             full: None,
             debounce: None,
             min_interval: None,
+            max_delay: None,
             rollout: Rollout::Unknown,
             pending: BTreeSet::new(),
             observed_at: None,
@@ -370,6 +372,7 @@ impl Core {
         record.full = full;
         record.debounce = deps.debounce;
         record.min_interval = deps.min_interval;
+        record.max_delay = deps.max_delay;
         let completed =
             workload.rollout == Rollout::Complete && record.rollout != Rollout::Complete;
         record.rollout = workload.rollout;
@@ -571,7 +574,7 @@ impl Core {
             Some(delay) => (delay, delay),
             None => (
                 record.debounce.unwrap_or(self.engine.debounce),
-                self.engine.max_delay,
+                record.max_delay.unwrap_or(self.engine.max_delay),
             ),
         };
         let eligible = self.eligibility(&id);

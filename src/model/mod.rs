@@ -338,21 +338,47 @@ pub struct Tracked {
     pub reference: Reference,
     /// How.
     pub algorithm: Algorithm,
+    /// When the object's changes count.
+    pub gate: Gate,
+}
+
+/// When changes of a tracked object count. Outside the gate the source keeps the
+/// last observation it reported (as for an ignored object).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[non_exhaustive]
+pub enum Gate {
+    /// Always (unless the object is ignored).
+    #[default]
+    Always,
+    /// Only while the object carries `reloader.stakater.com/match: "true"`
+    /// (Reloader's `search` mode), followed live.
+    ReloaderMatch,
 }
 
 impl Tracked {
-    /// Builds a tracked item.
+    /// Builds a tracked item whose changes always count.
     pub fn new(reference: Reference, algorithm: Algorithm) -> Self {
         Self {
             reference,
             algorithm,
+            gate: Gate::Always,
         }
+    }
+
+    /// The same item, counting changes only inside `gate`.
+    pub fn gated(mut self, gate: Gate) -> Self {
+        self.gate = gate;
+        self
     }
 }
 
 impl fmt::Display for Tracked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.reference, self.algorithm)
+        write!(f, "{} ({})", self.reference, self.algorithm)?;
+        if self.gate == Gate::ReloaderMatch {
+            f.write_str(" while matched")?;
+        }
+        Ok(())
     }
 }
 

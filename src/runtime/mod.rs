@@ -11,7 +11,6 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::annotations::AnnotationScheme;
 use crate::config::{Config, TargetConfig};
 use crate::engine::{Engine, EngineError};
 use crate::events::KubeEvents;
@@ -309,7 +308,7 @@ impl Controller {
                 .await?
             }
         };
-        let scheme = AnnotationScheme::new(annotations.prefix);
+        let scheme = annotations.scheme();
         let scope = NamespaceScope {
             namespaces: kubernetes.namespaces.clone(),
             ignore: kubernetes.ignore_namespaces.clone(),

@@ -25,10 +25,10 @@ use tracing::Instrument;
 use super::{
     ContextParts, Interest, ObserveContext, Source, SourceContext, SourceError, SourceUpdate,
 };
-use crate::annotations::{AnnotationScheme, is_ignored};
+use crate::annotations::{AnnotationScheme, RELOADER_MATCH, is_ignored};
 use crate::fingerprint::{self, Algorithm, Fingerprint, ObjectData, ObjectKind, Observation};
 use crate::health::WatchHealth;
-use crate::model::{Scope, SourceName, Tracked};
+use crate::model::{Gate, Scope, SourceName, Tracked};
 use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
 use crate::small::SmallSet;
@@ -92,6 +92,11 @@ struct Watched {
     reported: bool,
     /// Set while fetches fail.
     backoff: Option<Box<Backoff>>,
+    /// The object carries `reloader.stakater.com/match: "true"` (last seen).
+    matched: bool,
+    /// Match-gated items already reported once: outside the gate they keep that
+    /// observation.
+    gated_reported: SmallSet<Tracked>,
 }
 
 /// The result of one content GET.
@@ -109,6 +114,7 @@ enum MetaEvent {
         key: ObjectKey,
         version: Option<String>,
         ignored: bool,
+        matched: bool,
         initial: bool,
     },
     Deleted(ObjectKey),
@@ -217,6 +223,10 @@ fn to_meta_event<K: Resource>(
             key: object_key(meta)?,
             version: meta.resource_version(),
             ignored: is_ignored(meta.annotations(), scheme),
+            matched: meta
+                .annotations()
+                .get(RELOADER_MATCH)
+                .is_some_and(|v| v == "true"),
             initial,
         })
     };
@@ -266,6 +276,7 @@ impl<K: ContentObject> Runner<K> {
                 };
                 if let Some(watched) = self.watched.get_mut(&key) {
                     watched.items.remove(&tracked);
+                    watched.gated_reported.remove(&tracked);
                     if watched.items.is_empty() {
                         self.watched.remove(&key);
                     }
@@ -345,6 +356,13 @@ impl<K: ContentObject> Runner<K> {
         watched.reported = true;
         let mut updates = Vec::with_capacity(watched.items.len());
         for tracked in &watched.items {
+            if tracked.gate == Gate::ReloaderMatch {
+                // Outside the gate the first observation stays in force.
+                if !watched.matched && watched.gated_reported.contains(tracked) {
+                    continue;
+                }
+                watched.gated_reported.insert(tracked.clone());
+            }
             match self.source.observation(tracked, object.as_ref(), &self.cx) {
                 Ok(observation) => updates.push(SourceUpdate {
                     tracked: tracked.clone(),
@@ -370,6 +388,7 @@ impl<K: ContentObject> Runner<K> {
                 key,
                 version,
                 ignored,
+                matched,
                 initial,
             } => {
                 if initial {
@@ -378,9 +397,10 @@ impl<K: ContentObject> Runner<K> {
                         seen.insert(key.clone());
                     }
                 }
-                let Some(watched) = self.watched.get(&key) else {
+                let Some(watched) = self.watched.get_mut(&key) else {
                     return;
                 };
+                watched.matched = matched;
                 let changed = watched.fetched.is_none() || watched.fetched != version;
                 // An ignored object keeps its last reported fingerprint.
                 if changed && !(ignored && watched.reported) {

@@ -36,7 +36,7 @@ impl TargetSettings {
     pub fn from_config(config: &crate::config::Config) -> Self {
         Self {
             field_manager: config.kubernetes.field_manager.clone(),
-            scheme: AnnotationScheme::new(config.annotations.prefix.clone()),
+            scheme: config.annotations.scheme(),
             scope: NamespaceScope {
                 namespaces: config.kubernetes.namespaces.clone(),
                 ignore: config.kubernetes.ignore_namespaces.clone(),

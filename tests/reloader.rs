@@ -1,0 +1,191 @@
+//! Reloader's annotations as a migrating user has them: `search` + `match`
+//! followed live, `--auto-reload-all` with opt-outs, and `pause-period`.
+
+mod support;
+
+use serde_json::json;
+use support::*;
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+/// Starts nudge with its admin server and waits for `/ready`.
+async fn ready_nudge(
+    cluster: &TestCluster,
+    tweak: impl FnOnce(&mut nudge::Config),
+) -> InProcessNudge {
+    let mut config = cluster.nudge_config();
+    let admin = free_port();
+    config.admin.bind = admin;
+    tweak(&mut config);
+    let nudge = cluster.start_nudge(config);
+    wait_ready(admin).await;
+    nudge
+}
+
+/// A pod mounting every ConfigMap in `names`.
+fn pod_mounting(names: &[&str]) -> serde_json::Value {
+    let volumes: Vec<_> = names
+        .iter()
+        .map(|n| json!({ "name": n, "configMap": { "name": n } }))
+        .collect();
+    json!({ "containers": [{ "name": "app", "image": "busybox" }], "volumes": volumes })
+}
+
+async fn metadata_hash(cluster: &TestCluster, name: &str) -> Option<String> {
+    cluster.workload("Deployment", name).await["metadata"]["annotations"][CONFIG_HASH]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Proves nudge has handled everything up to now: a change to a sentinel
+/// workload's ConfigMap, made after ours, is stamped.
+async fn processed(cluster: &TestCluster, round: &str) {
+    let name = "sentinel";
+    if cluster
+        .api::<k8s_openapi::api::apps::v1::Deployment>()
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        cluster
+            .auto_deployment(name, "sentinel-cfg", &[("round", "0")])
+            .await;
+        wait_for_stamp(cluster, "Deployment", name, CONFIG_HASH, None).await;
+    }
+    let before = cluster
+        .template_annotations("Deployment", name)
+        .await
+        .get(CONFIG_HASH)
+        .cloned();
+    cluster
+        .put_configmap("sentinel-cfg", &[("round", round)])
+        .await;
+    wait_for_stamp(cluster, "Deployment", name, CONFIG_HASH, before.as_deref()).await;
+}
+
+async fn set_match(cluster: &TestCluster, configmap: &str, matched: bool) {
+    let value = if matched {
+        json!("true")
+    } else {
+        serde_json::Value::Null
+    };
+    cluster
+        .merge_patch::<k8s_openapi::api::core::v1::ConfigMap>(
+            configmap,
+            json!({ "metadata": { "annotations": { "reloader.stakater.com/match": value } } }),
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_follows_only_objects_carrying_match_and_adding_match_counts_at_once() {
+    let cluster = TestCluster::start("reloader-search").await;
+    cluster.put_configmap("matched", &[("k", "1")]).await;
+    cluster.put_configmap("other", &[("k", "1")]).await;
+    set_match(&cluster, "matched", true).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("reloader.stakater.com/search", "true")],
+            &[],
+            pod_mounting(&["matched", "other"]),
+        )
+        .await;
+    let nudge = ready_nudge(&cluster, |_| {}).await;
+    let adopted = wait_for("the adoption", WAIT, || metadata_hash(&cluster, "web")).await;
+
+    // A change to an object without `match` stamps nothing.
+    cluster.put_configmap("other", &[("k", "2")]).await;
+    processed(&cluster, "1").await;
+    assert_eq!(metadata_hash(&cluster, "web").await, Some(adopted.clone()));
+    assert!(
+        cluster
+            .template_annotations("Deployment", "web")
+            .await
+            .is_empty()
+    );
+
+    // Given `match`, its current content counts: one stamp.
+    set_match(&cluster, "other", true).await;
+    let stamped = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    assert_ne!(stamped, adopted);
+
+    // Without `match` again, its changes stop counting.
+    set_match(&cluster, "other", false).await;
+    cluster.put_configmap("other", &[("k", "3")]).await;
+    processed(&cluster, "2").await;
+    assert_eq!(
+        cluster
+            .template_annotations("Deployment", "web")
+            .await
+            .get(CONFIG_HASH),
+        Some(&stamped)
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_reload_all_adopts_every_workload_and_respects_auto_false() {
+    let cluster = TestCluster::start("reloader-auto-all").await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    cluster
+        .create_workload("Deployment", "plain", &[], &[], pod_mounting(&["cfg"]))
+        .await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "opted-out",
+            &[("reloader.stakater.com/auto", "false")],
+            &[],
+            pod_mounting(&["cfg"]),
+        )
+        .await;
+    let nudge = ready_nudge(&cluster, |c| c.annotations.reloader_auto_all = true).await;
+    wait_for("the adoption", WAIT, || metadata_hash(&cluster, "plain")).await;
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "plain", CONFIG_HASH, None).await;
+    processed(&cluster, "1").await;
+    assert_eq!(metadata_hash(&cluster, "opted-out").await, None);
+    assert!(
+        cluster
+            .template_annotations("Deployment", "opted-out")
+            .await
+            .is_empty()
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_period_turns_changes_within_it_into_one_rollout() {
+    let cluster = TestCluster::start("reloader-pause").await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[
+                ("reloader.stakater.com/auto", "true"),
+                ("deployment.reloader.stakater.com/pause-period", "3s"),
+            ],
+            &[],
+            pod_mounting(&["cfg"]),
+        )
+        .await;
+    let nudge = ready_nudge(&cluster, |_| {}).await;
+    let adopted = wait_for("the adoption", WAIT, || metadata_hash(&cluster, "web")).await;
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    cluster.put_configmap("cfg", &[("k", "3")]).await;
+    let stamped = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    assert_ne!(stamped, adopted);
+    settle().await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        1,
+        "both changes in one rollout"
+    );
+    nudge.stop().await;
+}
