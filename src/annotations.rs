@@ -66,6 +66,7 @@ const IGNORE: &str = "ignore";
 const CONFIG_HASH: &str = "config-hash";
 const LAST_UPDATED: &str = "last-updated";
 const RUN_ON_CHANGE: &str = "run-on-change";
+const RELOADER_STATE: &str = "reloader-state";
 const CHECKSUM_PREFIX: &str = "checksum-";
 
 /// Wave: `"true"` makes the workload Wave-managed.
@@ -170,6 +171,13 @@ impl AnnotationScheme {
     /// `<prefix>/ignore`: on a ConfigMap or Secret, see [`is_ignored`].
     pub fn ignore(&self) -> String {
         self.key(IGNORE)
+    }
+
+    /// `<prefix>/reloader-state`: on a workload under Reloader's annotations
+    /// strategy, the combined fingerprint nudge compares (Reloader's own
+    /// `last-reloaded-from` is informational and never read back).
+    pub fn reloader_state(&self) -> String {
+        self.key(RELOADER_STATE)
     }
 
     /// `<prefix>/run-on-change`: on a CronJob, `"false"` stamps without starting
@@ -532,7 +540,7 @@ impl Parser<'_> {
             RUN_ON_CHANGE => {
                 parse_bool(key, value)?;
             }
-            IGNORE | CONFIG_HASH | LAST_UPDATED => {}
+            IGNORE | CONFIG_HASH | LAST_UPDATED | RELOADER_STATE => {}
             _ if name.starts_with(CHECKSUM_PREFIX) => {}
             _ => self.explicit(key, name, value)?,
         }
@@ -939,12 +947,21 @@ impl<'a> Parser<'a> {
     ) -> Contribution {
         let var = fingerprint::reloader_env_var(object.kind, &object.name);
         let reference = self.object(object.kind, None, &object.name);
+        let annotations_strategy = self
+            .workload
+            .template_annotations()
+            .contains_key(RELOADER_LAST_RELOADED_FROM);
         let (output, combine, algorithm) = if env_vars.contains(var.as_str()) {
             (
                 Output::ContainerEnv(var),
                 Combine::Single,
                 Algorithm::Reloader,
             )
+        } else if annotations_strategy {
+            // Reloader's annotations strategy: adopted without a rollout, later
+            // changes written in its format.
+            let output = Output::ReloaderSource(self.scheme.reloader_state());
+            (output, Combine::ReloaderSource, Algorithm::Reloader)
         } else {
             // Reloader had nothing on the pod template for this object yet:
             // adopted without a rollout, written on the template at its first

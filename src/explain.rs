@@ -625,6 +625,7 @@ fn output_kind(output: &Output) -> &'static str {
         Output::ContainerEnv(_) => "env",
         Output::WorkloadAnnotation(_) => "metadata",
         Output::Adopted(_) => "annotation (adopted)",
+        Output::ReloaderSource(_) => "metadata + last-reloaded-from",
     }
 }
 

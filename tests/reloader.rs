@@ -189,3 +189,63 @@ async fn pause_period_turns_changes_within_it_into_one_rollout() {
     );
     nudge.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_strategy_workloads_are_adopted_and_later_changes_use_reloaders_format() {
+    use nudge::fingerprint::{self, ObjectData, ObjectKind};
+    const LAST_RELOADED: &str = "reloader.stakater.com/last-reloaded-from";
+    let cluster = TestCluster::start("reloader-annotations").await;
+    cluster
+        .put_configmap("cfg", &[("LOG_LEVEL", "debug")])
+        .await;
+    let reloaded = r#"{"type":"CONFIGMAP","name":"cfg","namespace":"x","hash":"05bc310690167ce7f2482d808d2b38ff56e6f72b","containerRefs":["app"],"observedAt":1717171717}"#;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("reloader.stakater.com/auto", "true")],
+            &[(LAST_RELOADED, reloaded)],
+            pod_mounting(&["cfg"]),
+        )
+        .await;
+    let generation = cluster.workload("Deployment", "web").await["metadata"]["generation"].clone();
+    let nudge = ready_nudge(&cluster, |_| {}).await;
+    let state = wait_for("the adoption", WAIT, || async {
+        cluster.workload("Deployment", "web").await["metadata"]["annotations"]
+            ["nudge.dev/reloader-state"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(state.starts_with("sha256-"), "{state}");
+    let workload = cluster.workload("Deployment", "web").await;
+    assert_eq!(workload["metadata"]["generation"], generation, "no rollout");
+    assert_eq!(
+        cluster.template_annotations("Deployment", "web").await[LAST_RELOADED],
+        reloaded
+    );
+
+    cluster.put_configmap("cfg", &[("LOG_LEVEL", "info")]).await;
+    let written =
+        wait_for_stamp(&cluster, "Deployment", "web", LAST_RELOADED, Some(reloaded)).await;
+    let document: serde_json::Value = serde_json::from_str(&written).unwrap();
+    let cm = cluster
+        .api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .get("cfg")
+        .await
+        .unwrap();
+    let hash =
+        fingerprint::reloader_object(ObjectKind::ConfigMap, &ObjectData::from_config_map(&cm));
+    assert_eq!(document["type"], "CONFIGMAP");
+    assert_eq!(document["name"], "cfg");
+    assert_eq!(document["namespace"], cluster.namespace());
+    assert_eq!(document["hash"], hash.to_string());
+    assert_eq!(document["containerRefs"], json!([]));
+    assert!(document["observedAt"].as_i64().unwrap() > 1717171717);
+    // Reloader's field order.
+    assert!(
+        written.starts_with(r#"{"type":"CONFIGMAP","name":"cfg","namespace":"#),
+        "{written}"
+    );
+    nudge.stop().await;
+}

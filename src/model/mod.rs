@@ -403,6 +403,11 @@ pub enum Output {
     /// stamp must not roll or run anything: Reloader-managed workloads that
     /// Reloader never reloaded, CronJobs, Jobs.
     Adopted(String),
+    /// Reloader's annotations strategy: the combined fingerprint kept on the
+    /// workload's own metadata under this key; when it changes,
+    /// `reloader.stakater.com/last-reloaded-from` on the pod template is rewritten
+    /// in Reloader's format (which is what rolls the pods).
+    ReloaderSource(String),
 }
 
 impl Output {
@@ -413,7 +418,8 @@ impl Output {
             | Self::PodTemplateAndWorkloadAnnotation(k)
             | Self::ContainerEnv(k)
             | Self::WorkloadAnnotation(k)
-            | Self::Adopted(k) => k,
+            | Self::Adopted(k)
+            | Self::ReloaderSource(k) => k,
         }
     }
 }
@@ -426,6 +432,7 @@ impl fmt::Display for Output {
             Self::ContainerEnv(k) => write!(f, "env {k}"),
             Self::WorkloadAnnotation(k) => write!(f, "annotation {k} (metadata)"),
             Self::Adopted(k) => write!(f, "annotation {k} (adopted)"),
+            Self::ReloaderSource(k) => write!(f, "annotation {k} (Reloader's last-reloaded-from)"),
         }
     }
 }
@@ -441,6 +448,9 @@ pub enum Combine {
     NativeHash,
     /// Wave's `config-hash` document over every input object.
     Wave,
+    /// Reloader's annotations strategy: nudge's combined hash over Reloader's
+    /// per-object hashes, plus Reloader's `last-reloaded-from` document.
+    ReloaderSource,
 }
 
 /// One input of a stamp.

@@ -57,14 +57,16 @@ pub fn admission_patch(
     for (output, value) in &decision.values {
         match output {
             Output::PodTemplateAnnotation(key) => {
-                template.insert(key.clone(), value.clone());
+                template.insert(key.clone(), super::with_observed_at(value, now));
             }
             // An adopted output reaches the renderer resolved; both, to be safe.
             Output::PodTemplateAndWorkloadAnnotation(key) | Output::Adopted(key) => {
                 template.insert(key.clone(), value.clone());
                 workload.insert(key.clone(), value.clone());
             }
-            Output::WorkloadAnnotation(key) => {
+            // Resolved into the annotations above by the decision; the state on
+            // metadata, to be safe.
+            Output::WorkloadAnnotation(key) | Output::ReloaderSource(key) => {
                 workload.insert(key.clone(), value.clone());
             }
             Output::ContainerEnv(name) => {

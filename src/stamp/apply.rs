@@ -24,14 +24,17 @@ pub fn apply_body(
     for (output, value) in &patch.values {
         match output {
             Output::PodTemplateAnnotation(key) => {
-                template_annotations.insert(key.clone(), value.clone());
+                let value = super::with_observed_at(value, now);
+                template_annotations.insert(key.clone(), value);
             }
             // An adopted output reaches the renderer resolved; both, to be safe.
             Output::PodTemplateAndWorkloadAnnotation(key) | Output::Adopted(key) => {
                 template_annotations.insert(key.clone(), value.clone());
                 workload_annotations.insert(key.clone(), value.clone());
             }
-            Output::WorkloadAnnotation(key) => {
+            // Resolved into the annotations above by the decision; the state on
+            // metadata, to be safe.
+            Output::WorkloadAnnotation(key) | Output::ReloaderSource(key) => {
                 workload_annotations.insert(key.clone(), value.clone());
             }
             Output::ContainerEnv(name) => {

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::annotations::RELOADER_LAST_RELOADED_FROM;
 use crate::model::{Output, Rollout, Workload, WorkloadId};
 
 /// The current values of a workload's outputs, and nothing else.
@@ -62,6 +63,10 @@ impl<'a> OutputKeys<'a> {
                 Output::Adopted(key) => {
                     keys.template.insert(key);
                     keys.own.insert(key);
+                }
+                Output::ReloaderSource(key) => {
+                    keys.own.insert(key);
+                    keys.template.insert(RELOADER_LAST_RELOADED_FROM);
                 }
             }
         }

@@ -174,6 +174,9 @@ pub struct DesiredStamp {
     pub values: BTreeMap<Output, String>,
     /// The outputs that could not, with reasons; none of them is in `values`.
     pub blocked: Vec<Blocked>,
+    /// For [`Output::ReloaderSource`] outputs: the `last-reloaded-from` document to
+    /// write when the value changes (its `observedAt` set when written).
+    pub reloader_sources: BTreeMap<Output, String>,
 }
 
 /// What to write to one workload.
@@ -204,6 +207,11 @@ where
     for spec in specs {
         match evaluate(spec, lookup, stamp_on_delete) {
             Ok(value) => {
+                if spec.combine == Combine::ReloaderSource
+                    && let Some(source) = reloader_source(spec, lookup)
+                {
+                    stamp.reloader_sources.insert(spec.output.clone(), source);
+                }
                 stamp.values.insert(spec.output.clone(), value);
             }
             Err(reasons) => stamp
@@ -251,7 +259,7 @@ pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
             | Output::PodTemplateAndWorkloadAnnotation(key)
             | Output::Adopted(key) => workload.template_annotations().get(key).map(String::as_str),
             Output::ContainerEnv(_) => observe(workload, output).consistent(),
-            Output::WorkloadAnnotation(_) => return false,
+            Output::WorkloadAnnotation(_) | Output::ReloaderSource(_) => return false,
         };
         on_template != Some(value.as_str())
     })
@@ -320,6 +328,13 @@ fn plan(
         }
         seen.push(output);
         let want = desired.values.get(output).map(String::as_str);
+        if let Output::ReloaderSource(key) = output {
+            let source = desired.reloader_sources.get(output).map(String::as_str);
+            if plan_reloader_source(workload, key, want, source, &mut values) {
+                changed.push(output.clone());
+            }
+            continue;
+        }
         let (target, value, differs) = match output {
             Output::Adopted(key) => plan_adopted(workload, fallback, key, want, adopt),
             _ => plan_in_place(workload, fallback, output, want),
@@ -354,6 +369,54 @@ fn plan_in_place<'a>(
                 .keep()
                 .or_else(|| fallback.and_then(|f| observe(f, output).consistent()));
             (output.clone(), keep, false)
+        }
+    }
+}
+
+/// An [`Output::ReloaderSource`] output: the state `key` on metadata decides;
+/// when it changes (not at adoption, when there was none) Reloader's
+/// `last-reloaded-from` on the pod template is rewritten with `source`. The
+/// template's current document is otherwise kept as it is (and owned, so a later
+/// apply does not drop it). Returns whether the output changes.
+fn plan_reloader_source(
+    workload: &Workload,
+    key: &str,
+    want: Option<&str>,
+    source: Option<&str>,
+    values: &mut BTreeMap<Output, String>,
+) -> bool {
+    let own = workload.annotations.get(key).map(String::as_str);
+    let template_key = crate::annotations::RELOADER_LAST_RELOADED_FROM.to_owned();
+    let template = workload.template_annotations().get(&template_key);
+    let state = Output::WorkloadAnnotation(key.to_owned());
+    let document = Output::PodTemplateAnnotation(template_key);
+    let keep_document = |values: &mut BTreeMap<Output, String>| {
+        if let Some(current) = template {
+            values.insert(document.clone(), current.clone());
+        }
+    };
+    match (want, own) {
+        (Some(want), Some(own)) if own != want => {
+            values.insert(state, want.to_owned());
+            match source {
+                Some(source) => {
+                    values.insert(document, source.to_owned());
+                }
+                None => keep_document(values),
+            }
+            true
+        }
+        (Some(want), own) => {
+            values.insert(state, want.to_owned());
+            keep_document(values);
+            own.is_none()
+        }
+        (None, own) => {
+            if let Some(own) = own {
+                values.insert(state, own.to_owned());
+            }
+            keep_document(values);
+            false
         }
     }
 }
@@ -413,8 +476,75 @@ where
     let inputs = resolve(&spec.inputs, lookup, stamp_on_delete)?;
     match spec.combine {
         Combine::Single => single(&inputs),
-        Combine::NativeHash => native_hash(&inputs),
+        Combine::NativeHash | Combine::ReloaderSource => native_hash(&inputs),
         Combine::Wave => wave(&inputs),
+    }
+}
+
+/// Reloader's `last-reloaded-from` document (its `ReloadSource` struct, fields in
+/// its order) for the first input of `spec` that exists, with `observedAt: 0`
+/// (set by [`with_observed_at`] when written). Reloader names the object that
+/// changed; nudge, which compares states rather than events, names the first.
+/// Informational either way: Reloader never reads it back.
+fn reloader_source<L>(spec: &StampSpec, lookup: &L) -> Option<String>
+where
+    L: FingerprintLookup + ?Sized,
+{
+    let (input, hash) =
+        spec.inputs
+            .iter()
+            .find_map(|input| match lookup.observation(&input.tracked)? {
+                Observation::Present(Fingerprint::Digest(digest)) => Some((input, digest.clone())),
+                _ => None,
+            })?;
+    let reference = &input.tracked.reference;
+    let kind = match ObjectKind::of_source(&reference.source)? {
+        ObjectKind::ConfigMap => "CONFIGMAP",
+        _ => "SECRET",
+    };
+    let containers: Vec<&str> = spec
+        .origins
+        .iter()
+        .filter(|(r, _)| r.name == reference.name && r.source == reference.source)
+        .filter_map(|(_, origin)| match origin {
+            crate::model::Origin::Discovered(text) => container_of(text),
+            crate::model::Origin::Annotation(_) => None,
+        })
+        .take(1)
+        .collect();
+    let json = |v: &str| serde_json::to_string(v).unwrap_or_default();
+    let refs: Vec<String> = containers.iter().map(|c| json(c)).collect();
+    Some(format!(
+        "{{\"type\":{},\"name\":{},\"namespace\":{},\"hash\":{},\"containerRefs\":[{}],\"observedAt\":0}}",
+        json(kind),
+        json(&reference.name),
+        json(reference.namespace.as_deref().unwrap_or("")),
+        json(&hash),
+        refs.join(",")
+    ))
+}
+
+/// The container a discovery origin names (`env X in container "app"`,
+/// `envFrom in initContainer "init"`); volumes name no container.
+fn container_of(origin: &str) -> Option<&str> {
+    let (_, role_and_name) = origin.rsplit_once(" in ")?;
+    let quoted = role_and_name
+        .strip_prefix("container ")
+        .or_else(|| role_and_name.strip_prefix("initContainer "))?;
+    quoted.strip_prefix('"')?.strip_suffix('"')
+}
+
+/// A `last-reloaded-from` document built by [`desired`] with `observedAt` set to
+/// `now` (RFC 3339), as Reloader writes it (Unix seconds). Any other value,
+/// including a document already written, is returned as it is.
+pub fn with_observed_at(document: &str, now: &str) -> String {
+    let seconds = now
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .map(|t| t.as_second())
+        .unwrap_or(0);
+    match document.strip_suffix("\"observedAt\":0}") {
+        Some(head) => format!("{head}\"observedAt\":{seconds}}}"),
+        None => document.to_owned(),
     }
 }
 
@@ -594,6 +724,10 @@ fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
                 None => Observed::Unset,
             }
         }
+        Output::ReloaderSource(key) => match workload.annotations.get(key) {
+            Some(value) => Observed::Consistent(value),
+            None => Observed::Unset,
+        },
     }
 }
 

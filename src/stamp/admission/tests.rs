@@ -27,7 +27,7 @@ fn mk_desired(values: &[(Output, &str)]) -> DesiredStamp {
             .iter()
             .map(|(o, v)| (o.clone(), (*v).to_owned()))
             .collect(),
-        blocked: Vec::new(),
+        ..DesiredStamp::default()
     }
 }
 
