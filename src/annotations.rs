@@ -47,7 +47,8 @@ use crate::discovery::{self, Discovered};
 use crate::fingerprint::{self, Algorithm, ObjectKind};
 use crate::model::{
     Combine, Gate, Input, KeySelection, MAX_ANNOTATION_NAME_LEN, NameError, Origin, Output,
-    Reference, Scope, Slot, SourceCatalog, SourceName, StampSpec, Tracked, Workload,
+    Reference, Scope, Slot, SourceCatalog, SourceName, StampSpec, Tracked,
+    WAVE_SCHEDULING_DISABLED, Workload,
 };
 
 // === names ===
@@ -67,6 +68,8 @@ const CONFIG_HASH: &str = "config-hash";
 const LAST_UPDATED: &str = "last-updated";
 const RUN_ON_CHANGE: &str = "run-on-change";
 const RELOADER_STATE: &str = "reloader-state";
+const SCHEDULING_GATE: &str = "scheduling-gate";
+const AWAITING_CONFIG: &str = "awaiting-config";
 const CHECKSUM_PREFIX: &str = "checksum-";
 
 /// Wave: `"true"` makes the workload Wave-managed.
@@ -184,6 +187,19 @@ impl AnnotationScheme {
     /// a Job when the stamp changes.
     pub fn run_on_change(&self) -> String {
         self.key(RUN_ON_CHANGE)
+    }
+
+    /// `<prefix>/scheduling-gate`: on a workload, `"true"` asks the admission
+    /// webhook to hold a new workload's pods while required config is missing
+    /// (on by default for Wave workloads), `"false"` opts out.
+    pub fn scheduling_gate(&self) -> String {
+        self.key(SCHEDULING_GATE)
+    }
+
+    /// `<prefix>/awaiting-config`: the name of the pod scheduling gate that holds
+    /// a new workload's pods until its required config exists.
+    pub fn awaiting_config_gate(&self) -> String {
+        self.key(AWAITING_CONFIG)
     }
 
     /// The `last-updated` annotations written on the workload's own metadata
@@ -419,6 +435,8 @@ pub fn dependencies(
         catalog,
         stamps: Stamps::default(),
         deps: Dependencies::default(),
+        gate_choice: None,
+        wave: false,
     };
     parser.native(&annotations);
     parser.wave(&annotations);
@@ -444,13 +462,18 @@ struct Parser<'a> {
     catalog: &'a SourceCatalog,
     stamps: Stamps,
     deps: Dependencies,
+    /// `<prefix>/scheduling-gate`, when set and valid.
+    gate_choice: Option<bool>,
+    /// Whether Wave manages the workload.
+    wave: bool,
 }
 
 type Annotations<'a> = BTreeMap<&'a str, &'a str>;
 
 impl Parser<'_> {
     fn finish(mut self) -> Dependencies {
-        self.deps.stamps = self.stamps.build(&mut self.deps.errors);
+        self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
+        self.holds();
         if self.workload.id.kind.adopts_first_stamp() {
             // A CronJob runs, a Job is recreated, when its template changes: the
             // first stamp is adopted into metadata, never written there.
@@ -540,6 +563,7 @@ impl Parser<'_> {
             RUN_ON_CHANGE => {
                 parse_bool(key, value)?;
             }
+            SCHEDULING_GATE => self.gate_choice = Some(parse_bool(key, value)?),
             IGNORE | CONFIG_HASH | LAST_UPDATED | RELOADER_STATE => {}
             _ if name.starts_with(CHECKSUM_PREFIX) => {}
             _ => self.explicit(key, name, value)?,
@@ -632,6 +656,7 @@ impl Parser<'_> {
         if !self.flag(annotations, WAVE_UPDATE_ON_CONFIG_CHANGE) {
             return;
         }
+        self.wave = true;
         let output = Output::PodTemplateAnnotation(WAVE_CONFIG_HASH.to_owned());
         self.stamps
             .declare(&output, Combine::Wave, WAVE_UPDATE_ON_CONFIG_CHANGE);
@@ -684,6 +709,68 @@ fn wave_input(
         tracked: Tracked::new(reference, Algorithm::Wave),
         optional,
         origins,
+    }
+}
+
+// === holds: scheduling gate, Wave's scheduler swap ===
+
+impl Parser<'_> {
+    /// Adds the release specs: the scheduling gate (opted in, or a Wave workload
+    /// not opted out) and Wave's `scheduling-disabled` on a migrated workload,
+    /// each released once every required input of every stamp exists.
+    fn holds(&mut self) {
+        let required: BTreeSet<Tracked> = self
+            .deps
+            .stamps
+            .iter()
+            .flat_map(|spec| &spec.inputs)
+            .filter(|input| !input.optional)
+            .map(|input| input.tracked.clone())
+            .collect();
+        let hold = |output: Output| StampSpec {
+            output,
+            combine: Combine::Release,
+            inputs: required
+                .iter()
+                .map(|tracked| Input {
+                    tracked: tracked.clone(),
+                    optional: false,
+                })
+                .collect(),
+            origins: Vec::new(),
+        };
+        let mut holds = Vec::new();
+        // Nothing required, nothing to wait for: no gate. A Job's pod template is
+        // immutable, so a gate could never be lifted from it.
+        let kind = &self.workload.id.kind;
+        let mutable_template = !(kind.group() == "batch" && kind.as_str() == "Job");
+        let wanted = self.gate_choice.unwrap_or(self.wave);
+        if wanted && self.workload.ordered_pods {
+            // kube's StatefulSet controller waits for a Pending pod-0 forever
+            // (kubernetes#67250), so lifting the gate would not start it.
+            if self.gate_choice == Some(true) {
+                self.deps.errors.push(AnnotationError::Unsupported {
+                    key: self.scheme.scheduling_gate(),
+                    value: "true".to_owned(),
+                    instead: "a StatefulSet with podManagementPolicy OrderedReady is not gated: \
+                              its controller would wait for a held pod-0 forever; its pods start \
+                              once the config exists",
+                });
+            }
+        } else if wanted && !required.is_empty() && mutable_template {
+            holds.push(hold(Output::SchedulingGate(
+                self.scheme.awaiting_config_gate(),
+            )));
+        }
+        if self
+            .workload
+            .annotations
+            .contains_key(WAVE_SCHEDULING_DISABLED)
+        {
+            holds.push(hold(Output::WaveSchedulingDisabled));
+        }
+        self.deps.stamps.extend(holds);
+        self.deps.stamps.sort_by(|a, b| a.output.cmp(&b.output));
     }
 }
 
@@ -1321,7 +1408,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::model::{WorkloadId, WorkloadKind};
+    use crate::model::{TemplatePath, WorkloadId, WorkloadKind};
 
     const NS: &str = "shop";
 
@@ -1351,6 +1438,7 @@ mod tests {
         Workload {
             id: WorkloadId::new(WorkloadKind::deployment(), NS, "web"),
             rollout: crate::model::Rollout::Unknown,
+            ordered_pods: false,
             annotations: mk_map(meta),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -2318,6 +2406,121 @@ mod tests {
         );
     }
 
+    // --- holds: scheduling gate, Wave's scheduler swap ---
+
+    fn outputs(deps: &Dependencies) -> Vec<String> {
+        deps.stamps.iter().map(|s| s.output.to_string()).collect()
+    }
+
+    #[test]
+    fn wave_workloads_are_gated_on_every_required_input() {
+        let wave = [("wave.pusher.com/update-on-config-change", "true")];
+        let deps = parse(&mk_workload(&wave, &[], mk_auto_pod()));
+        let gate = stamp(&deps, "nudge.dev/awaiting-config");
+        assert_eq!(gate.combine, Combine::Release);
+        let hash = stamp(&deps, "wave.pusher.com/config-hash");
+        let required: Vec<String> = hash
+            .inputs
+            .iter()
+            .filter(|i| !i.optional)
+            .map(|i| i.tracked.to_string())
+            .collect();
+        assert!(!required.is_empty());
+        assert_eq!(inputs(gate), required, "optional inputs never hold pods");
+        assert!(deps.errors.is_empty());
+
+        let opted_out = [wave[0], ("nudge.dev/scheduling-gate", "false")];
+        let deps = parse(&mk_workload(&opted_out, &[], mk_auto_pod()));
+        assert_eq!(
+            outputs(&deps),
+            vec!["annotation wave.pusher.com/config-hash"]
+        );
+    }
+
+    #[test]
+    fn native_workloads_are_gated_only_when_they_opt_in() {
+        let auto = [("nudge.dev/auto", "true")];
+        let deps = parse(&mk_workload(&auto, &[], mk_auto_pod()));
+        assert!(deps.stamps.iter().all(|s| s.combine != Combine::Release));
+
+        let opted_in = [auto[0], ("nudge.dev/scheduling-gate", "true")];
+        let deps = parse(&mk_workload(&opted_in, &[], mk_auto_pod()));
+        assert!(!stamp(&deps, "nudge.dev/awaiting-config").inputs.is_empty());
+
+        let garbage = [auto[0], ("nudge.dev/scheduling-gate", "yes please")];
+        let deps = parse(&mk_workload(&garbage, &[], mk_auto_pod()));
+        assert_eq!(
+            categories(&deps),
+            vec![("nudge.dev/scheduling-gate", "bad_bool")]
+        );
+        assert!(deps.stamps.iter().all(|s| s.combine != Combine::Release));
+    }
+
+    #[test]
+    fn nothing_required_means_no_gate() {
+        let opted_in = [
+            ("nudge.dev/auto", "true"),
+            ("nudge.dev/scheduling-gate", "true"),
+        ];
+        let pod = mk_pod(vec![mk_secret_volume("tls", true)], vec![], vec![]);
+        let deps = parse(&mk_workload(&opted_in, &[], pod));
+        assert_eq!(outputs(&deps), vec!["annotation nudge.dev/config-hash"]);
+    }
+
+    #[test]
+    fn ordered_statefulsets_and_jobs_are_never_gated() {
+        let wave = [("wave.pusher.com/update-on-config-change", "true")];
+        let mut sts = mk_workload(&wave, &[], mk_auto_pod());
+        sts.id = WorkloadId::new(WorkloadKind::stateful_set(), NS, "db");
+        sts.ordered_pods = true;
+        let deps = parse(&sts);
+        assert!(deps.stamps.iter().all(|s| s.combine != Combine::Release));
+        assert!(deps.errors.is_empty(), "Wave's default is silent");
+
+        let explicit = [
+            ("nudge.dev/auto", "true"),
+            ("nudge.dev/scheduling-gate", "true"),
+        ];
+        let mut sts = mk_workload(&explicit, &[], mk_auto_pod());
+        sts.ordered_pods = true;
+        let deps = parse(&sts);
+        assert_eq!(
+            categories(&deps),
+            vec![("nudge.dev/scheduling-gate", "unsupported")]
+        );
+        assert!(deps.errors[0].to_string().contains("OrderedReady"));
+
+        let mut job = mk_workload(&explicit, &[], mk_auto_pod());
+        job.id = WorkloadId::new(
+            WorkloadKind::new("batch", "v1", "Job", TemplatePath::spec_template()),
+            NS,
+            "once",
+        );
+        let deps = parse(&job);
+        assert!(deps.stamps.iter().all(|s| s.combine != Combine::Release));
+    }
+
+    #[test]
+    fn waves_scheduling_disabled_is_released_with_the_wave_inputs() {
+        let held = [
+            ("wave.pusher.com/update-on-config-change", "true"),
+            ("wave.pusher.com/scheduling-disabled", "default-scheduler"),
+            ("nudge.dev/scheduling-gate", "false"),
+        ];
+        let deps = parse(&mk_workload(&held, &[], mk_auto_pod()));
+        let restore = deps
+            .stamps
+            .iter()
+            .find(|s| s.output == Output::WaveSchedulingDisabled)
+            .expect("restore spec");
+        assert_eq!(restore.combine, Combine::Release);
+        assert!(!restore.inputs.is_empty());
+        assert!(deps.errors.is_empty());
+        // On the pod template it is not Wave's: nothing to restore.
+        let deps = parse(&mk_workload(&[], &held[1..2], mk_auto_pod()));
+        assert!(deps.stamps.is_empty());
+    }
+
     // --- schemes, ordering, robustness ---
 
     #[test]
@@ -2377,6 +2580,7 @@ mod tests {
         let workload = Workload {
             id: WorkloadId::new(WorkloadKind::stateful_set(), NS, "db"),
             rollout: crate::model::Rollout::Unknown,
+            ordered_pods: false,
             annotations: mk_map(&[
                 ("nudge.dev/auto", "true"),
                 ("wave.pusher.com/update-on-config-change", "true"),

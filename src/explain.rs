@@ -626,6 +626,8 @@ fn output_kind(output: &Output) -> &'static str {
         Output::WorkloadAnnotation(_) => "metadata",
         Output::Adopted(_) => "annotation (adopted)",
         Output::ReloaderSource(_) => "metadata + last-reloaded-from",
+        Output::SchedulingGate(_) => "scheduling gate",
+        Output::WaveSchedulingDisabled => "Wave scheduler",
     }
 }
 

@@ -32,6 +32,7 @@ fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
     Workload {
         id: WorkloadId::new(WorkloadKind::deployment(), NS, "web"),
         rollout: crate::model::Rollout::Unknown,
+        ordered_pods: false,
         annotations: mk_map(meta),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {

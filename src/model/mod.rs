@@ -14,6 +14,10 @@ mod workload;
 pub use kind::{TemplatePath, TemplatePathError, WorkloadKind};
 pub use workload::{Rollout, Workload, WorkloadError};
 
+/// Wave's annotation holding the original `schedulerName` while it keeps a
+/// workload's pods from scheduling.
+pub const WAVE_SCHEDULING_DISABLED: &str = "wave.pusher.com/scheduling-disabled";
+
 /// Longest name part a Kubernetes annotation key may have.
 pub const MAX_ANNOTATION_NAME_LEN: usize = 63;
 
@@ -408,6 +412,15 @@ pub enum Output {
     /// `reloader.stakater.com/last-reloaded-from` on the pod template is rewritten
     /// in Reloader's format (which is what rolls the pods).
     ReloaderSource(String),
+    /// A pod scheduling gate of this name (`spec.template.spec.schedulingGates`):
+    /// the admission webhook adds it to a new workload whose required config is
+    /// missing, so its pods wait `Pending`; nudge removes it, with the stamp, once
+    /// the config exists.
+    SchedulingGate(String),
+    /// Wave's `wave.pusher.com/scheduling-disabled` (the original `schedulerName`
+    /// kept while pods were sent to an invalid scheduler): restored once the
+    /// config exists.
+    WaveSchedulingDisabled,
 }
 
 impl Output {
@@ -419,7 +432,9 @@ impl Output {
             | Self::ContainerEnv(k)
             | Self::WorkloadAnnotation(k)
             | Self::Adopted(k)
-            | Self::ReloaderSource(k) => k,
+            | Self::ReloaderSource(k)
+            | Self::SchedulingGate(k) => k,
+            Self::WaveSchedulingDisabled => WAVE_SCHEDULING_DISABLED,
         }
     }
 }
@@ -433,6 +448,8 @@ impl fmt::Display for Output {
             Self::WorkloadAnnotation(k) => write!(f, "annotation {k} (metadata)"),
             Self::Adopted(k) => write!(f, "annotation {k} (adopted)"),
             Self::ReloaderSource(k) => write!(f, "annotation {k} (Reloader's last-reloaded-from)"),
+            Self::SchedulingGate(k) => write!(f, "scheduling gate {k}"),
+            Self::WaveSchedulingDisabled => write!(f, "Wave's {WAVE_SCHEDULING_DISABLED}"),
         }
     }
 }
@@ -451,6 +468,8 @@ pub enum Combine {
     /// Reloader's annotations strategy: nudge's combined hash over Reloader's
     /// per-object hashes, plus Reloader's `last-reloaded-from` document.
     ReloaderSource,
+    /// Released (a scheduling gate lifted) once every required input exists.
+    Release,
 }
 
 /// One input of a stamp.

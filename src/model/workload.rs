@@ -39,6 +39,10 @@ pub struct Workload {
     pub template: PodTemplateSpec,
     /// Whether its last rollout has finished.
     pub rollout: Rollout,
+    /// Whether its controller starts or replaces a pod only once the previous
+    /// one is Running and Ready (a StatefulSet without `podManagementPolicy:
+    /// Parallel`): a pod held `Pending` would stall it for good.
+    pub ordered_pods: bool,
 }
 
 /// Why an object could not be read as a workload.
@@ -68,6 +72,7 @@ impl Workload {
     /// reads as an empty one (nothing to discover, nothing stamped yet).
     pub fn from_object(kind: &WorkloadKind, mut object: Value) -> Result<Self, WorkloadError> {
         let rollout = rollout_of(&object);
+        let ordered_pods = ordered_pods(kind, &object);
         let str_at = |v: &Value, field: &str| {
             v.pointer(&format!("/metadata/{field}"))
                 .and_then(Value::as_str)
@@ -97,6 +102,7 @@ impl Workload {
             annotations,
             template,
             rollout,
+            ordered_pods,
         })
     }
 
@@ -109,6 +115,17 @@ impl Workload {
             .and_then(|m| m.annotations.as_ref())
             .unwrap_or(&EMPTY)
     }
+}
+
+/// Whether `object` is a StatefulSet whose pods start in order (the default
+/// `OrderedReady` policy).
+fn ordered_pods(kind: &WorkloadKind, object: &Value) -> bool {
+    kind.group() == "apps"
+        && kind.as_str() == "StatefulSet"
+        && object
+            .pointer("/spec/podManagementPolicy")
+            .and_then(Value::as_str)
+            != Some("Parallel")
 }
 
 /// Takes the value at `kind`'s template path out of `object`.

@@ -20,10 +20,10 @@
 use std::collections::BTreeMap;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
-use super::AdmissionDecision;
+use super::{AdmissionDecision, Release};
 use crate::annotations::AnnotationScheme;
 use crate::model::{Output, WorkloadKind};
 
@@ -69,6 +69,8 @@ pub fn admission_patch(
             Output::WorkloadAnnotation(key) | Output::ReloaderSource(key) => {
                 workload.insert(key.clone(), value.clone());
             }
+            // Holds are lifted by `StampPatch::releases`, never written as values.
+            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled => {}
             Output::ContainerEnv(name) => {
                 env.insert(name.clone(), value.clone());
             }
@@ -102,7 +104,102 @@ pub fn admission_patch(
         workload,
     ));
     ops.extend(env_ops(object, &template_path, &env));
+    ops.extend(gate_ops(object, &template_path, &decision.gates));
     Patch(ops)
+}
+
+/// Operations lifting `releases` on `object` (of `kind`): scheduling gates
+/// removed (highest index first, so the others keep theirs), Wave's scheduler
+/// restored and its annotation removed. What is already gone yields nothing.
+pub fn release_ops(
+    object: &Value,
+    kind: &WorkloadKind,
+    releases: &[Release],
+) -> Vec<PatchOperation> {
+    let template: Vec<&str> = kind.template_path().segments().collect();
+    let spec_path: Vec<&str> = template.iter().copied().chain(["spec"]).collect();
+    let gates_path: Vec<&str> = spec_path
+        .iter()
+        .copied()
+        .chain(["schedulingGates"])
+        .collect();
+    let gates = get_path(object, &gates_path)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut gate_indexes: Vec<usize> = Vec::new();
+    let mut ops = Vec::new();
+    for release in releases {
+        match release {
+            Release::SchedulingGate(name) => gate_indexes.extend(
+                gates
+                    .iter()
+                    .position(|g| g.get("name").and_then(Value::as_str) == Some(name)),
+            ),
+            Release::WaveScheduler { scheduler_name } => {
+                let annotation = crate::model::WAVE_SCHEDULING_DISABLED;
+                if string_map(object, &WORKLOAD_ANNOTATIONS).contains_key(annotation) {
+                    let at = WORKLOAD_ANNOTATIONS.iter().copied().chain([annotation]);
+                    ops.push(PatchOperation::Remove(RemoveOperation {
+                        path: PointerBuf::from_tokens(at),
+                    }));
+                }
+                if get_path(object, &spec_path).is_some_and(Value::is_object) {
+                    let at = spec_path.iter().copied().chain(["schedulerName"]);
+                    ops.push(add(
+                        PointerBuf::from_tokens(at),
+                        Value::from(scheduler_name.as_str()),
+                    ));
+                }
+            }
+        }
+    }
+    gate_indexes.sort_unstable();
+    gate_indexes.dedup();
+    for index in gate_indexes.into_iter().rev() {
+        let index = index.to_string();
+        let at = gates_path.iter().copied().chain([index.as_str()]);
+        ops.push(PatchOperation::Remove(RemoveOperation {
+            path: PointerBuf::from_tokens(at),
+        }));
+    }
+    ops
+}
+
+/// Operations adding the scheduling gates `names` to the pod template's
+/// `schedulingGates`, creating the list when the template has none.
+fn gate_ops(object: &Value, template: &[&str], names: &[String]) -> Vec<PatchOperation> {
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let spec_path: Vec<&str> = template.iter().copied().chain(["spec"]).collect();
+    if !get_path(object, &spec_path).is_some_and(Value::is_object) {
+        return Vec::new();
+    }
+    let gates: Vec<Value> = names
+        .iter()
+        .map(|name| serde_json::json!({ "name": name }))
+        .collect();
+    let list_path: Vec<&str> = spec_path
+        .iter()
+        .copied()
+        .chain(["schedulingGates"])
+        .collect();
+    match get_path(object, &list_path) {
+        Some(Value::Array(_)) => gates
+            .into_iter()
+            .map(|gate| {
+                add(
+                    PointerBuf::from_tokens(list_path.iter().copied().chain(["-"])),
+                    gate,
+                )
+            })
+            .collect(),
+        _ => vec![add(
+            PointerBuf::from_tokens(list_path.iter().copied()),
+            Value::Array(gates),
+        )],
+    }
 }
 
 /// The string entries of the map at `path` (non-string values are left out).

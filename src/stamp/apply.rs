@@ -37,6 +37,8 @@ pub fn apply_body(
             Output::WorkloadAnnotation(key) | Output::ReloaderSource(key) => {
                 workload_annotations.insert(key.clone(), value.clone());
             }
+            // Holds are lifted by `StampPatch::releases`, never written as values.
+            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled => {}
             Output::ContainerEnv(name) => {
                 env.insert(name.clone(), value.clone());
             }
@@ -152,6 +154,7 @@ mod tests {
                 }),
             },
             rollout: Rollout::Unknown,
+            ordered_pods: false,
         }
     }
 
@@ -163,6 +166,7 @@ mod tests {
                 .iter()
                 .map(|(o, v)| (o.clone(), (*v).to_owned()))
                 .collect(),
+            releases: Vec::new(),
         }
     }
 

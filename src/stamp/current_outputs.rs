@@ -8,11 +8,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSchedulingGate, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::annotations::RELOADER_LAST_RELOADED_FROM;
-use crate::model::{Output, Rollout, Workload, WorkloadId};
+use crate::model::{Output, Rollout, WAVE_SCHEDULING_DISABLED, Workload, WorkloadId};
 
 /// The current values of a workload's outputs, and nothing else.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub struct CurrentOutputs {
     template_annotations: Vec<(String, String)>,
     /// Containers carrying an output env var, in pod-spec order.
     containers: Vec<ContainerOutputs>,
+    /// Scheduling gates that are outputs, present on the pod template.
+    gates: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +42,7 @@ struct OutputKeys<'a> {
     own: BTreeSet<&'a str>,
     template: BTreeSet<&'a str>,
     env: BTreeSet<&'a str>,
+    gates: BTreeSet<&'a str>,
 }
 
 impl<'a> OutputKeys<'a> {
@@ -68,6 +71,12 @@ impl<'a> OutputKeys<'a> {
                     keys.own.insert(key);
                     keys.template.insert(RELOADER_LAST_RELOADED_FROM);
                 }
+                Output::SchedulingGate(name) => {
+                    keys.gates.insert(name);
+                }
+                Output::WaveSchedulingDisabled => {
+                    keys.own.insert(WAVE_SCHEDULING_DISABLED);
+                }
             }
         }
         keys
@@ -81,11 +90,22 @@ impl CurrentOutputs {
         let containers = super::containers_by_role(workload)
             .filter_map(|(init, container)| ContainerOutputs::of(init, container, &keys.env))
             .collect();
+        let gates = workload
+            .template
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.scheduling_gates.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|gate| keys.gates.contains(gate.name.as_str()))
+            .map(|gate| gate.name.clone())
+            .collect();
         Self {
             id: workload.id.clone(),
             annotations: pick(&workload.annotations, &keys.own),
             template_annotations: pick(workload.template_annotations(), &keys.template),
             containers,
+            gates,
         }
     }
 
@@ -99,7 +119,13 @@ impl CurrentOutputs {
     pub fn to_workload(&self) -> Workload {
         let (init, main): (Vec<&ContainerOutputs>, Vec<&ContainerOutputs>) =
             self.containers.iter().partition(|c| c.init);
-        let spec = (!self.containers.is_empty()).then(|| PodSpec {
+        let gates = (!self.gates.is_empty()).then(|| {
+            self.gates
+                .iter()
+                .map(|name| PodSchedulingGate { name: name.clone() })
+                .collect()
+        });
+        let spec = (!self.containers.is_empty() || gates.is_some()).then(|| PodSpec {
             containers: main
                 .into_iter()
                 .map(ContainerOutputs::to_container)
@@ -109,6 +135,7 @@ impl CurrentOutputs {
                     .map(ContainerOutputs::to_container)
                     .collect()
             }),
+            scheduling_gates: gates,
             ..PodSpec::default()
         });
         Workload {
@@ -122,6 +149,7 @@ impl CurrentOutputs {
                 spec,
             },
             rollout: Rollout::Unknown,
+            ordered_pods: false,
         }
     }
 }

@@ -23,9 +23,12 @@ mod admission;
 mod apply;
 mod current_outputs;
 
-pub use admission::admission_patch;
+pub use admission::{admission_patch, release_ops};
 pub use apply::apply_body;
 pub use current_outputs::CurrentOutputs;
+
+/// The desired value of a hold ([`Combine::Release`]) once it may be lifted.
+pub const RELEASED: &str = "released";
 
 /// Read access to what sources currently know about tracked items.
 pub trait FingerprintLookup {
@@ -195,6 +198,24 @@ pub struct StampPatch {
     pub changed: Vec<Output>,
     /// Every value nudge owns on the workload after the patch.
     pub values: BTreeMap<Output, String>,
+    /// What to lift in the same change: fields nudge does not own (a scheduling
+    /// gate the webhook added to the user's object, Wave's scheduler swap), so a
+    /// writer must remove them explicitly rather than by leaving them out.
+    pub releases: Vec<Release>,
+}
+
+/// A hold on a workload's pods that nudge lifts once its config exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Release {
+    /// Remove the pod scheduling gate of this name.
+    SchedulingGate(String),
+    /// Restore `spec.template.spec.schedulerName` to `scheduler_name` and remove
+    /// Wave's `wave.pusher.com/scheduling-disabled`.
+    WaveScheduler {
+        /// The scheduler Wave replaced.
+        scheduler_name: String,
+    },
 }
 
 /// Computes the desired value of each spec's output. With `stamp_on_delete`, an
@@ -242,27 +263,38 @@ pub fn diff(
     specs: &[StampSpec],
     desired: &DesiredStamp,
 ) -> Option<StampPatch> {
-    let (changed, values) = plan(workload, None, specs, desired, true);
+    let Plan {
+        changed,
+        values,
+        releases,
+    } = plan(workload, None, specs, desired, true);
     (!changed.is_empty()).then(|| StampPatch {
         id: workload.id.clone(),
         changed,
         values,
+        releases,
     })
 }
 
 /// Whether writing `patch` changes `workload`'s pod template (and so rolls its
 /// pods, runs a CronJob, or must recreate a Job), not only its metadata.
 pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
-    patch.values.iter().any(|(output, value)| {
-        let on_template = match output {
-            Output::PodTemplateAnnotation(key)
-            | Output::PodTemplateAndWorkloadAnnotation(key)
-            | Output::Adopted(key) => workload.template_annotations().get(key).map(String::as_str),
-            Output::ContainerEnv(_) => observe(workload, output).consistent(),
-            Output::WorkloadAnnotation(_) | Output::ReloaderSource(_) => return false,
-        };
-        on_template != Some(value.as_str())
-    })
+    !patch.releases.is_empty()
+        || patch.values.iter().any(|(output, value)| {
+            let on_template = match output {
+                Output::PodTemplateAnnotation(key)
+                | Output::PodTemplateAndWorkloadAnnotation(key)
+                | Output::Adopted(key) => {
+                    workload.template_annotations().get(key).map(String::as_str)
+                }
+                Output::ContainerEnv(_) => observe(workload, output).consistent(),
+                Output::WorkloadAnnotation(_)
+                | Output::ReloaderSource(_)
+                | Output::SchedulingGate(_)
+                | Output::WaveSchedulingDisabled => return false,
+            };
+            on_template != Some(value.as_str())
+        })
 }
 
 /// The admission webhook's decision on an object under review (design §6).
@@ -277,6 +309,9 @@ pub struct AdmissionDecision {
     /// Whether a desired value differs from the stored object's (UPDATE) or the
     /// incoming one's (CREATE): only then do the `last-updated` annotations move.
     pub stamp_changed: bool,
+    /// Scheduling gates to add: a new workload whose required config is missing
+    /// waits `Pending` instead of starting without it.
+    pub gates: Vec<String>,
 }
 
 /// Decides what an admitted object carries: `incoming` is the object under review,
@@ -291,18 +326,37 @@ pub fn decide_admission(
     // A new workload's pods start with the stamp on their template: adopting it
     // into metadata would only roll them later.
     let adopt = stored.is_some();
-    let (_, values) = plan(incoming, stored, specs, desired, adopt);
-    let (changed, _) = plan(stored.unwrap_or(incoming), None, specs, desired, adopt);
+    let values = plan(incoming, stored, specs, desired, adopt).values;
+    let changed = plan(stored.unwrap_or(incoming), None, specs, desired, adopt).changed;
     let mut outputs: Vec<Output> = Vec::new();
     for spec in specs {
         if !outputs.contains(&spec.output) {
             outputs.push(spec.output.clone());
         }
     }
+    // Gates go on new workloads only: on a running one the template change would
+    // itself roll the pods it means to hold.
+    let gates = if stored.is_none() {
+        desired
+            .blocked
+            .iter()
+            .filter(|b| matches!(b.reason, BlockReason::Missing { .. }))
+            .filter_map(|b| match &b.output {
+                Output::SchedulingGate(name) => Some(name.clone()),
+                _ => None,
+            })
+            .filter(|name| !has_gate(incoming, name))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    } else {
+        Vec::new()
+    };
     AdmissionDecision {
         values,
         outputs,
         stamp_changed: !changed.is_empty(),
+        gates,
     }
 }
 
@@ -318,9 +372,10 @@ fn plan(
     specs: &[StampSpec],
     desired: &DesiredStamp,
     adopt: bool,
-) -> (Vec<Output>, BTreeMap<Output, String>) {
+) -> Plan {
     let mut changed = Vec::new();
     let mut values = BTreeMap::new();
+    let mut releases = Vec::new();
     let mut seen: Vec<&Output> = Vec::new();
     for output in specs.iter().map(|spec| &spec.output) {
         if seen.contains(&output) {
@@ -335,6 +390,17 @@ fn plan(
             }
             continue;
         }
+        if let Some(release) = plan_release(workload, output, want) {
+            releases.push(release);
+            changed.push(output.clone());
+            continue;
+        }
+        if matches!(
+            output,
+            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled
+        ) {
+            continue;
+        }
         let (target, value, differs) = match output {
             Output::Adopted(key) => plan_adopted(workload, fallback, key, want, adopt),
             _ => plan_in_place(workload, fallback, output, want),
@@ -346,7 +412,46 @@ fn plan(
             values.insert(target, value.to_owned());
         }
     }
-    (changed, values)
+    Plan {
+        changed,
+        values,
+        releases,
+    }
+}
+
+/// What [`plan`] decides.
+struct Plan {
+    changed: Vec<Output>,
+    values: BTreeMap<Output, String>,
+    releases: Vec<Release>,
+}
+
+/// A hold to lift: the output is released (every required input exists) and the
+/// workload still carries it.
+fn plan_release(workload: &Workload, output: &Output, want: Option<&str>) -> Option<Release> {
+    want?;
+    match output {
+        Output::SchedulingGate(name) => {
+            has_gate(workload, name).then(|| Release::SchedulingGate(name.clone()))
+        }
+        Output::WaveSchedulingDisabled => workload
+            .annotations
+            .get(crate::model::WAVE_SCHEDULING_DISABLED)
+            .map(|scheduler_name| Release::WaveScheduler {
+                scheduler_name: scheduler_name.clone(),
+            }),
+        _ => None,
+    }
+}
+
+/// Whether the pod template carries the scheduling gate `name`.
+fn has_gate(workload: &Workload, name: &str) -> bool {
+    workload
+        .template
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.scheduling_gates.as_ref())
+        .is_some_and(|gates| gates.iter().any(|gate| gate.name == name))
 }
 
 /// An output written where it is: the desired value, or when blocked the value
@@ -478,6 +583,7 @@ where
         Combine::Single => single(&inputs),
         Combine::NativeHash | Combine::ReloaderSource => native_hash(&inputs),
         Combine::Wave => wave(&inputs),
+        Combine::Release => Ok(RELEASED.to_owned()),
     }
 }
 
@@ -728,6 +834,16 @@ fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
             Some(value) => Observed::Consistent(value),
             None => Observed::Unset,
         },
+        // A hold reads as released once it is gone.
+        Output::SchedulingGate(name) if !has_gate(workload, name) => Observed::Consistent(RELEASED),
+        Output::WaveSchedulingDisabled
+            if !workload
+                .annotations
+                .contains_key(crate::model::WAVE_SCHEDULING_DISABLED) =>
+        {
+            Observed::Consistent(RELEASED)
+        }
+        Output::SchedulingGate(_) | Output::WaveSchedulingDisabled => Observed::Unset,
     }
 }
 

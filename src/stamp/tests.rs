@@ -99,6 +99,7 @@ fn mk_workload(
     Workload {
         id: WorkloadId::new(WorkloadKind::deployment(), "ns", "web"),
         rollout: crate::model::Rollout::Unknown,
+        ordered_pods: false,
         annotations: map(own),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {
@@ -820,4 +821,82 @@ fn a_new_workload_under_admission_gets_an_adopted_output_on_its_template() {
             "sha256-1".to_owned()
         )])
     );
+}
+
+// === holds ===
+
+fn gated(workload: &mut Workload, gate: &str) {
+    let spec = workload.template.spec.get_or_insert_with(PodSpec::default);
+    spec.scheduling_gates = Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate {
+        name: gate.to_owned(),
+    }]);
+}
+
+#[test]
+fn the_gate_is_lifted_with_the_stamp_once_the_config_exists() {
+    let cm = mk_cm("cfg");
+    let gate = Output::SchedulingGate("nudge.dev/awaiting-config".to_owned());
+    let specs = [
+        mk_spec(
+            mk_annotation(HASH),
+            Combine::Single,
+            vec![mk_input(&cm, false)],
+        ),
+        mk_spec(gate.clone(), Combine::Release, vec![mk_input(&cm, false)]),
+    ];
+    let mut workload = mk_annotated(&[]);
+    gated(&mut workload, "nudge.dev/awaiting-config");
+
+    let missing = desired(&specs, &mk_store(&[(&cm, Observation::Absent)]), false);
+    assert!(
+        diff(&workload, &specs, &missing).is_none(),
+        "held while missing"
+    );
+
+    let present = desired(&specs, &mk_store(&[(&cm, present("sha256-1"))]), false);
+    let patch = diff(&workload, &specs, &present).expect("release and stamp");
+    assert_eq!(patch.changed, vec![mk_annotation(HASH), gate.clone()]);
+    assert_eq!(
+        patch.releases,
+        vec![Release::SchedulingGate(
+            "nudge.dev/awaiting-config".to_owned()
+        )]
+    );
+    assert!(!patch.values.contains_key(&gate), "a hold is never a value");
+    assert!(changes_pod_template(&workload, &patch));
+
+    // Once lifted (by nudge or by hand) nothing more is asked for.
+    let mut lifted = mk_annotated(&[(HASH, "sha256-1")]);
+    lifted.template.spec.as_mut().unwrap().scheduling_gates = Some(Vec::new());
+    assert!(diff(&lifted, &specs, &present).is_none());
+    let current = CurrentOutputs::new(&workload, specs.iter().map(|s| &s.output));
+    assert_eq!(diff(&current.to_workload(), &specs, &present), Some(patch));
+}
+
+#[test]
+fn waves_scheduler_is_restored_once_the_config_exists() {
+    let cm = mk_cm("cfg");
+    let specs = [mk_spec(
+        Output::WaveSchedulingDisabled,
+        Combine::Release,
+        vec![mk_input(&cm, false)],
+    )];
+    let held = mk_workload(
+        &[],
+        &[("wave.pusher.com/scheduling-disabled", "custom-scheduler")],
+        Vec::new(),
+        Vec::new(),
+    );
+    let missing = desired(&specs, &mk_store(&[(&cm, Observation::Absent)]), false);
+    assert!(diff(&held, &specs, &missing).is_none());
+    let present = desired(&specs, &mk_store(&[(&cm, present("sha256-1"))]), false);
+    let patch = diff(&held, &specs, &present).expect("restore");
+    assert_eq!(
+        patch.releases,
+        vec![Release::WaveScheduler {
+            scheduler_name: "custom-scheduler".to_owned()
+        }]
+    );
+    let current = CurrentOutputs::new(&held, specs.iter().map(|s| &s.output));
+    assert_eq!(diff(&current.to_workload(), &specs, &present), Some(patch));
 }

@@ -324,6 +324,7 @@ fn replacement(job: &DynamicObject, patch: &StampPatch, settings: &TargetSetting
         values: patch.values.clone(),
         outputs: patch.changed.clone(),
         stamp_changed: true,
+        gates: Vec::new(),
     };
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let ops = stamp::admission_patch(

@@ -146,6 +146,9 @@ impl KubeTarget {
         current: &Workload,
         patch: &StampPatch,
     ) -> Result<Option<DynamicObject>, TargetError> {
+        if !patch.releases.is_empty() {
+            return self.apply_with_releases(current, patch).await;
+        }
         let id = &current.id;
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let body = stamp::apply_body(current, patch, &self.settings.scheme, &now);
@@ -160,6 +163,67 @@ impl KubeTarget {
                 None => Ok(None),
                 Some(_) => Err(classify(id, error)),
             },
+            Err(error) => Err(classify(id, error)),
+        }
+    }
+
+    /// Writes `patch` and lifts its releases in one JSON patch over the object as
+    /// read now, guarded by its resourceVersion: a gate the webhook put into the
+    /// user's object is not nudge's to drop by server-side apply.
+    async fn apply_with_releases(
+        &self,
+        current: &Workload,
+        patch: &StampPatch,
+    ) -> Result<Option<DynamicObject>, TargetError> {
+        let id = &current.id;
+        let Some(object) = self.get_object(id).await? else {
+            return Ok(None);
+        };
+        let version = object.resource_version();
+        let value = serde_json::to_value(&object).unwrap_or_default();
+        let decision = stamp::AdmissionDecision {
+            values: patch.values.clone(),
+            outputs: patch.changed.clone(),
+            stamp_changed: true,
+            gates: Vec::new(),
+        };
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut ops = vec![json_patch::PatchOperation::Test(
+            json_patch::TestOperation {
+                path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+                value: Value::from(version.unwrap_or_default()),
+            },
+        )];
+        let written = stamp::admission_patch(
+            &value,
+            None,
+            &self.kind,
+            &decision,
+            &self.settings.scheme,
+            &now,
+        );
+        ops.extend(written.0);
+        ops.extend(stamp::release_ops(&value, &self.kind, &patch.releases));
+        let params = PatchParams {
+            field_manager: Some(self.settings.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        let api = self.api(Some(&id.namespace));
+        match api
+            .patch(
+                &id.name,
+                &params,
+                &Patch::<Value>::Json(json_patch::Patch(ops)),
+            )
+            .await
+        {
+            Ok(obj) => Ok(Some(obj)),
+            Err(error) if is_status(&error, 404) => Ok(None),
+            // The test of resourceVersion failed: changed meanwhile; read again.
+            Err(error) if is_status(&error, 422) => Err(TargetError::Conflict {
+                id: id.clone(),
+                message: crate::error_chain(&error),
+            }),
             Err(error) => Err(classify(id, error)),
         }
     }

@@ -65,6 +65,7 @@ fn mk_workload(name: &str, configmap: &str, stamped: Option<&str>) -> Workload {
             spec: None,
         },
         rollout: Rollout::Unknown,
+        ordered_pods: false,
     }
 }
 

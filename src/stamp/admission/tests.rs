@@ -424,3 +424,114 @@ fn last_updated_set_by_the_request_itself_is_kept() {
     );
     assert!(ops.is_empty(), "{ops:?}");
 }
+
+// --- holds ---
+
+const GATE: &str = "nudge.dev/awaiting-config";
+
+fn gate_specs() -> Vec<StampSpec> {
+    vec![
+        mk_spec(hash_output()),
+        StampSpec {
+            combine: Combine::Release,
+            ..mk_spec(Output::SchedulingGate(GATE.into()))
+        },
+    ]
+}
+
+/// What the webhook decides when the config is missing: both outputs blocked.
+fn missing_config(specs: &[StampSpec]) -> DesiredStamp {
+    let reference =
+        crate::model::Reference::object(crate::model::SourceName::configmap(), "ns", "cfg");
+    DesiredStamp {
+        blocked: specs
+            .iter()
+            .map(|spec| crate::stamp::Blocked {
+                output: spec.output.clone(),
+                reason: crate::stamp::BlockReason::Missing {
+                    reference: reference.clone(),
+                },
+            })
+            .collect(),
+        ..DesiredStamp::default()
+    }
+}
+
+fn gates_of(object: &Value) -> Vec<&str> {
+    object["spec"]["template"]["spec"]["schedulingGates"]
+        .as_array()
+        .map(|gates| gates.iter().filter_map(|g| g["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_new_workload_with_missing_config_gets_the_gate_and_an_update_never_does() {
+    let object = mk_deployment(None);
+    let specs = gate_specs();
+    let desired = missing_config(&specs);
+    let created = apply(&object, &patch_for(&object, None, &specs, &desired));
+    assert_eq!(gates_of(&created), vec![GATE]);
+    assert!(
+        created["spec"]["template"]["metadata"].is_null(),
+        "no stamp while missing"
+    );
+
+    let mut user_gated = mk_deployment(None);
+    user_gated["spec"]["template"]["spec"]["schedulingGates"] = json!([{"name": "team/own"}]);
+    let created = apply(&user_gated, &patch_for(&user_gated, None, &specs, &desired));
+    assert_eq!(
+        gates_of(&created),
+        vec!["team/own", GATE],
+        "theirs kept, ours appended"
+    );
+    let again = patch_for(&created, None, &specs, &desired);
+    assert!(
+        again
+            .iter()
+            .all(|op| !op["path"].as_str().unwrap().contains("schedulingGates"))
+    );
+
+    let updated = patch_for(&object, Some(&object), &specs, &desired);
+    assert!(
+        updated.is_empty(),
+        "a running workload is never gated: {updated:?}"
+    );
+}
+
+#[test]
+fn releases_lift_only_what_is_there_and_patches_apply() {
+    let kind = WorkloadKind::deployment();
+    let mut object = mk_deployment(None);
+    object["metadata"]["annotations"] =
+        json!({"wave.pusher.com/scheduling-disabled": "default-scheduler"});
+    object["spec"]["template"]["spec"]["schedulerName"] = json!("wave.pusher.com/invalid");
+    object["spec"]["template"]["spec"]["schedulingGates"] =
+        json!([{"name": GATE}, {"name": "team/own"}, {"name": "x/other"}]);
+    let releases = [
+        crate::stamp::Release::SchedulingGate(GATE.into()),
+        crate::stamp::Release::SchedulingGate("x/other".into()),
+        crate::stamp::Release::SchedulingGate("never/there".into()),
+        crate::stamp::Release::WaveScheduler {
+            scheduler_name: "default-scheduler".into(),
+        },
+    ];
+    let ops: Vec<Value> = release_ops(&object, &kind, &releases)
+        .iter()
+        .map(|op| serde_json::to_value(op).unwrap())
+        .collect();
+    let released = apply(&object, &ops);
+    assert_eq!(gates_of(&released), vec!["team/own"]);
+    assert_eq!(
+        released["spec"]["template"]["spec"]["schedulerName"],
+        "default-scheduler"
+    );
+    assert!(
+        released["metadata"]["annotations"]
+            .get("wave.pusher.com/scheduling-disabled")
+            .is_none()
+    );
+    assert!(
+        release_ops(&released, &kind, &releases[..3]).is_empty(),
+        "already lifted"
+    );
+}
