@@ -142,8 +142,9 @@ fn take_at(object: &mut Value, kind: &WorkloadKind) -> Option<Value> {
 /// progress; DaemonSet counts (`desiredNumberScheduled`, `updatedNumberScheduled`,
 /// `numberAvailable`) or replica counts (`spec.replicas` against
 /// `status.replicas`, `updatedReplicas`, `readyReplicas`, and
-/// `currentRevision`/`updateRevision` when both are set) decide the rest; a
-/// status with neither is unknown.
+/// `currentRevision`/`updateRevision` when both are set; absent counts are 0
+/// once the status has an `observedGeneration`) decide the rest; a status with
+/// neither is unknown.
 fn rollout_of(object: &Value) -> Rollout {
     let Some(status) = object.get("status").filter(|s| s.is_object()) else {
         return Rollout::Unknown;
@@ -164,6 +165,10 @@ fn rollout_of(object: &Value) -> Rollout {
     } else if ["replicas", "updatedReplicas", "readyReplicas"]
         .iter()
         .any(|f| status.get(f).is_some())
+        // A Deployment's counts are `omitempty`: scaled to zero, a caught-up
+        // status has none of them.
+        || (int(status, "observedGeneration").is_some()
+            && object.pointer("/spec/replicas").and_then(Value::as_i64).is_some())
     {
         let desired = object
             .pointer("/spec/replicas")
@@ -260,6 +265,20 @@ mod tests {
         assert_eq!(rollout_of(&mk_deployment(surging)), Rollout::InProgress);
         assert_eq!(rollout_of(&mk_deployment(json!({}))), Rollout::Unknown);
         assert_eq!(rollout_of(&json!({"metadata": {}})), Rollout::Unknown);
+    }
+
+    #[test]
+    fn a_deployment_scaled_to_zero_is_complete_once_caught_up() {
+        // What kube-controller-manager writes: the counts are `omitempty`.
+        let scaled_to_zero = |observed: i64| {
+            json!({"metadata": {"generation": 2}, "spec": {"replicas": 0},
+                   "status": {"observedGeneration": observed}})
+        };
+        assert_eq!(rollout_of(&scaled_to_zero(2)), Rollout::Complete);
+        assert_eq!(rollout_of(&scaled_to_zero(1)), Rollout::InProgress);
+        let no_counts_yet = json!({"metadata": {"generation": 2}, "spec": {"replicas": 2},
+                                   "status": {"observedGeneration": 2}});
+        assert_eq!(rollout_of(&no_counts_yet), Rollout::InProgress);
     }
 
     #[test]

@@ -1,0 +1,152 @@
+//! Pacing as designed (design §5): `min_interval` holds a re-stamp only while
+//! the previous rollout has not caught up; a source rewriting itself in a loop
+//! still rolls a workload at most twice.
+//!
+//! The workloads are Deployments scaled to zero, so a rollout completes as soon
+//! as the Deployment controller observes it. On a real cluster
+//! kube-controller-manager writes that status; on the double (which runs no
+//! controllers) the test plays its part.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+use support::*;
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+/// A pod reading ConfigMap `configmap` as a volume and Secret `secret` as env.
+fn pod_with_both(configmap: &str, secret: &str) -> Value {
+    let mut pod = pod_mounting_configmap(configmap);
+    pod["containers"][0]["envFrom"] = json!([{ "secretRef": { "name": secret } }]);
+    pod
+}
+
+/// Creates an auto Deployment `name` scaled to zero.
+async fn scaled_to_zero(cluster: &TestCluster, name: &str, pod: Value) {
+    cluster
+        .create_workload("Deployment", name, &[("nudge.dev/auto", "true")], &[], pod)
+        .await;
+    cluster
+        .merge_patch::<Deployment>(name, json!({ "spec": { "replicas": 0 } }))
+        .await;
+}
+
+/// On the double, observes every new generation of Deployment `name` at once, as
+/// the Deployment controller does for one scaled to zero. Nothing to do on a
+/// real cluster.
+fn deployment_controller(cluster: &TestCluster, name: &str) -> Option<tokio::task::JoinHandle<()>> {
+    cluster.double()?;
+    let api = cluster.api::<Deployment>();
+    let name = name.to_owned();
+    Some(tokio::spawn(async move {
+        loop {
+            if let Ok(deployment) = api.get(&name).await {
+                let generation = deployment.metadata.generation;
+                let observed = deployment.status.and_then(|s| s.observed_generation);
+                if generation.is_some() && observed != generation {
+                    let status = json!({ "status": { "observedGeneration": generation } });
+                    let _ = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }))
+}
+
+/// Waits until the Deployment's status has caught up with its generation.
+async fn rollout_complete(cluster: &TestCluster, name: &str) {
+    wait_for("the rollout to complete", WAIT, || async {
+        let deployment = cluster.workload("Deployment", name).await;
+        let generation = deployment["metadata"]["generation"].as_i64();
+        (deployment["status"]["observedGeneration"].as_i64() == generation).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_completed_rollout_two_changes_a_second_apart_roll_once_after_the_debounce() {
+    let cluster = TestCluster::start("pacing-complete").await;
+    cluster.put_configmap("pace-cm", &[("a", "1")]).await;
+    cluster.put_secret("pace-secret", &[("s", "1")]).await;
+    scaled_to_zero(&cluster, "paced", pod_with_both("pace-cm", "pace-secret")).await;
+    let controller = deployment_controller(&cluster, "paced");
+    let mut config = cluster.nudge_config();
+    config.engine.debounce = Duration::from_secs(2);
+    // Far longer than the test waits: a stamp proves it did not hold.
+    config.engine.min_interval = Duration::from_secs(600);
+    let nudge = cluster.start_nudge(config);
+    let first = wait_for_stamp(&cluster, "Deployment", "paced", CONFIG_HASH, None).await;
+    rollout_complete(&cluster, "paced").await;
+    // The scenario: the next change comes 10 s after the rollout.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    let counter = cluster.patch_counter("Deployment", "paced").await;
+    cluster.put_configmap("pace-cm", &[("a", "2")]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.put_secret("pace-secret", &[("s", "2")]).await;
+    let second = wait_for_stamp(&cluster, "Deployment", "paced", CONFIG_HASH, Some(&first)).await;
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        counter.count(&cluster).await,
+        1,
+        "one roll for both changes"
+    );
+    let now = cluster.template_annotations("Deployment", "paced").await;
+    assert_eq!(now.get(CONFIG_HASH), Some(&second));
+    nudge.stop().await;
+    if let Some(controller) = controller {
+        controller.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_rewritten_every_200ms_for_30s_rolls_at_most_twice() {
+    let cluster = TestCluster::start("pacing-loop").await;
+    cluster.put_configmap("looping", &[("n", "0")]).await;
+    scaled_to_zero(&cluster, "looped", pod_mounting_configmap("looping")).await;
+    let controller = deployment_controller(&cluster, "looped");
+    let mut config = cluster.nudge_config();
+    // The defaults, but a short debounce so the test ends soon after the loop.
+    config.engine.debounce = Duration::from_secs(1);
+    config.engine.max_delay = nudge::Config::default().engine.max_delay;
+    config.engine.min_interval = nudge::Config::default().engine.min_interval;
+    let nudge = cluster.start_nudge(config);
+    let first = wait_for_stamp(&cluster, "Deployment", "looped", CONFIG_HASH, None).await;
+    rollout_complete(&cluster, "looped").await;
+
+    let counter = cluster.patch_counter("Deployment", "looped").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut n = 0;
+    while tokio::time::Instant::now() < deadline {
+        n += 1;
+        cluster
+            .put_configmap("looping", &[("n", &n.to_string())])
+            .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The last content is stamped once the loop stops...
+    let last = wait_for("the final content to be stamped", WAIT, || async {
+        let now = cluster.template_annotations("Deployment", "looped").await;
+        let stamp = now.get(CONFIG_HASH).filter(|s| **s != first).cloned()?;
+        let settled = counter.count(&cluster).await >= 1;
+        settled.then_some(stamp)
+    })
+    .await;
+    settle().await;
+    // ...and nothing rolls it again.
+    let rolls = counter.count(&cluster).await;
+    assert!((1..=2).contains(&rolls), "{rolls} rolls for {n} rewrites");
+    let now = cluster.template_annotations("Deployment", "looped").await;
+    assert_eq!(now.get(CONFIG_HASH), Some(&last));
+    nudge.stop().await;
+    if let Some(controller) = controller {
+        controller.abort();
+    }
+}
