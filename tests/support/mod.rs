@@ -5,6 +5,11 @@
 //! afterwards, so tests run in parallel and against real clusters. Tests that need
 //! fault injection call [`TestCluster::with_faults`], which skips them on an
 //! external cluster.
+//!
+//! Negative checks ("nothing was patched") come only after a positive signal that
+//! nudge is running and has processed the events in question: a stamp that had to
+//! follow them, `/ready` ([`wait_ready`]) or a [`Sentinel`] flush; [`settle`] then
+//! lets an unwanted stamp show.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -46,6 +51,9 @@ pub struct TestCluster {
     backend: Backend,
     client: Client,
     namespace: String,
+    /// Namespaces made by [`extra_namespace`](Self::extra_namespace), deleted with
+    /// the test's own.
+    extra_namespaces: std::sync::Mutex<Vec<String>>,
 }
 
 impl TestCluster {
@@ -91,7 +99,24 @@ impl TestCluster {
             backend,
             client,
             namespace,
+            extra_namespaces: std::sync::Mutex::default(),
         }
+    }
+
+    /// Creates namespace `<test namespace>-<suffix>` (with `labels`), deleted
+    /// when the test ends like the test's own.
+    pub async fn extra_namespace(&self, suffix: &str, labels: &[(&str, &str)]) -> String {
+        let name = format!("{}-{suffix}", self.namespace);
+        let mut all = to_map(labels);
+        all.insert("nudge.dev/test".into(), "true".into());
+        let ns: Namespace =
+            serde_json::from_value(json!({ "metadata": { "name": name, "labels": all } })).unwrap();
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        self.extra_namespaces.lock().unwrap().push(name.clone());
+        name
     }
 
     /// A client for the cluster.
@@ -406,6 +431,173 @@ impl TestCluster {
             .expect("spawn nudge");
         BinaryNudge { child }
     }
+
+    /// Creates a [`Sentinel`] in the test namespace.
+    pub async fn sentinel(&self) -> Sentinel {
+        Sentinel::create(self.client.clone(), &self.namespace).await
+    }
+}
+
+/// Label of sentinel workloads: the tests' webhook registrations leave them out
+/// (objectSelector), so only the controller stamps them.
+pub const SENTINEL_LABEL: &str = "nudge.dev/test-sentinel";
+
+/// A positive signal for negative checks. Deployments `sentinel-<n>` with
+/// `nudge.dev/auto` that mount ConfigMap `sentinel` and read Secret `sentinel`:
+/// once nudge has stamped what a flush changed, it has processed every event of
+/// that kind (ConfigMap, Secret, workload) made before the flush, since a watch
+/// delivers events in order and each was due before the flush's.
+pub struct Sentinel {
+    configmaps: Api<ConfigMap>,
+    secrets: Api<Secret>,
+    deployments: Api<Deployment>,
+    round: std::sync::atomic::AtomicUsize,
+    workloads: std::sync::atomic::AtomicUsize,
+}
+
+impl Sentinel {
+    const NAME: &str = "sentinel";
+
+    /// Creates ConfigMap and Secret `sentinel` and Deployment `sentinel-0` in
+    /// `namespace`.
+    pub async fn create(client: Client, namespace: &str) -> Sentinel {
+        let sentinel = Sentinel {
+            configmaps: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client.clone(), namespace),
+            deployments: Api::namespaced(client, namespace),
+            round: Default::default(),
+            workloads: Default::default(),
+        };
+        sentinel.write_configmap(0).await;
+        sentinel.write_secret(0).await;
+        sentinel.add_workload().await;
+        sentinel
+    }
+
+    async fn write_configmap(&self, round: usize) {
+        let configmap = json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": Self::NAME },
+            "data": { "round": round.to_string() },
+        });
+        self.configmaps
+            .patch(Self::NAME, &Self::apply(), &Patch::Apply(&configmap))
+            .await
+            .expect("apply the sentinel ConfigMap");
+    }
+
+    async fn write_secret(&self, round: usize) {
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": { "name": Self::NAME },
+            "stringData": { "round": round.to_string() },
+        });
+        self.secrets
+            .patch(Self::NAME, &Self::apply(), &Patch::Apply(&secret))
+            .await
+            .expect("apply the sentinel Secret");
+    }
+
+    fn apply() -> PatchParams {
+        PatchParams::apply("test-user").force()
+    }
+
+    /// Creates the next sentinel Deployment; returns its name.
+    async fn add_workload(&self) -> String {
+        let n = self
+            .workloads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("{}-{n}", Self::NAME);
+        let labels = json!({ "app": name, SENTINEL_LABEL: "true" });
+        let body = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": name, "labels": labels,
+                          "annotations": { "nudge.dev/auto": "true" } },
+            "spec": {
+                "selector": { "matchLabels": { "app": name } },
+                "template": {
+                    "metadata": { "labels": labels },
+                    "spec": {
+                        "containers": [{
+                            "name": "app", "image": "busybox",
+                            "envFrom": [{ "secretRef": { "name": Self::NAME } }],
+                            "volumeMounts": [{ "name": "config", "mountPath": "/etc/config" }],
+                        }],
+                        "volumes": [{ "name": "config", "configMap": { "name": Self::NAME } }],
+                    },
+                },
+            },
+        });
+        self.deployments
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body).unwrap(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+        name
+    }
+
+    async fn stamp_of(&self, name: &str) -> Option<String> {
+        let deployment = self.deployments.get_opt(name).await.ok()??;
+        deployment
+            .spec?
+            .template
+            .metadata?
+            .annotations?
+            .get("nudge.dev/config-hash")
+            .cloned()
+    }
+
+    async fn wait_for_stamp(&self, name: &str, previous: Option<&str>) -> String {
+        wait_for(
+            &format!("nudge to stamp sentinel Deployment {name}"),
+            WAIT,
+            || async {
+                self.stamp_of(name)
+                    .await
+                    .filter(|s| Some(s.as_str()) != previous)
+            },
+        )
+        .await
+    }
+
+    /// Waits until nudge has stamped `sentinel-0`: it runs, and has listed and
+    /// processed what existed when it started.
+    pub async fn wait_stamped(&self) {
+        self.wait_for_stamp("sentinel-0", None).await;
+    }
+
+    /// Changes the sentinel ConfigMap and waits for nudge to stamp that change:
+    /// ConfigMap events before it have been processed.
+    pub async fn flush_configmaps(&self) {
+        let before = self.last_round_stamp().await;
+        self.write_configmap(self.next_round()).await;
+        self.wait_for_stamp("sentinel-0", Some(&before)).await;
+    }
+
+    /// Changes the sentinel Secret and waits for nudge to stamp that change:
+    /// Secret events before it have been processed.
+    pub async fn flush_secrets(&self) {
+        let before = self.last_round_stamp().await;
+        self.write_secret(self.next_round()).await;
+        self.wait_for_stamp("sentinel-0", Some(&before)).await;
+    }
+
+    /// The stamp of `sentinel-0` for the inputs as they are: each flush waits for
+    /// the stamp of its own change, so any later stamp is the next flush's.
+    async fn last_round_stamp(&self) -> String {
+        self.wait_for_stamp("sentinel-0", None).await
+    }
+
+    fn next_round(&self) -> usize {
+        self.round.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+    }
+
+    /// Creates another sentinel Deployment and waits for nudge to stamp it:
+    /// workload events before it have been processed.
+    pub async fn flush_workloads(&self) {
+        let name = self.add_workload().await;
+        self.wait_for_stamp(&name, None).await;
+    }
 }
 
 impl Drop for TestCluster {
@@ -416,22 +608,39 @@ impl Drop for TestCluster {
         if self.double().is_some() {
             return;
         }
-        let client = self.client.clone();
-        let namespace = self.namespace.clone();
-        let cleanup = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let api: Api<Namespace> = Api::all(client);
-                let _ = api.delete(&namespace, &DeleteParams::default()).await;
-            });
-        });
-        let _ = cleanup.join();
+        let mut namespaces = std::mem::take(&mut *self.extra_namespaces.lock().unwrap());
+        namespaces.push(self.namespace.clone());
+        for namespace in namespaces {
+            delete_cluster_object::<Namespace>(&self.client, &namespace);
+        }
     }
+}
+
+/// Deletes the cluster-scoped object `name` (best effort) with a private runtime:
+/// the test's runtime may be the one blocked in the `Drop` that calls this.
+pub fn delete_cluster_object<K>(client: &Client, name: &str)
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let (client, name) = (client.clone(), name.to_owned());
+    let cleanup = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            let api: Api<K> = Api::all(client);
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        });
+    });
+    let _ = cleanup.join();
 }
 
 /// nudge's writes to one workload since a point in time.
@@ -567,6 +776,11 @@ pub async fn wait_for_stamp(
 }
 
 /// Lets a few debounce windows pass so that a second, unwanted stamp would show.
+///
+/// Only ever after a positive signal that nudge runs and has processed the events
+/// in question (a stamp that had to follow them, `/ready`, a [`Sentinel`] flush):
+/// on its own, a quiet second and a half proves nothing, since a nudge that had
+/// not even listed yet would be just as quiet.
 pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
 }
@@ -722,23 +936,9 @@ impl TestCluster {
 impl Drop for CrdGuard {
     fn drop(&mut self) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        if !self.created {
-            return;
+        if self.created {
+            delete_cluster_object::<CustomResourceDefinition>(&self.client, &self.name);
         }
-        let (client, name) = (self.client.clone(), self.name.clone());
-        let cleanup = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let api: Api<CustomResourceDefinition> = Api::all(client);
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            });
-        });
-        let _ = cleanup.join();
     }
 }
 
