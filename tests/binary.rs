@@ -18,6 +18,7 @@ fn log_path(cluster: &TestCluster, name: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_stamps_once_per_data_change_and_never_for_metadata() {
     let cluster = TestCluster::start("bin-auto").await;
+    let sentinel = cluster.sentinel().await;
     cluster
         .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
@@ -34,6 +35,7 @@ async fn binary_stamps_once_per_data_change_and_never_for_metadata() {
     cluster
         .merge_patch::<ConfigMap>("app-config", json!({"metadata": {"labels": {"x": "y"}}}))
         .await;
+    sentinel.flush_configmaps().await;
     settle().await;
     assert_eq!(patches.count(&cluster).await, 0);
     nudge.stop().await;
@@ -43,6 +45,7 @@ async fn binary_stamps_once_per_data_change_and_never_for_metadata() {
 async fn change_while_stopped_stamps_once_and_a_restart_patches_nothing() {
     const WORKLOADS: usize = 100;
     let cluster = TestCluster::start("bin-restart").await;
+    let sentinel = cluster.sentinel().await;
     for i in 0..10 {
         cluster
             .put_configmap(&format!("cfg-{i}"), &[("v", "1")])
@@ -84,9 +87,15 @@ async fn change_while_stopped_stamps_once_and_a_restart_patches_nothing() {
     for i in 0..WORKLOADS {
         counters.push(cluster.patch_counter("Deployment", &format!("w-{i}")).await);
     }
+    let mut config = config;
+    let admin = free_port();
+    config.admin.bind = admin;
     let nudge = cluster.spawn_nudge_binary(&config, &log_path(&cluster, "third"));
-    // Long enough to list, observe every ConfigMap and pass several debounce windows.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Listed everything, and stamps a ConfigMap change made after that: it has
+    // decided about every workload, then passes a few more debounce windows.
+    wait_ready(admin).await;
+    sentinel.flush_configmaps().await;
+    settle().await;
     nudge.stop().await;
     let mut total = 0;
     for counter in &counters {

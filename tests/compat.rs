@@ -45,8 +45,10 @@ async fn wave_workload_in_sync_is_not_patched_and_gets_the_wave_hash_after_a_cha
         )
         .await;
     let patches = cluster.patch_counter("Deployment", "waved").await;
+    let sentinel = cluster.sentinel().await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
-    settle().await;
+    // nudge has listed and stamped what needed it.
+    sentinel.wait_stamped().await;
     settle().await;
     assert_eq!(
         patches.count(&cluster).await,
@@ -110,8 +112,10 @@ async fn reloader_env_var_in_sync_is_not_patched_and_is_updated_in_place_after_a
         )
         .await;
     let patches = cluster.patch_counter("Deployment", "reloaded").await;
+    let sentinel = cluster.sentinel().await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
-    settle().await;
+    // nudge has listed and stamped what needed it.
+    sentinel.wait_stamped().await;
     settle().await;
     assert_eq!(
         patches.count(&cluster).await,

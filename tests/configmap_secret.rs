@@ -11,6 +11,7 @@ const CONFIG_HASH: &str = "nudge.dev/config-hash";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_deployment_is_stamped_once_per_data_change_and_not_for_metadata() {
     let cluster = TestCluster::start("auto-deployment").await;
+    let sentinel = cluster.sentinel().await;
     cluster
         .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
@@ -34,6 +35,7 @@ async fn auto_deployment_is_stamped_once_per_data_change_and_not_for_metadata() 
             json!({"metadata": {"labels": {"team": "x"}, "annotations": {"note": "y"}}}),
         )
         .await;
+    sentinel.flush_configmaps().await;
     settle().await;
     assert_eq!(
         patches.count(&cluster).await,
@@ -80,11 +82,13 @@ async fn configmap_and_secret_changed_within_the_debounce_window_roll_once() {
 
     let patches = cluster.patch_counter("Deployment", "api").await;
     cluster.put_configmap("app", &[("mode", "b")]).await;
+    // The scenario: the second change 1 s after the first, within the 5 s window.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     cluster
         .put_secret("db", &[("password", "correct horse")])
         .await;
     wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, Some(&first)).await;
+    // Stamped: a second stamp for the Secret would follow within one more window.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     assert_eq!(
         patches.count(&cluster).await,
@@ -355,6 +359,7 @@ async fn optional_reference_absent_counts_and_creating_it_stamps_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ignored_configmap_changes_stamp_nothing() {
     let cluster = TestCluster::start("ignored").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("noisy", &[("a", "1")]).await;
     cluster
         .create_workload(
@@ -380,11 +385,13 @@ async fn ignored_configmap_changes_stamp_nothing() {
             json!({"metadata": {"annotations": {"nudge.dev/ignore": "true"}}}),
         )
         .await;
-    settle().await;
+    // nudge has seen the annotation before the data changes.
+    sentinel.flush_configmaps().await;
     let patches = cluster.patch_counter("Deployment", "quiet").await;
     cluster
         .merge_patch::<ConfigMap>("noisy", json!({"data": {"a": "2"}}))
         .await;
+    sentinel.flush_configmaps().await;
     settle().await;
     assert_eq!(
         patches.count(&cluster).await,
@@ -434,6 +441,7 @@ async fn config_changed_event_names_the_reference_not_its_content() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installation_key_is_generated_once_so_secret_stamps_survive_restarts() {
     let cluster = TestCluster::start("stable-key").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_secret("db", &[("password", "x")]).await;
     cluster
         .create_workload(
@@ -449,8 +457,14 @@ async fn installation_key_is_generated_once_so_secret_stamps_survive_restarts() 
     nudge.stop().await;
 
     let patches = cluster.patch_counter("Deployment", "k").await;
-    let nudge = cluster.start_nudge(cluster.nudge_config());
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let mut config = cluster.nudge_config();
+    let admin = free_port();
+    config.admin.bind = admin;
+    let nudge = cluster.start_nudge(config);
+    // Restarted, listed, and processing Secret events with the key it loaded.
+    wait_ready(admin).await;
+    sentinel.flush_secrets().await;
+    settle().await;
     nudge.stop().await;
     assert_eq!(
         patches.count(&cluster).await,

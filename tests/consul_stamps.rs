@@ -95,6 +95,7 @@ async fn a_key_change_stamps_its_checksum_once_and_an_identical_write_stamps_not
 {
     let agent = ConsulAgent::start()?;
     agent.put("app/config", b"v1").await?;
+    let tap = ConsulTap::start(agent.http_port()).await?;
     let cluster = TestCluster::start("consul-change").await;
     deployment(
         &cluster,
@@ -103,7 +104,7 @@ async fn a_key_change_stamps_its_checksum_once_and_an_identical_write_stamps_not
         &[],
     )
     .await;
-    let nudge = cluster.start_nudge(consul_config(&cluster, &agent.addr()));
+    let nudge = cluster.start_nudge(consul_config(&cluster, &tap.address()));
     let first = wait_for_stamp(&cluster, "Deployment", "web", CHECKSUM_CONFIG, None).await;
     assert_eq!(first, sha256_of(b"v1"));
 
@@ -117,6 +118,12 @@ async fn a_key_change_stamps_its_checksum_once_and_an_identical_write_stamps_not
     // A new ModifyIndex with the same content is not a change.
     let patches = cluster.patch_counter("Deployment", "web").await;
     consul_kv_put(&agent.addr(), "app/config", "v2").await;
+    // nudge's blocking query returned with the write and blocks again past it.
+    let written = modify_index(&agent.addr(), "app/config").await?;
+    wait_for("nudge to query past the identical write", WAIT, || async {
+        (tap.max_index("/v1/kv/app/config") >= written).then_some(())
+    })
+    .await;
     settle().await;
     assert_eq!(patches.count(&cluster).await, 0, "same value, no PATCH");
     assert_eq!(
@@ -376,7 +383,10 @@ async fn a_consul_outage_stamps_nothing_then_the_change_once() -> Result<()> {
         &[],
     )
     .await;
-    let nudge = cluster.start_nudge(consul_config(&cluster, &agent.addr()));
+    let mut config = consul_config(&cluster, &agent.addr());
+    let admin = free_port();
+    config.admin.bind = admin;
+    let nudge = cluster.start_nudge(config);
     let first = wait_for_stamp(
         &cluster,
         "Deployment",
@@ -393,6 +403,13 @@ async fn a_consul_outage_stamps_nothing_then_the_change_once() -> Result<()> {
     let side = agent.start_on_side_port()?;
     put_at(&reqwest::Client::new(), &side, "db/url", b"new").await?;
     agent.stop();
+    // nudge notices: its queries fail (and are retried) while Consul is away.
+    wait_for("failed Consul queries", WAIT, || async {
+        let (_, metrics) = http_get(admin, "/metrics").await?;
+        (sample_sum(&metrics, "nudge_consul_query_errors_total") >= 2.0).then_some(())
+    })
+    .await;
+    // The rest of the outage.
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(outage.elapsed())).await;
     assert_eq!(
         patches.count(&cluster).await,
@@ -507,20 +524,19 @@ async fn a_key_deleted_again_after_coming_back_unchanged_is_reported_again() -> 
     })
     .await;
     agent.put("app/mode", b"blue").await?;
-    settle().await;
-    assert_eq!(
-        patches.count(&cluster).await,
-        0,
-        "same content again: no stamp"
-    );
-
     agent.delete("app/mode").await?;
+    // Reported missing again: nudge saw the key come back (with the same content)
+    // in between.
     wait_for("the second MissingConfig", WAIT, || async {
         (occurrences(&cluster, "moody", "MissingConfig").await == 2).then_some(())
     })
     .await;
     settle().await;
-    assert_eq!(patches.count(&cluster).await, 0);
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "same content again, then missing: no stamp"
+    );
     assert_eq!(
         cluster.template_annotations("Deployment", "moody").await[checksum],
         first
@@ -566,7 +582,7 @@ async fn consul_mutator_workloads_get_md5_checksums_on_both_and_in_sync_ones_are
     .await;
     assert_eq!(stamped, current);
     assert_mutator_stamp(&cluster, "migrating", &current).await;
-    settle().await;
+    // The key was read and the workloads using it decided about.
     settle().await;
     assert_eq!(
         untouched.count(&cluster).await,
@@ -635,6 +651,29 @@ async fn assert_mutator_stamp(cluster: &TestCluster, name: &str, checksum: &str)
 }
 
 // === helpers ===
+
+/// The `ModifyIndex` of `key`, read from the agent at `address`.
+async fn modify_index(address: &str, key: &str) -> Result<u64> {
+    let body = reqwest::get(format!("{address}/v1/kv/{key}"))
+        .await?
+        .error_for_status()?
+        .bytes()
+        .await?;
+    let entries: Value = serde_json::from_slice(&body)?;
+    match entries[0]["ModifyIndex"].as_u64() {
+        Some(index) => Ok(index),
+        None => bail!("no ModifyIndex for {key}: {entries}"),
+    }
+}
+
+/// Sum of the samples of one series (any labels) in OpenMetrics text.
+fn sample_sum(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{series}{{")) || l.starts_with(&format!("{series} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
 
 /// How often an Event with `reason` was reported about `name`, counting the
 /// repeats aggregated into an Event series.
@@ -794,10 +833,13 @@ struct TapCounts {
     started: HashMap<String, u64>,
     in_flight: HashMap<String, u64>,
     peak_in_flight: HashMap<String, u64>,
+    max_index: HashMap<String, u64>,
 }
 
 impl TapCounts {
-    fn begin(&mut self, path: &str) {
+    fn begin(&mut self, path: &str, index: u64) {
+        let max = self.max_index.entry(path.to_owned()).or_default();
+        *max = (*max).max(index);
         *self.started.entry(path.to_owned()).or_default() += 1;
         let in_flight = self.in_flight.entry(path.to_owned()).or_default();
         *in_flight += 1;
@@ -844,6 +886,12 @@ impl ConsulTap {
             .get(path)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// The highest `index` a blocking query on `path` was sent with.
+    fn max_index(&self, path: &str) -> u64 {
+        let counts = self.counts.lock().unwrap();
+        counts.max_index.get(path).copied().unwrap_or(0)
     }
 
     fn peak_in_flight(&self, path: &str) -> u64 {
@@ -898,8 +946,8 @@ impl ConsulTap {
                         }
                         continue;
                     }
-                    if let Some(path) = blocking_query_path(&line) {
-                        counts.lock().unwrap().begin(&path);
+                    if let Some((path, index)) = blocking_query(&line) {
+                        counts.lock().unwrap().begin(&path, index);
                         *awaiting.lock().unwrap() = Some(path);
                     }
                     line.clear();
@@ -936,13 +984,14 @@ impl Drop for ConsulTap {
     }
 }
 
-/// The path of `GET <path>?…index=…` (a blocking query), for a request line.
-fn blocking_query_path(line: &[u8]) -> Option<String> {
+/// The path and index of `GET <path>?…index=…` (a blocking query), for a request
+/// line.
+fn blocking_query(line: &[u8]) -> Option<(String, u64)> {
     let line = std::str::from_utf8(line).ok()?.trim_end();
     let target = line.strip_prefix("GET ")?.split(' ').next()?;
     let (path, query) = target.split_once('?')?;
-    query
+    let index = query
         .split('&')
-        .any(|param| param.starts_with("index="))
-        .then(|| path.to_owned())
+        .find_map(|param| param.strip_prefix("index="))?;
+    Some((path.to_owned(), index.parse().unwrap_or(0)))
 }

@@ -10,25 +10,34 @@ use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
-async fn label_namespace(cluster: &TestCluster, value: Option<&str>) {
+/// Sets (or, with `None`, removes) label `nudge-test-scope` of `namespace`.
+async fn label_namespace(cluster: &TestCluster, namespace: &str, value: Option<&str>) {
     let api: Api<Namespace> = Api::all(cluster.client());
     let patch = json!({"metadata": {"labels": {"nudge-test-scope": value}}});
-    api.patch(
-        cluster.namespace(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .expect("label the namespace");
+    api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("label the namespace");
 }
 
+/// Three namespaces in `kubernetes.namespaces`: the test's (selected only for a
+/// while), `sel-on` (selected throughout) and `sel-late` (selected at the end),
+/// each of the other two with a [`Sentinel`] to show what nudge has processed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_selector_is_followed_live() {
     let cluster = TestCluster::start("ns-selector").await;
+    let selected = cluster.namespace().to_owned();
+    let label = [("nudge-test-scope", selected.as_str())];
+    let on = cluster.extra_namespace("sel-on", &label).await;
+    let late = cluster.extra_namespace("sel-late", &[]).await;
+    let on_sentinel = Sentinel::create(cluster.client(), &on).await;
+    let late_sentinel = Sentinel::create(cluster.client(), &late).await;
     cluster.auto_deployment("sel", "cfg", &[("v", "1")]).await;
     let mut config = cluster.nudge_config();
-    config.kubernetes.namespace_selector = format!("nudge-test-scope={}", cluster.namespace());
+    config.kubernetes.namespaces = vec![selected.clone(), on.clone(), late.clone()];
+    config.kubernetes.namespace_selector = format!("nudge-test-scope={selected}");
     let nudge = cluster.start_nudge(config);
+    // nudge has listed and stamped the selected namespace's workloads.
+    on_sentinel.wait_stamped().await;
     settle().await;
     assert!(
         !cluster
@@ -38,13 +47,18 @@ async fn namespace_selector_is_followed_live() {
         "an unselected namespace is left alone"
     );
 
-    label_namespace(&cluster, Some(cluster.namespace())).await;
+    label_namespace(&cluster, cluster.namespace(), Some(&selected)).await;
     let stamp = wait_for_stamp(&cluster, "Deployment", "sel", CONFIG_HASH, None).await;
 
-    label_namespace(&cluster, None).await;
-    settle().await;
+    // Deselected, then (later on the same Namespace watch) `sel-late` selected:
+    // once its sentinel is stamped, nudge has seen the deselection too.
+    label_namespace(&cluster, cluster.namespace(), None).await;
+    label_namespace(&cluster, &late, Some(&selected)).await;
+    late_sentinel.wait_stamped().await;
     let patches = cluster.patch_counter("Deployment", "sel").await;
     cluster.put_configmap("cfg", &[("v", "2")]).await;
+    // A ConfigMap change made after it, stamped: nudge processes ConfigMap events.
+    on_sentinel.flush_configmaps().await;
     settle().await;
     assert_eq!(
         patches.count(&cluster).await,
