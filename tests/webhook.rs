@@ -2,8 +2,13 @@
 //! their stamp, bad input is allowed unchanged, certificates rotate without a
 //! restart, and the self-managed certificate is shared by replicas.
 //!
-//! These tests need the apiserver to reach a webhook on 127.0.0.1, so they run on
-//! the in-process double only.
+//! The webhook is registered by `clientConfig.url` (`https://127.0.0.1:<port>/mutate`,
+//! with a certificate for IP 127.0.0.1), which the double and a kube-apiserver on
+//! the same machine both call; the registration selects the test namespace only,
+//! leaves out [`SENTINEL_LABEL`]led workloads (so that only the controller stamps
+//! sentinels) and is deleted when the test ends. So these tests run on the double
+//! and on an external cluster, except the deadline test, which needs the double's
+//! injected latency.
 
 mod support;
 
@@ -92,18 +97,28 @@ fn webhook_config(cluster: &TestCluster, certs: &CertDir) -> Config {
     config
 }
 
+/// A MutatingWebhookConfiguration this test registered; deleted when dropped
+/// (the test namespace goes away by itself, this cluster-scoped object would not).
+struct Registration {
+    client: kube::Client,
+    name: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        delete_cluster_object::<MutatingWebhookConfiguration>(&self.client, &self.name);
+    }
+}
+
 /// Registers nudge's webhook (as in `deploy/webhook/`) at `url`, for the test
-/// namespace only.
+/// namespace only and not for sentinel workloads, with `failurePolicy: Ignore`.
 async fn register_webhook(
     cluster: &TestCluster,
     name: &str,
-    url: Option<&str>,
+    url: &str,
     ca_pem: Option<&str>,
-) {
-    let mut client_config = json!({});
-    if let Some(url) = url {
-        client_config["url"] = json!(url);
-    }
+) -> Registration {
+    let mut client_config = json!({ "url": url });
     if let Some(ca) = ca_pem {
         client_config["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca));
     }
@@ -120,6 +135,7 @@ async fn register_webhook(
             "timeoutSeconds": 5,
             "reinvocationPolicy": "IfNeeded",
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cluster.namespace()}},
+            "objectSelector": {"matchExpressions": [{"key": SENTINEL_LABEL, "operator": "DoesNotExist"}]},
             "rules": [{
                 "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                 "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced",
@@ -133,6 +149,37 @@ async fn register_webhook(
     )
     .await
     .expect("register the webhook");
+    Registration {
+        client: cluster.client(),
+        name: name.to_owned(),
+    }
+}
+
+/// Waits until the API server calls nudge's webhook: a kube-apiserver picks up a
+/// new or changed configuration a moment after it is stored. Probes with dry-run
+/// creates (nothing is stored) of a Deployment mounting ConfigMap `webhook-probe`
+/// until one comes back stamped.
+async fn wait_until_the_webhook_is_called(cluster: &TestCluster) {
+    cluster
+        .put_configmap("webhook-probe", &[("probe", "1")])
+        .await;
+    let probe: Deployment = serde_json::from_value(deployment_json(
+        cluster.namespace(),
+        "webhook-probe",
+        pod_mounting_configmap("webhook-probe"),
+    ))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let api: Api<Deployment> = cluster.api();
+    wait_for("the API server to call the webhook", WAIT, || async {
+        let created = api.create(&dry_run, &probe).await.ok()?;
+        let annotations = created.spec?.template.metadata?.annotations?;
+        annotations.contains_key(CONFIG_HASH).then_some(())
+    })
+    .await;
 }
 
 /// Opens a TLS connection trusting only `ca_pem`.
@@ -252,8 +299,11 @@ fn assert_allowed_without_patch(status: u16, body: &Value, uid: &str) {
     assert!(body["response"].get("patch").is_none(), "{body}");
 }
 
-/// A cluster with nudge's webhook serving file certificates and registered.
+/// A cluster with nudge's webhook serving file certificates, registered and
+/// called by the API server.
 struct Hooked {
+    // Dropped first, while the cluster is still there.
+    _registration: Registration,
     cluster: TestCluster,
     nudge: InProcessNudge,
     addr: SocketAddr,
@@ -261,8 +311,12 @@ struct Hooked {
     certs: CertDir,
 }
 
-async fn hooked(test: &str, tweak: impl FnOnce(&mut Config)) -> Option<Hooked> {
-    let cluster = TestCluster::with_faults(test).await?;
+/// [`hook`] on a [`TestCluster::start`]ed cluster.
+async fn hooked(test: &str, tweak: impl FnOnce(&mut Config)) -> Hooked {
+    hook(TestCluster::start(test).await, test, tweak).await
+}
+
+async fn hook(cluster: TestCluster, test: &str, tweak: impl FnOnce(&mut Config)) -> Hooked {
     let certs = CertDir::new(test);
     let bundle = local_bundle(None);
     certs.write(&bundle);
@@ -270,29 +324,57 @@ async fn hooked(test: &str, tweak: impl FnOnce(&mut Config)) -> Option<Hooked> {
     tweak(&mut config);
     let (nudge, addr) = cluster.start_nudge_with_webhook(config).await;
     let name = format!("nudge-{}", cluster.namespace());
-    register_webhook(
+    let registration = register_webhook(
         &cluster,
         &name,
-        Some(&format!("https://{addr}/mutate")),
+        &format!("https://{addr}/mutate"),
         Some(&bundle.ca_cert_pem),
     )
     .await;
-    Some(Hooked {
+    wait_until_the_webhook_is_called(&cluster).await;
+    Hooked {
+        _registration: registration,
         cluster,
         nudge,
         addr,
         bundle,
         certs,
-    })
+    }
+}
+
+/// Replaces a Deployment with `manifest` as `kubectl replace` (or a GitOps tool)
+/// would, retrying on a conflict (kube-controller-manager writes to Deployments).
+async fn replace_deployment(api: &Api<Deployment>, manifest: &Value) -> Deployment {
+    for _ in 0..10 {
+        let current = api
+            .get(manifest["metadata"]["name"].as_str().unwrap())
+            .await
+            .unwrap();
+        let mut body = manifest.clone();
+        body["metadata"]["resourceVersion"] = json!(current.metadata.resource_version);
+        let name = body["metadata"]["name"].as_str().unwrap().to_owned();
+        match api
+            .replace(
+                &name,
+                &PostParams::default(),
+                &serde_json::from_value(body).unwrap(),
+            )
+            .await
+        {
+            Ok(replaced) => return replaced,
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(error) => panic!("replace {name}: {error}"),
+        }
+    }
+    panic!("replace: a conflict every time");
 }
 
 // === tests ===
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_deployment_is_stored_stamped_and_nudge_never_patches_it() {
-    let Some(h) = hooked("webhook-create", |_| {}).await else {
-        return;
-    };
+    let h = hooked("webhook-create", |_| {}).await;
+    let sentinel = h.cluster.sentinel().await;
     h.cluster.put_configmap("app-config", &[("a", "1")]).await;
     h.cluster
         .create_workload(
@@ -311,6 +393,8 @@ async fn created_deployment_is_stored_stamped_and_nudge_never_patches_it() {
     assert!(stamp.starts_with("sha256-"), "{stamp}");
 
     let patches = h.cluster.patch_counter("Deployment", "web").await;
+    // The controller has seen the Deployment created before this one.
+    sentinel.flush_workloads().await;
     settle().await;
     assert_eq!(
         patches.count(&h.cluster).await,
@@ -331,9 +415,8 @@ async fn created_deployment_is_stored_stamped_and_nudge_never_patches_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reapply_dropping_nudges_annotations_is_restored_without_patch_or_rollout() {
-    let Some(h) = hooked("webhook-reapply", |_| {}).await else {
-        return;
-    };
+    let h = hooked("webhook-reapply", |_| {}).await;
+    let sentinel = h.cluster.sentinel().await;
     h.cluster.put_configmap("app-config", &[("a", "1")]).await;
     let manifest = deployment_json(
         h.cluster.namespace(),
@@ -349,25 +432,19 @@ async fn reapply_dropping_nudges_annotations_is_restored_without_patch_or_rollou
     .unwrap();
     let before = h.cluster.workload("Deployment", "web").await;
     assert!(before["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH].is_string());
-    settle().await;
+    // The controller knows the Deployment (and agrees with its stamp).
+    sentinel.flush_workloads().await;
 
-    let patches = h.cluster.patch_counter("Deployment", "web").await;
     // A GitOps re-apply: the original manifest (no stamp), replacing the object.
-    let mut reapply = manifest.clone();
-    reapply["metadata"]["resourceVersion"] = before["metadata"]["resourceVersion"].clone();
-    let after = api
-        .replace(
-            "web",
-            &PostParams::default(),
-            &serde_json::from_value(reapply).unwrap(),
-        )
-        .await
-        .expect("re-apply");
-    let after = serde_json::to_value(after).unwrap();
+    let after = serde_json::to_value(replace_deployment(&api, &manifest).await).unwrap();
     assert_eq!(
         after["spec"]["template"], before["spec"]["template"],
         "pod template unchanged: no rollout"
     );
+    // Counted from here: a kube-apiserver bumps the generation of the re-apply
+    // itself (before admission restores the template), not a PATCH by nudge.
+    let patches = h.cluster.patch_counter("Deployment", "web").await;
+    sentinel.flush_workloads().await;
     settle().await;
     assert_eq!(patches.count(&h.cluster).await, 0, "no PATCH follows");
     assert_eq!(
@@ -379,9 +456,7 @@ async fn reapply_dropping_nudges_annotations_is_restored_without_patch_or_rollou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_json_answers_400_and_the_server_keeps_serving() {
-    let Some(h) = hooked("webhook-malformed-json", |_| {}).await else {
-        return;
-    };
+    let h = hooked("webhook-malformed-json", |_| {}).await;
     let ca = &h.bundle.ca_cert_pem;
     let (status, _) = post_review(h.addr, ca, b"{not json".to_vec()).await;
     assert_eq!(status, 400, "no uid to answer to");
@@ -399,9 +474,7 @@ async fn malformed_json_answers_400_and_the_server_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_of_a_pod_is_allowed_without_patch() {
-    let Some(h) = hooked("webhook-pod", |_| {}).await else {
-        return;
-    };
+    let h = hooked("webhook-pod", |_| {}).await;
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "annotations": {"nudge.dev/auto": "true"}},
                      "spec": {"containers": [{"name": "c", "image": "x"}]}});
     let body = review("u-pod", ("", "v1", "Pod"), h.cluster.namespace(), pod);
@@ -412,9 +485,7 @@ async fn review_of_a_pod_is_allowed_without_patch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_whose_object_cannot_be_parsed_is_allowed_without_patch() {
-    let Some(h) = hooked("webhook-unparsable", |_| {}).await else {
-        return;
-    };
+    let h = hooked("webhook-unparsable", |_| {}).await;
     let ns = h.cluster.namespace().to_owned();
     let objects = [
         deployment_json(&ns, "web", json!({"containers": "not a list"})),
@@ -431,15 +502,16 @@ async fn review_whose_object_cannot_be_parsed_is_allowed_without_patch() {
     h.nudge.stop().await;
 }
 
+/// On the double only: reading the ConfigMap is made slow with injected latency.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_deadline_exceeded_is_allowed_without_patch() {
-    let Some(h) = hooked("webhook-deadline", |c| {
-        c.webhook.observe_timeout = Duration::from_millis(300)
-    })
-    .await
-    else {
+    let Some(cluster) = TestCluster::with_faults("webhook-deadline").await else {
         return;
     };
+    let h = hook(cluster, "webhook-deadline", |c| {
+        c.webhook.observe_timeout = Duration::from_millis(300)
+    })
+    .await;
     // Reading the referenced ConfigMap takes longer than the deadline.
     h.cluster.put_configmap("slow-config", &[("a", "1")]).await;
     h.cluster
@@ -467,9 +539,7 @@ async fn webhook_deadline_exceeded_is_allowed_without_patch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_certificate_files_are_served_on_new_connections() {
-    let Some(h) = hooked("webhook-rotation", |_| {}).await else {
-        return;
-    };
+    let h = hooked("webhook-rotation", |_| {}).await;
     let ca = h.bundle.ca_cert_pem.clone();
     assert_eq!(
         presented_certificate(h.addr, &ca).await,
@@ -493,13 +563,11 @@ async fn rotated_certificate_files_are_served_on_new_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_the_ca_bundle() {
-    let Some(cluster) = TestCluster::with_faults("webhook-self-managed").await else {
-        return;
-    };
+    let cluster = TestCluster::start("webhook-self-managed").await;
     let name = format!("nudge-{}", cluster.namespace());
     // Registered before nudge runs, without a caBundle (and pointing nowhere yet:
     // the replicas' ports are not known).
-    register_webhook(&cluster, &name, Some("https://127.0.0.1:9/mutate"), None).await;
+    let _registration = register_webhook(&cluster, &name, "https://127.0.0.1:9/mutate", None).await;
     let mut config = cluster.nudge_config();
     config.webhook.enabled = true;
     config.webhook.bind = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -520,7 +588,7 @@ async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_t
             .flatten()
     })
     .await;
-    let data = secret.data.unwrap();
+    let data = secret.data.clone().unwrap();
     let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
     let cert = String::from_utf8(data["tls.crt"].0.clone()).unwrap();
     let configurations: Api<MutatingWebhookConfiguration> = Api::all(cluster.client());
@@ -549,23 +617,32 @@ async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_t
         .await;
         assert_eq!(served, der_of(&cert));
     }
-    let created = cluster
-        .double()
-        .unwrap()
-        .requests()
-        .iter()
-        .filter(|r| {
-            r.method == "POST"
-                && r.path.ends_with("/secrets")
-                && r.status == 201
-                && r.body_json()
-                    .is_some_and(|b| b["metadata"]["name"] == config.webhook.secret_name.as_str())
-        })
-        .count();
+    // One replica creates the Secret, the other reads it: the Secret first seen is
+    // the one both serve, never replaced or rewritten since.
+    let now = secrets.get(&config.webhook.secret_name).await.unwrap();
+    assert_eq!(now.metadata.uid, secret.metadata.uid, "never replaced");
     assert_eq!(
-        created, 1,
-        "one replica creates the Secret, the other reads it"
+        now.metadata.resource_version, secret.metadata.resource_version,
+        "never rewritten"
     );
+    if let Some(double) = cluster.double() {
+        let created = double
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "POST"
+                    && r.path.ends_with("/secrets")
+                    && r.status == 201
+                    && r.body_json().is_some_and(|b| {
+                        b["metadata"]["name"] == config.webhook.secret_name.as_str()
+                    })
+            })
+            .count();
+        assert_eq!(
+            created, 1,
+            "one replica creates the Secret, the other reads it"
+        );
+    }
 
     // The apiserver reaches the webhook with that caBundle: workloads are stored stamped.
     let webhooks = registered.webhooks.as_mut().unwrap();
@@ -574,14 +651,18 @@ async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_t
         .replace(&name, &PostParams::default(), &registered)
         .await
         .unwrap();
+    wait_until_the_webhook_is_called(&cluster).await;
     cluster
         .auto_deployment("web", "app-config", &[("a", "1")])
         .await;
+    let workload = cluster.workload("Deployment", "web").await;
     assert!(
-        cluster
-            .template_annotations("Deployment", "web")
-            .await
-            .contains_key(CONFIG_HASH)
+        workload["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH].is_string(),
+        "{workload}"
+    );
+    assert_eq!(
+        workload["metadata"]["generation"], 1,
+        "stamped when created"
     );
     first.stop().await;
     second.stop().await;
