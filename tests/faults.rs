@@ -1,5 +1,6 @@
 //! Changes survive dropped and expired watches and failing PATCHes. These tests
-//! inject faults, so they run only on the in-process API server double.
+//! inject faults, so they run only on the in-process API server double (hence
+//! `double_only_` in their names).
 
 mod support;
 
@@ -16,10 +17,8 @@ async fn stamped_auto_deployment(cluster: &TestCluster, name: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn change_made_while_watches_are_down_and_expired_is_still_stamped_once() {
-    let Some(cluster) = TestCluster::with_faults("watch-expired").await else {
-        return;
-    };
+async fn double_only_change_made_while_watches_are_down_and_expired_is_still_stamped_once() {
+    let cluster = TestCluster::start_double_only("watch-expired").await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = stamped_auto_deployment(&cluster, "web").await;
     let double = cluster.double().unwrap();
@@ -39,10 +38,8 @@ async fn change_made_while_watches_are_down_and_expired_is_still_stamped_once() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failing_patches_are_retried_until_the_stamp_lands() {
-    let Some(cluster) = TestCluster::with_faults("patch-500").await else {
-        return;
-    };
+async fn double_only_failing_patches_are_retried_until_the_stamp_lands() {
+    let cluster = TestCluster::start_double_only("patch-500").await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = stamped_auto_deployment(&cluster, "api").await;
     let double = cluster.double().unwrap();
@@ -67,10 +64,8 @@ async fn failing_patches_are_retried_until_the_stamp_lands() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn throttled_patches_are_retried() {
-    let Some(cluster) = TestCluster::with_faults("patch-429").await else {
-        return;
-    };
+async fn double_only_throttled_patches_are_retried() {
+    let cluster = TestCluster::start_double_only("patch-429").await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = stamped_auto_deployment(&cluster, "api").await;
     let double = cluster.double().unwrap();
@@ -91,10 +86,8 @@ async fn throttled_patches_are_retried() {
 /// 300 ms late, no 250 ms window sees more PATCHes arrive than writes may be in
 /// flight (8), although the token bucket would let all 30 start at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_stamps_keeps_a_bounded_number_of_writes_in_flight() {
-    let Some(cluster) = TestCluster::with_faults("write-bound").await else {
-        return;
-    };
+async fn double_only_a_burst_of_stamps_keeps_a_bounded_number_of_writes_in_flight() {
+    let cluster = TestCluster::start_double_only("write-bound").await;
     const WORKLOADS: usize = 30;
     for i in 0..WORKLOADS {
         cluster

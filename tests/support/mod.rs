@@ -2,9 +2,13 @@
 //!
 //! A [`TestCluster`] is the in-process API server double, or the cluster named by
 //! `NUDGE_TEST_KUBECONFIG` when set. Each test gets its own namespace, deleted
-//! afterwards, so tests run in parallel and against real clusters. Tests that need
-//! fault injection call [`TestCluster::with_faults`], which skips them on an
-//! external cluster.
+//! afterwards, so tests run in parallel and against real clusters.
+//!
+//! Tests that need the in-process double itself (fault injection, or its request
+//! log where a real cluster has no equivalent) are named `double_only_*` and start
+//! with [`TestCluster::start_double_only`]: `scripts/test` leaves them out of the
+//! external pass by that name, and on an external cluster they fail loudly rather
+//! than pass without running.
 //!
 //! Negative checks ("nothing was patched") come only after a positive signal that
 //! nudge is running and has processed the events in question: a stamp that had to
@@ -34,6 +38,10 @@ use nudge::config::Config;
 
 /// Environment variable naming an external cluster's kubeconfig.
 pub const EXTERNAL_KUBECONFIG: &str = "NUDGE_TEST_KUBECONFIG";
+
+/// The marker in the name of every test that needs the in-process double;
+/// `scripts/test` skips tests by it in the external pass.
+pub const DOUBLE_ONLY: &str = "double_only";
 
 /// How long waits for nudge to act may take before a test fails.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -67,16 +75,32 @@ impl TestCluster {
         Self::with_backend(backend, test).await
     }
 
-    /// Like [`start`](Self::start), but only on the in-process double, for tests
-    /// that inject faults or inspect requests; `None` (test skipped) otherwise.
-    pub async fn with_faults(test: &str) -> Option<TestCluster> {
-        if std::env::var_os(EXTERNAL_KUBECONFIG).is_some() {
-            eprintln!(
-                "{test}: skipped: needs fault injection, not available on an external cluster"
+    /// Like [`start`](Self::start), always on the in-process double, for tests
+    /// that inject faults or read the double's request log. Such a test's name
+    /// must contain `double_only` (so that `scripts/test` leaves it out of the
+    /// external pass); it panics when it does not, and on an external cluster,
+    /// instead of reporting a test that never ran as passed.
+    pub async fn start_double_only(test: &str) -> TestCluster {
+        // libtest runs each test on a thread named after it.
+        let thread = std::thread::current();
+        if let Some(name) = thread.name().filter(|n| *n != "main")
+            && !name.contains(DOUBLE_ONLY)
+        {
+            panic!(
+                "{name} uses TestCluster::start_double_only: rename it to {DOUBLE_ONLY}_<name> \
+                 so that the external pass of scripts/test leaves it out"
             );
-            return None;
         }
-        Some(Self::start(test).await)
+        if let Some(kubeconfig) = std::env::var_os(EXTERNAL_KUBECONFIG) {
+            panic!(
+                "{test} needs the in-process API server double (fault injection or its \
+                 request log), but {EXTERNAL_KUBECONFIG}={} names an external cluster; \
+                 leave the test out with `--skip {DOUBLE_ONLY}`",
+                PathBuf::from(kubeconfig).display()
+            );
+        }
+        let double = ApiServerDouble::start().await.expect("start the double");
+        Self::with_backend(Backend::Double(double), test).await
     }
 
     async fn with_backend(backend: Backend, test: &str) -> TestCluster {
