@@ -5,7 +5,9 @@ mod support;
 use std::time::Duration;
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::Api;
 use serde_json::json;
 use support::*;
 
@@ -251,4 +253,74 @@ async fn two_replicas_one_stamps_and_after_sigkill_the_other_takes_over_once() {
     if let Some(replica) = replicas[survivor].take() {
         replica.stop().await;
     }
+}
+
+/// A newcomer's first run: no `kubernetes.namespace` (nor
+/// `NUDGE_KUBERNETES__NAMESPACE`), so nudge runs in the kubeconfig context's
+/// namespace, as kubectl would: its key Secret and Lease go there, and it stamps.
+/// The context names the test namespace, so that nothing lands in a shared one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_configured_namespace_the_binary_runs_in_the_kubeconfig_contexts() {
+    let cluster = TestCluster::start("bin-context-namespace").await;
+    cluster
+        .auto_deployment("web", "app-config", &[("a", "1")])
+        .await;
+    let kubeconfig = log_path(&cluster, "kubeconfig");
+    cluster.write_kubeconfig_with_namespace(&kubeconfig, cluster.namespace());
+    let mut config = cluster.nudge_config();
+    config.kubernetes.namespace = String::new();
+    let nudge =
+        cluster.spawn_nudge_with_kubeconfig(&kubeconfig, &config, &log_path(&cluster, "nudge"));
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    nudge.stop().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+
+    let key = cluster
+        .api::<Secret>()
+        .get_opt(&config.fingerprint.key_secret)
+        .await
+        .unwrap();
+    assert!(
+        key.is_some(),
+        "the key Secret is in the context's namespace"
+    );
+    let lease = cluster
+        .api::<Lease>()
+        .get_opt(&config.leader_election.lease_name)
+        .await
+        .unwrap();
+    assert!(lease.is_some(), "so is the Lease");
+}
+
+/// `kubernetes.namespace` names a namespace the cluster does not have (a
+/// newcomer's `nudge-system` before installing the manifests): the binary stops
+/// at once, and the last line of its stderr says what to do, in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_own_namespace_stops_the_binary_with_one_line_saying_what_to_do() {
+    let cluster = TestCluster::start("bin-missing-namespace").await;
+    let namespaces: Api<Namespace> = Api::all(cluster.client());
+    // On a cluster where nudge is installed, another name that does not exist.
+    let absent = match namespaces.get_opt("nudge-system").await.unwrap() {
+        None => "nudge-system".to_owned(),
+        Some(_) => format!("{}-absent", cluster.namespace()),
+    };
+    let mut config = cluster.nudge_config();
+    config.kubernetes.namespace = absent.clone();
+    let log = log_path(&cluster, "nudge");
+    let started = std::time::Instant::now();
+    let status = cluster
+        .spawn_nudge_binary(&config, &log)
+        .exit_within(Duration::from_secs(5))
+        .await;
+    assert!(!status.success(), "nudge exited with {status}");
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("nudge: "), "last line: {last}\n{stderr}");
+    for words in ["does not exist", "kubernetes.namespace", absent.as_str()] {
+        assert!(last.contains(words), "{words:?} missing from: {last}");
+    }
+    for dump in ["Status {", "ErrorResponse", "Some("] {
+        assert!(!last.contains(dump), "a Debug dump in: {last}");
+    }
+    eprintln!("exited with {status} after {:?}: {last}", started.elapsed());
 }

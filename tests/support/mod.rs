@@ -432,7 +432,8 @@ impl TestCluster {
 
     /// Runs the compiled `nudge run` binary against this cluster, configured
     /// through `NUDGE_*` environment variables from `config`'s engine and
-    /// Kubernetes sections; its log goes to `log`.
+    /// Kubernetes sections (an empty `kubernetes.namespace` leaves
+    /// `NUDGE_KUBERNETES__NAMESPACE` unset); its stderr (the log) goes to `log`.
     pub fn spawn_nudge_binary(&self, config: &Config, log: &Path) -> BinaryNudge {
         self.spawn_nudge_replica(config, log, "nudge-0")
     }
@@ -440,26 +441,61 @@ impl TestCluster {
     /// Like [`spawn_nudge_binary`](Self::spawn_nudge_binary), as the replica
     /// `pod_name` (its leader-election identity).
     pub fn spawn_nudge_replica(&self, config: &Config, log: &Path, pod_name: &str) -> BinaryNudge {
-        let log_file = std::fs::File::create(log).expect("create log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
-            .arg("run")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("KUBECONFIG", self.kubeconfig())
-            .env("POD_NAME", pod_name)
-            .envs(config_env(config))
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn nudge");
-        BinaryNudge { child }
+        spawn_nudge(&self.kubeconfig(), config, log, pod_name)
+    }
+
+    /// Like [`spawn_nudge_binary`](Self::spawn_nudge_binary), with `KUBECONFIG`
+    /// set to `kubeconfig`.
+    pub fn spawn_nudge_with_kubeconfig(
+        &self,
+        kubeconfig: &Path,
+        config: &Config,
+        log: &Path,
+    ) -> BinaryNudge {
+        spawn_nudge(kubeconfig, config, log, "nudge-0")
+    }
+
+    /// Writes to `path` a copy of the cluster's kubeconfig whose current context
+    /// has namespace `namespace` (as `kubectl config set-context --current
+    /// --namespace` would).
+    pub fn write_kubeconfig_with_namespace(&self, path: &Path, namespace: &str) {
+        let text = std::fs::read_to_string(self.kubeconfig()).expect("read kubeconfig");
+        let mut kubeconfig: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+        let current = kubeconfig["current-context"]
+            .as_str()
+            .expect("a current context")
+            .to_owned();
+        let context = kubeconfig["contexts"]
+            .as_sequence_mut()
+            .expect("contexts")
+            .iter_mut()
+            .find(|c| c["name"].as_str() == Some(current.as_str()))
+            .expect("the current context is listed");
+        context["context"]["namespace"] = serde_yaml::Value::from(namespace);
+        std::fs::write(path, serde_yaml::to_string(&kubeconfig).unwrap()).expect("write");
     }
 
     /// Creates a [`Sentinel`] in the test namespace.
     pub async fn sentinel(&self) -> Sentinel {
         Sentinel::create(self.client.clone(), &self.namespace).await
     }
+}
+
+fn spawn_nudge(kubeconfig: &Path, config: &Config, log: &Path, pod_name: &str) -> BinaryNudge {
+    let log_file = std::fs::File::create(log).expect("create log file");
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("KUBECONFIG", kubeconfig)
+        .env("POD_NAME", pod_name)
+        .envs(config_env(config))
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn nudge");
+    BinaryNudge { child }
 }
 
 /// Label of sentinel workloads: the tests' webhook registrations leave them out
@@ -711,6 +747,14 @@ pub struct BinaryNudge {
 }
 
 impl BinaryNudge {
+    /// Waits for it to exit by itself, at most `timeout`.
+    pub async fn exit_within(mut self, timeout: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("nudge still runs after {timeout:?}"))
+            .expect("wait for nudge")
+    }
+
     /// Sends SIGTERM and waits for a clean exit.
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
@@ -870,12 +914,19 @@ async fn client_for(kubeconfig: &Path) -> Client {
 }
 
 /// The `NUDGE_*` variables that reproduce `config`'s engine and Kubernetes
-/// settings for the binary.
+/// settings for the binary; none for an empty `kubernetes.namespace` (nudge then
+/// takes the kubeconfig context's).
 fn config_env(config: &Config) -> Vec<(String, String)> {
     let engine = &config.engine;
     let kube = &config.kubernetes;
     let duration = |d: Duration| format!("{}ms", d.as_millis());
-    vec![
+    let namespace = (!kube.namespace.is_empty()).then(|| {
+        (
+            "NUDGE_KUBERNETES__NAMESPACE".to_owned(),
+            kube.namespace.clone(),
+        )
+    });
+    let mut env = vec![
         ("NUDGE_ENGINE__DEBOUNCE".into(), duration(engine.debounce)),
         ("NUDGE_ENGINE__MAX_DELAY".into(), duration(engine.max_delay)),
         (
@@ -891,7 +942,6 @@ fn config_env(config: &Config) -> Vec<(String, String)> {
             "NUDGE_KUBERNETES__NAMESPACES".into(),
             format!("[{}]", kube.namespaces.join(",")),
         ),
-        ("NUDGE_KUBERNETES__NAMESPACE".into(), kube.namespace.clone()),
         ("NUDGE_ADMIN__BIND".into(), config.admin.bind.to_string()),
         (
             "NUDGE_LEADER_ELECTION__LEASE_DURATION".into(),
@@ -906,7 +956,9 @@ fn config_env(config: &Config) -> Vec<(String, String)> {
             duration(config.leader_election.retry_period),
         ),
         ("NUDGE_LOG__FILTER".into(), config.log.filter.clone()),
-    ]
+    ];
+    env.extend(namespace);
+    env
 }
 
 /// The name of an object, for assertions.
