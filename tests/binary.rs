@@ -324,3 +324,34 @@ async fn a_missing_own_namespace_stops_the_binary_with_one_line_saying_what_to_d
     }
     eprintln!("exited with {status} after {:?}: {last}", started.elapsed());
 }
+
+/// The log `nudge run` writes to a file (stderr is not a terminal) is plain text
+/// for machines: no ANSI escape sequence, with the default (plain) format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_written_to_a_file_has_no_terminal_escape_sequences() {
+    let cluster = TestCluster::start("bin-plain-log").await;
+    cluster
+        .auto_deployment("web", "app-config", &[("a", "1")])
+        .await;
+    let config = cluster.nudge_config();
+    assert_eq!(
+        config.log.format,
+        nudge::config::LogFormat::Plain,
+        "the default"
+    );
+    let log = log_path(&cluster, "nudge");
+    let nudge = cluster.spawn_nudge_binary(&config, &log);
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
+    nudge.stop().await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("stamped"), "the log has content: {text}");
+    if let Some(at) = text.find("\x1b[") {
+        let line = text[..at].lines().count() + 1;
+        panic!(
+            "an ANSI escape sequence on line {line}: {:?}",
+            text.lines().nth(line - 1).unwrap_or_default()
+        );
+    }
+}
