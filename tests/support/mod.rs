@@ -472,6 +472,33 @@ impl TestCluster {
             .find(|c| c["name"].as_str() == Some(current.as_str()))
             .expect("the current context is listed");
         context["context"]["namespace"] = serde_yaml::Value::from(namespace);
+        // Relative file references are relative to the kubeconfig's directory:
+        // the copy elsewhere names them absolutely.
+        let original = self.kubeconfig();
+        let dir = original.parent().unwrap_or(Path::new("."));
+        for (list, entry, keys) in [
+            ("clusters", "cluster", &["certificate-authority"][..]),
+            (
+                "users",
+                "user",
+                &["client-certificate", "client-key", "tokenFile"][..],
+            ),
+        ] {
+            let Some(items) = kubeconfig[list].as_sequence_mut() else {
+                continue;
+            };
+            for item in items {
+                for key in keys {
+                    let Some(file) = item[entry][*key].as_str().map(PathBuf::from) else {
+                        continue;
+                    };
+                    if file.is_relative() {
+                        let absolute = dir.join(file).to_string_lossy().into_owned();
+                        item[entry][*key] = serde_yaml::Value::from(absolute);
+                    }
+                }
+            }
+        }
         std::fs::write(path, serde_yaml::to_string(&kubeconfig).unwrap()).expect("write");
     }
 
