@@ -60,16 +60,6 @@ async fn jobs_of(cluster: &TestCluster, name: &str) -> Vec<Job> {
         .collect()
 }
 
-/// Starts nudge with its admin server and waits for `/ready`.
-async fn ready_nudge(cluster: &TestCluster) -> InProcessNudge {
-    let mut config = cluster.nudge_config();
-    let admin = free_port();
-    config.admin.bind = admin;
-    let nudge = cluster.start_nudge(config);
-    wait_ready(admin).await;
-    nudge
-}
-
 async fn adopted_value(cluster: &TestCluster, cron_job_name: &str) -> String {
     wait_for("the CronJob's adoption", WAIT, || async {
         cron_job(cluster, cron_job_name).await["metadata"]["annotations"][CONFIG_HASH]
@@ -91,7 +81,7 @@ async fn a_cron_job_runs_once_when_its_config_changes_and_never_at_adoption_or_r
     let cluster = TestCluster::start("cronjob-run").await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     create_cron_job(&cluster, "nightly", json!({ "nudge.dev/auto": "true" })).await;
-    let nudge = ready_nudge(&cluster).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
 
     let adopted = adopted_value(&cluster, "nightly").await;
     assert_eq!(
@@ -138,7 +128,7 @@ async fn a_cron_job_runs_once_when_its_config_changes_and_never_at_adoption_or_r
 
     // A restart re-reads everything and runs nothing: once nudge is ready and has
     // stamped a change elsewhere, the CronJob still has one Job.
-    let nudge = ready_nudge(&cluster).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     cluster
         .auto_deployment("sentinel", "sentinel-cfg", &[("k", "1")])
         .await;
@@ -158,7 +148,7 @@ async fn run_on_change_false_stamps_the_cron_job_without_starting_a_job() {
         json!({ "nudge.dev/auto": "true", "nudge.dev/run-on-change": "false" }),
     )
     .await;
-    let nudge = ready_nudge(&cluster).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     adopted_value(&cluster, "report").await;
     cluster.put_configmap("cfg", &[("k", "2")]).await;
     wait_for("the job template to be stamped", WAIT, || {
@@ -196,7 +186,7 @@ async fn a_job_is_recreated_with_its_stamp_when_its_config_changes_and_never_at_
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     create_job(&cluster, "migrate").await;
     let original = job(&cluster, "migrate").await.unwrap();
-    let nudge = ready_nudge(&cluster).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
 
     wait_for("the Job's adoption", WAIT, || async {
         job(&cluster, "migrate").await?["metadata"]["annotations"]["nudge.dev/checksum-cfg"]
@@ -226,7 +216,7 @@ async fn a_job_is_recreated_with_its_stamp_when_its_config_changes_and_never_at_
     nudge.stop().await;
 
     // A restart recreates nothing.
-    let nudge = ready_nudge(&cluster).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     cluster
         .auto_deployment("sentinel", "sentinel-cfg", &[("k", "1")])
         .await;

@@ -457,12 +457,8 @@ async fn installation_key_is_generated_once_so_secret_stamps_survive_restarts() 
     nudge.stop().await;
 
     let patches = cluster.patch_counter("Deployment", "k").await;
-    let mut config = cluster.nudge_config();
-    let admin = free_port();
-    config.admin.bind = admin;
-    let nudge = cluster.start_nudge(config);
     // Restarted, listed, and processing Secret events with the key it loaded.
-    wait_ready(admin).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     sentinel.flush_secrets().await;
     settle().await;
     nudge.stop().await;

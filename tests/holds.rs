@@ -10,16 +10,6 @@ use support::*;
 const GATE: &str = "nudge.dev/awaiting-config";
 const WAVE_DISABLED: &str = "wave.pusher.com/scheduling-disabled";
 
-/// Starts nudge with its admin server and waits for `/ready`.
-async fn ready_nudge(cluster: &TestCluster) -> InProcessNudge {
-    let mut config = cluster.nudge_config();
-    let admin = free_port();
-    config.admin.bind = admin;
-    let nudge = cluster.start_nudge(config);
-    wait_ready(admin).await;
-    nudge
-}
-
 /// Waits for nudge's `MissingConfig` Event about `name`: nudge has looked at the
 /// workload and found its config missing.
 async fn missing_reported(cluster: &TestCluster, name: &str) {
@@ -56,7 +46,7 @@ async fn a_gated_workload_is_released_with_its_stamp_in_one_change() {
             pod,
         )
         .await;
-    let nudge = ready_nudge(&cluster).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     missing_reported(&cluster, "gated").await;
     let held = cluster.workload("Deployment", "gated").await;
     assert_eq!(
@@ -106,7 +96,7 @@ async fn waves_scheduler_swap_is_restored_with_the_wave_hash() {
             pod,
         )
         .await;
-    let nudge = ready_nudge(&cluster).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     missing_reported(&cluster, "waved").await;
     let held = cluster.workload("Deployment", "waved").await;
     assert_eq!(pod_spec(&held)["schedulerName"], "wave.pusher.com/invalid");

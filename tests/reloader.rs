@@ -8,20 +8,6 @@ use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
-/// Starts nudge with its admin server and waits for `/ready`.
-async fn ready_nudge(
-    cluster: &TestCluster,
-    tweak: impl FnOnce(&mut nudge::Config),
-) -> InProcessNudge {
-    let mut config = cluster.nudge_config();
-    let admin = free_port();
-    config.admin.bind = admin;
-    tweak(&mut config);
-    let nudge = cluster.start_nudge(config);
-    wait_ready(admin).await;
-    nudge
-}
-
 /// A pod mounting every ConfigMap in `names`.
 fn pod_mounting(names: &[&str]) -> serde_json::Value {
     let volumes: Vec<_> = names
@@ -35,33 +21,6 @@ async fn metadata_hash(cluster: &TestCluster, name: &str) -> Option<String> {
     cluster.workload("Deployment", name).await["metadata"]["annotations"][CONFIG_HASH]
         .as_str()
         .map(str::to_owned)
-}
-
-/// Proves nudge has handled everything up to now: a change to a sentinel
-/// workload's ConfigMap, made after ours, is stamped.
-async fn processed(cluster: &TestCluster, round: &str) {
-    let name = "sentinel";
-    if cluster
-        .api::<k8s_openapi::api::apps::v1::Deployment>()
-        .get_opt(name)
-        .await
-        .unwrap()
-        .is_none()
-    {
-        cluster
-            .auto_deployment(name, "sentinel-cfg", &[("round", "0")])
-            .await;
-        wait_for_stamp(cluster, "Deployment", name, CONFIG_HASH, None).await;
-    }
-    let before = cluster
-        .template_annotations("Deployment", name)
-        .await
-        .get(CONFIG_HASH)
-        .cloned();
-    cluster
-        .put_configmap("sentinel-cfg", &[("round", round)])
-        .await;
-    wait_for_stamp(cluster, "Deployment", name, CONFIG_HASH, before.as_deref()).await;
 }
 
 async fn set_match(cluster: &TestCluster, configmap: &str, matched: bool) {
@@ -81,6 +40,7 @@ async fn set_match(cluster: &TestCluster, configmap: &str, matched: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_follows_only_objects_carrying_match_and_adding_match_counts_at_once() {
     let cluster = TestCluster::start("reloader-search").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("matched", &[("k", "1")]).await;
     cluster.put_configmap("other", &[("k", "1")]).await;
     set_match(&cluster, "matched", true).await;
@@ -93,12 +53,12 @@ async fn search_follows_only_objects_carrying_match_and_adding_match_counts_at_o
             pod_mounting(&["matched", "other"]),
         )
         .await;
-    let nudge = ready_nudge(&cluster, |_| {}).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let adopted = wait_for("the adoption", WAIT, || metadata_hash(&cluster, "web")).await;
 
     // A change to an object without `match` stamps nothing.
     cluster.put_configmap("other", &[("k", "2")]).await;
-    processed(&cluster, "1").await;
+    sentinel.flush_configmaps().await;
     assert_eq!(metadata_hash(&cluster, "web").await, Some(adopted.clone()));
     assert!(
         cluster
@@ -115,7 +75,7 @@ async fn search_follows_only_objects_carrying_match_and_adding_match_counts_at_o
     // Without `match` again, its changes stop counting.
     set_match(&cluster, "other", false).await;
     cluster.put_configmap("other", &[("k", "3")]).await;
-    processed(&cluster, "2").await;
+    sentinel.flush_configmaps().await;
     assert_eq!(
         cluster
             .template_annotations("Deployment", "web")
@@ -129,6 +89,7 @@ async fn search_follows_only_objects_carrying_match_and_adding_match_counts_at_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_reload_all_adopts_every_workload_and_respects_auto_false() {
     let cluster = TestCluster::start("reloader-auto-all").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     cluster
         .create_workload("Deployment", "plain", &[], &[], pod_mounting(&["cfg"]))
@@ -142,11 +103,13 @@ async fn auto_reload_all_adopts_every_workload_and_respects_auto_false() {
             pod_mounting(&["cfg"]),
         )
         .await;
-    let nudge = ready_nudge(&cluster, |c| c.annotations.reloader_auto_all = true).await;
+    let mut config = cluster.nudge_config();
+    config.annotations.reloader_auto_all = true;
+    let nudge = cluster.start_ready_nudge(config).await;
     wait_for("the adoption", WAIT, || metadata_hash(&cluster, "plain")).await;
     cluster.put_configmap("cfg", &[("k", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "plain", CONFIG_HASH, None).await;
-    processed(&cluster, "1").await;
+    sentinel.flush_configmaps().await;
     assert_eq!(metadata_hash(&cluster, "opted-out").await, None);
     assert!(
         cluster
@@ -173,7 +136,7 @@ async fn pause_period_turns_changes_within_it_into_one_rollout() {
             pod_mounting(&["cfg"]),
         )
         .await;
-    let nudge = ready_nudge(&cluster, |_| {}).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let adopted = wait_for("the adoption", WAIT, || metadata_hash(&cluster, "web")).await;
     let patches = cluster.patch_counter("Deployment", "web").await;
     cluster.put_configmap("cfg", &[("k", "2")]).await;
@@ -209,7 +172,7 @@ async fn annotations_strategy_workloads_are_adopted_and_later_changes_use_reload
         )
         .await;
     let generation = cluster.workload("Deployment", "web").await["metadata"]["generation"].clone();
-    let nudge = ready_nudge(&cluster, |_| {}).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let state = wait_for("the adoption", WAIT, || async {
         cluster.workload("Deployment", "web").await["metadata"]["annotations"]
             ["nudge.dev/reloader-state"]

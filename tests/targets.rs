@@ -45,11 +45,7 @@ async fn argo_rollouts_are_stamped_like_deployments_when_their_crd_is_served() {
     let cluster = TestCluster::start("argo-rollouts").await;
     let _crd = cluster.ensure_crd(rollout_crd()).await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
-    let mut config = cluster.nudge_config();
-    let admin = free_port();
-    config.admin.bind = admin;
-    let nudge = cluster.start_nudge(config);
-    wait_ready(admin).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
 
     let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
     let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)

@@ -33,6 +33,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use support::*;
 
+const WAVE_HASH: &str = "wave.pusher.com/config-hash";
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
 // === helpers ===
@@ -410,6 +411,43 @@ async fn created_deployment_is_stored_stamped_and_nudge_never_patches_it() {
         workload["metadata"]["generation"], 1,
         "stamped at creation, never rolled again"
     );
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_workload_created_before_its_config_waits_gated_then_starts_stamped() {
+    let h = hooked("webhook-gate", |_| {}).await;
+    let gate = "nudge.dev/awaiting-config";
+    h.cluster
+        .create_workload(
+            "Deployment",
+            "early",
+            &[("wave.pusher.com/update-on-config-change", "true")],
+            &[],
+            pod_mounting_configmap("late-config"),
+        )
+        .await;
+    let stored = h.cluster.workload("Deployment", "early").await;
+    assert_eq!(
+        stored["spec"]["template"]["spec"]["schedulingGates"],
+        json!([{ "name": gate }]),
+        "held at creation: {stored}"
+    );
+    assert!(stored["spec"]["template"]["metadata"]["annotations"][WAVE_HASH].is_null());
+
+    h.cluster.put_configmap("late-config", &[("a", "1")]).await;
+    let released = wait_for("the gate to be lifted", WAIT, || async {
+        let workload = h.cluster.workload("Deployment", "early").await;
+        workload["spec"]["template"]["spec"]["schedulingGates"]
+            .is_null()
+            .then_some(workload)
+    })
+    .await;
+    assert!(
+        released["spec"]["template"]["metadata"]["annotations"][WAVE_HASH].is_string(),
+        "the stamp comes with the release: {released}"
+    );
+    assert_eq!(released["metadata"]["generation"], 2, "one change");
     h.nudge.stop().await;
 }
 

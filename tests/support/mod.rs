@@ -408,6 +408,16 @@ impl TestCluster {
         InProcessNudge { shutdown, task }
     }
 
+    /// Runs nudge in this process with `config` and its admin server on a free
+    /// port, and waits until `/ready` answers 200.
+    pub async fn start_ready_nudge(&self, mut config: Config) -> InProcessNudge {
+        let admin = free_port();
+        config.admin.bind = admin;
+        let nudge = self.start_nudge(config);
+        wait_ready(admin).await;
+        nudge
+    }
+
     /// Runs nudge in this process with `config` (whose `webhook.enabled` should be
     /// true) and returns it with the address its admission webhook listens on.
     pub async fn start_nudge_with_webhook(
