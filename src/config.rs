@@ -295,8 +295,9 @@ impl Default for LeaderElectionConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebhookConfig {
-    /// Whether `nudge run` serves the admission webhook. Off by default: it needs a
-    /// certificate and the MutatingWebhookConfiguration from `deploy/webhook/`.
+    /// Whether `nudge run` serves the admission webhook. Off by default (it needs a
+    /// certificate and a MutatingWebhookConfiguration); the install manifests in
+    /// `deploy/` turn it on with the self-managed certificate.
     pub enabled: bool,
     /// HTTPS listen address.
     pub bind: SocketAddr,

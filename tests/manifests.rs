@@ -308,19 +308,72 @@ fn collect_resources(dir: &Path, out: &mut Vec<Object>) {
 #[test]
 fn cluster_wide_overlay_is_hardened_and_least_privilege() {
     let objects = render_overlay("cluster-wide");
-    check_install(&objects, "nudge-system", Scope::Cluster);
+    check_install(
+        &objects,
+        "nudge-system",
+        Scope::Cluster,
+        Webhook::SelfManaged,
+    );
 }
 
 #[test]
 fn single_namespace_overlay_uses_roles_and_watches_one_namespace() {
     let objects = render_overlay("single-namespace");
-    check_install(&objects, "nudge-system", Scope::Namespaces(&["my-app"]));
+    check_install(
+        &objects,
+        "nudge-system",
+        Scope::Namespaces(&["my-app"]),
+        Webhook::SelfManaged,
+    );
     if kubectl_available() {
         let deployment = deployment(&objects);
         assert_eq!(
             env_value(&deployment, "NUDGE_KUBERNETES__NAMESPACES").as_deref(),
             Some("[my-app]")
         );
+    }
+}
+
+/// The cluster-wide overlay with `component` added, as a user's one-line change
+/// does (`kubectl kustomize` only: components are patches).
+fn render_with_component(component: &str) -> Option<Vec<Object>> {
+    if !kubectl_available() {
+        eprintln!("kubectl not found: not rendering component {component}");
+        return None;
+    }
+    let dir = deploy_dir()
+        .join("overlays")
+        .join(format!("test-{component}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!("resources: [../cluster-wide]\ncomponents: [../../components/{component}]\n"),
+    )
+    .unwrap();
+    let output = Command::new("kubectl").arg("kustomize").arg(&dir).output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = output.unwrap();
+    assert!(
+        output.status.success(),
+        "kubectl kustomize with {component}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    Some(parse_text(&text, &format!("component {component}")))
+}
+
+#[test]
+fn components_turn_the_webhook_off_or_to_cert_manager_with_one_line() {
+    if let Some(objects) = render_with_component("without-webhook") {
+        check_install(&objects, "nudge-system", Scope::Cluster, Webhook::Off);
+    }
+    if let Some(objects) = render_with_component("cert-manager") {
+        check_install(&objects, "nudge-system", Scope::Cluster, Webhook::Files);
+        let certificates = objects
+            .iter()
+            .filter(|o| matches!(o, Object::Custom { kind, .. } if kind == "Certificate"))
+            .count();
+        assert_eq!(certificates, 2, "the CA and the serving Certificate");
     }
 }
 
@@ -367,7 +420,12 @@ fn render_chart(overrides: Option<Yaml>) -> Vec<Object> {
 #[test]
 fn helm_chart_with_default_values_is_a_cluster_wide_install() {
     let objects = render_chart(None);
-    check_install(&objects, "nudge-system", Scope::Cluster);
+    check_install(
+        &objects,
+        "nudge-system",
+        Scope::Cluster,
+        Webhook::SelfManaged,
+    );
     assert_eq!(deployment(&objects).spec.unwrap().replicas, Some(2));
 }
 
@@ -383,6 +441,7 @@ fn helm_chart_with_namespaces_grants_roles_in_each() {
         &objects,
         "nudge-system",
         Scope::Namespaces(&["team-a", "team-b"]),
+        Webhook::SelfManaged,
     );
     let deployment = deployment(&objects);
     let spec = deployment.spec.as_ref().unwrap();
@@ -391,6 +450,27 @@ fn helm_chart_with_namespaces_grants_roles_in_each() {
         .image
         .clone();
     assert_eq!(image.as_deref(), Some("registry.example/nudge:v9"));
+}
+
+#[test]
+fn helm_chart_turns_the_webhook_off_or_to_cert_manager_with_one_value() {
+    let off = serde_yaml::from_str("webhook: {enabled: false}").unwrap();
+    check_install(
+        &render_chart(Some(off)),
+        "nudge-system",
+        Scope::Cluster,
+        Webhook::Off,
+    );
+    let files = serde_yaml::from_str(
+        "webhook: {selfManagedCertificate: false, caInjectFrom: nudge-system/nudge-webhook}",
+    )
+    .unwrap();
+    check_install(
+        &render_chart(Some(files)),
+        "nudge-system",
+        Scope::Cluster,
+        Webhook::Files,
+    );
 }
 
 // === what every install must satisfy ===
@@ -426,9 +506,19 @@ fn env_value(deployment: &Deployment, name: &str) -> Option<String> {
         .clone()
 }
 
-fn check_install(objects: &[Object], namespace: &str, scope: Scope) {
-    check_deployment(&deployment(objects), namespace);
-    check_config(objects);
+/// How an install runs the admission webhook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Webhook {
+    Off,
+    SelfManaged,
+    /// The certificate from mounted files (cert-manager).
+    Files,
+}
+
+fn check_install(objects: &[Object], namespace: &str, scope: Scope, webhook: Webhook) {
+    let deployment = deployment(objects);
+    check_deployment(&deployment, namespace);
+    let config = check_config(objects);
     check_rbac(objects, namespace, scope);
     let service = objects
         .iter()
@@ -439,6 +529,121 @@ fn check_install(objects: &[Object], namespace: &str, scope: Scope) {
         .expect("a webhook Service");
     let port = &service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
     assert_eq!(port.port, 443);
+    check_webhook(objects, &deployment, &config, service, webhook);
+}
+
+/// The webhook settings nudge runs with (the config file, then the Deployment's
+/// literal `NUDGE_WEBHOOK__*` env) agree with the MutatingWebhookConfiguration
+/// and Service of the install.
+fn check_webhook(
+    objects: &[Object],
+    deployment: &Deployment,
+    config: &nudge::config::Config,
+    service: &Service,
+    expected: Webhook,
+) {
+    let setting = |name: &str, from_file: String| {
+        env_value(deployment, &format!("NUDGE_WEBHOOK__{name}")).unwrap_or(from_file)
+    };
+    let enabled = setting("ENABLED", config.webhook.enabled.to_string()) == "true";
+    let self_managed = setting(
+        "SELF_MANAGED_CERTIFICATE",
+        config.webhook.self_managed_certificate.to_string(),
+    ) == "true";
+    let running = match (enabled, self_managed) {
+        (false, _) => Webhook::Off,
+        (true, true) => Webhook::SelfManaged,
+        (true, false) => Webhook::Files,
+    };
+    assert_eq!(running, expected, "how nudge runs the webhook");
+    let configurations: Vec<&MutatingWebhookConfiguration> = objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::MutatingWebhookConfiguration(c) => Some(&**c),
+            _ => None,
+        })
+        .collect();
+    if expected == Webhook::Off {
+        assert!(configurations.is_empty(), "no webhook registered when off");
+        return;
+    }
+    assert_eq!(configurations.len(), 1, "one MutatingWebhookConfiguration");
+    let configuration = configurations[0];
+    assert_eq!(
+        configuration.metadata.name.as_deref(),
+        Some(
+            setting(
+                "CONFIGURATION_NAME",
+                config.webhook.configuration_name.clone()
+            )
+            .as_str()
+        ),
+        "nudge writes the caBundle of its own configuration"
+    );
+    let injected = configuration
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("cert-manager.io/inject-ca-from"));
+    assert_eq!(
+        injected,
+        expected == Webhook::Files,
+        "who fills the caBundle"
+    );
+    let service_name = service.metadata.name.clone().unwrap();
+    assert_eq!(
+        setting("SERVICE_NAME", config.webhook.service_name.clone()),
+        service_name,
+        "the certificate is valid for the Service's name"
+    );
+    let namespace = deployment.metadata.namespace.clone().unwrap();
+    for webhook in configuration.webhooks.iter().flatten() {
+        let target = webhook.client_config.service.as_ref().expect("by Service");
+        assert_eq!(
+            (&target.name, &target.namespace),
+            (&service_name, &namespace)
+        );
+        assert_eq!(target.port, Some(443));
+        assert_eq!(target.path.as_deref(), Some("/mutate"));
+        assert_eq!(
+            webhook.failure_policy.as_deref(),
+            Some("Ignore"),
+            "never blocks"
+        );
+        assert_eq!(webhook.side_effects, "None");
+        let timeout = webhook.timeout_seconds.expect("timeoutSeconds");
+        assert!(
+            u64::try_from(timeout).unwrap() > config.webhook.observe_timeout.as_secs(),
+            "the API server waits longer than nudge reads"
+        );
+        let excluded = webhook
+            .namespace_selector
+            .as_ref()
+            .and_then(|s| s.match_expressions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|e| e.operator == "NotIn" && e.values.iter().flatten().any(|v| *v == namespace));
+        assert!(excluded, "nudge's own namespace is left out");
+        let resources: BTreeSet<String> = webhook
+            .rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.resources.clone().unwrap_or_default())
+            .collect();
+        for kind in [
+            "deployments",
+            "statefulsets",
+            "daemonsets",
+            "cronjobs",
+            "jobs",
+            "rollouts",
+        ] {
+            assert!(
+                resources.contains(kind),
+                "the webhook stamps {kind} at creation"
+            );
+        }
+    }
 }
 
 fn check_deployment(deployment: &Deployment, namespace: &str) {
@@ -506,7 +711,7 @@ fn check_deployment(deployment: &Deployment, namespace: &str) {
 }
 
 /// The config file in the ConfigMap loads as nudge's configuration.
-fn check_config(objects: &[Object]) {
+fn check_config(objects: &[Object]) -> nudge::config::Config {
     let text = objects
         .iter()
         .find_map(|o| match o {
@@ -522,6 +727,7 @@ fn check_config(objects: &[Object]) {
         .unwrap_or_else(|e| panic!("config.toml does not load: {e}\n{text}"));
     assert_eq!(config.admin.bind.port(), 9090, "probes use port 9090");
     let _ = std::fs::remove_file(&path);
+    config
 }
 
 /// One grant: verb on a resource, optionally limited to names.

@@ -111,7 +111,7 @@ impl Drop for Registration {
     }
 }
 
-/// Registers nudge's webhook (as in `deploy/webhook/`) at `url`, for the test
+/// Registers nudge's webhook (as `deploy/base/mutatingwebhookconfiguration.yaml` does) at `url`, for the test
 /// namespace only and not for sentinel workloads, with `failurePolicy: Ignore`.
 async fn register_webhook(
     cluster: &TestCluster,
