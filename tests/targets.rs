@@ -72,6 +72,69 @@ async fn argo_rollouts_are_stamped_like_deployments_when_their_crd_is_served() {
     nudge.stop().await;
 }
 
+/// The Rollout's only container, as stored.
+async fn rollout_container(cluster: &TestCluster, name: &str) -> Option<serde_json::Value> {
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .ok()?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let object = api.get(name).await.ok()?;
+    Some(object.data["spec"]["template"]["spec"]["containers"][0].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloaders_env_var_on_a_rollout_is_updated_in_place_and_the_pod_spec_kept() {
+    let cluster = TestCluster::start("argo-reloader").await;
+    let _crd = cluster.ensure_crd(rollout_crd()).await;
+    cluster.put_configmap("app-cfg", &[("k", "1")]).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let mut body = rollout("reloaded", "app-cfg");
+    body["metadata"]["annotations"] = json!({ "reloader.stakater.com/auto": "true" });
+    body["spec"]["template"]["spec"]["containers"][0]["env"] = json!([
+        { "name": "LOG_LEVEL", "value": "debug" },
+        { "name": "STAKATER_APP_CFG_CONFIGMAP", "value": "before-nudge" },
+    ]);
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let object: DynamicObject = serde_json::from_value(body).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+
+    let reloader_value = |container: &serde_json::Value| {
+        container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == "STAKATER_APP_CFG_CONFIGMAP")
+            .and_then(|e| e["value"].as_str())
+            .map(str::to_owned)
+    };
+    let container = wait_for("Reloader's env var to be written", WAIT, || async {
+        let container = rollout_container(&cluster, "reloaded").await?;
+        let value = reloader_value(&container)?;
+        (value != "before-nudge").then_some(container)
+    })
+    .await;
+    // The Rollout's CRD leaves the pod template schemaless, so its lists are
+    // atomic to server-side apply: an apply of nudge's env var alone would
+    // have replaced the whole container.
+    assert_eq!(container["image"], "busybox", "{container}");
+    assert_eq!(
+        container["volumeMounts"][0]["name"], "config",
+        "{container}"
+    );
+    assert_eq!(
+        container["env"][0],
+        json!({ "name": "LOG_LEVEL", "value": "debug" })
+    );
+    nudge.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_kind_that_is_not_served_is_noted_in_ready_and_the_rest_works() {
     let cluster = TestCluster::start("unserved-kind").await;

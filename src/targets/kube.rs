@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use super::{ApplyOutcome, Target, TargetContext, TargetError, WatchScope, WorkloadEvent};
 use crate::annotations::AnnotationScheme;
-use crate::model::{TemplatePath, Workload, WorkloadId, WorkloadKind};
+use crate::model::{Output, TemplatePath, Workload, WorkloadId, WorkloadKind};
 use crate::scope::NamespaceScope;
 use crate::stamp::{self, StampPatch};
 
@@ -146,8 +146,8 @@ impl KubeTarget {
         current: &Workload,
         patch: &StampPatch,
     ) -> Result<Option<DynamicObject>, TargetError> {
-        if !patch.releases.is_empty() {
-            return self.apply_with_releases(current, patch).await;
+        if !patch.releases.is_empty() || self.env_needs_json_patch(patch) {
+            return self.apply_json_patch(current, patch).await;
         }
         let id = &current.id;
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -167,10 +167,25 @@ impl KubeTarget {
         }
     }
 
-    /// Writes `patch` and lifts its releases in one JSON patch over the object as
-    /// read now, guarded by its resourceVersion: a gate the webhook put into the
-    /// user's object is not nudge's to drop by server-side apply.
-    async fn apply_with_releases(
+    /// Whether `patch` writes container env vars on a kind whose container lists
+    /// may be atomic to server-side apply. The built-in kinds (groups `apps` and
+    /// `batch`) key containers and env by name; a CRD does only if its schema says
+    /// so, and many (Argo Rollouts) leave the pod template schemaless, where an
+    /// apply of nudge's env var alone would replace every container.
+    fn env_needs_json_patch(&self, patch: &StampPatch) -> bool {
+        let keyed = matches!(self.kind.group(), "apps" | "batch");
+        !keyed
+            && patch
+                .values
+                .keys()
+                .any(|output| matches!(output, Output::ContainerEnv(_)))
+    }
+
+    /// Writes `patch` (and lifts its releases) in one JSON patch over the object
+    /// as read now, guarded by its resourceVersion: a gate the webhook put into
+    /// the user's object is not nudge's to drop by server-side apply, and an env
+    /// var is set in place whatever the kind's list semantics.
+    async fn apply_json_patch(
         &self,
         current: &Workload,
         patch: &StampPatch,
