@@ -1,7 +1,10 @@
 //! [`KubeTarget`]: any namespaced kind with a pod template, through kube's
 //! dynamic API. Workloads are read with [`Workload::from_object`] at the kind's
 //! template path and stamped by server-side apply of
-//! [`stamp::apply_body`](crate::stamp::apply_body).
+//! [`stamp::apply_body`](crate::stamp::apply_body), except where apply cannot
+//! say what is meant: lifting a scheduling gate, and env vars on kinds outside
+//! `apps`/`batch` (their container lists may be atomic). Those are one JSON
+//! patch over the object as read, guarded by its resourceVersion.
 
 use std::sync::Arc;
 
