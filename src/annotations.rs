@@ -742,8 +742,7 @@ impl Parser<'_> {
         let mut holds = Vec::new();
         // Nothing required, nothing to wait for: no gate. A Job's pod template is
         // immutable, so a gate could never be lifted from it.
-        let kind = &self.workload.id.kind;
-        let mutable_template = !(kind.group() == "batch" && kind.as_str() == "Job");
+        let mutable_template = !self.workload.id.kind.has_immutable_template();
         let wanted = self.gate_choice.unwrap_or(self.wave);
         if wanted && self.workload.ordered_pods {
             // kube's StatefulSet controller waits for a Pending pod-0 forever
@@ -2492,7 +2491,8 @@ mod tests {
 
         let mut job = mk_workload(&explicit, &[], mk_auto_pod());
         job.id = WorkloadId::new(
-            WorkloadKind::new("batch", "v1", "Job", TemplatePath::spec_template()),
+            WorkloadKind::new("batch", "v1", "Job", TemplatePath::spec_template())
+                .with_immutable_template(),
             NS,
             "once",
         );

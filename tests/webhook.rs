@@ -23,6 +23,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use nudge::config::Config;
@@ -140,6 +141,9 @@ async fn register_webhook(
             "rules": [{
                 "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                 "resources": ["deployments", "statefulsets", "daemonsets"], "scope": "Namespaced",
+            }, {
+                "apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["cronjobs", "jobs"], "scope": "Namespaced",
             }],
         }],
     });
@@ -448,6 +452,70 @@ async fn a_wave_workload_created_before_its_config_waits_gated_then_starts_stamp
         "the stamp comes with the release: {released}"
     );
     assert_eq!(released["metadata"]["generation"], 2, "one change");
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_stamped_at_creation_and_its_updates_are_never_refused() {
+    // A long debounce: the controller does not recreate the Job during the test.
+    let h = hooked("webhook-job", |c| {
+        c.engine.debounce = Duration::from_secs(120);
+        c.engine.max_delay = Duration::from_secs(120);
+    })
+    .await;
+    h.cluster.put_configmap("job-config", &[("a", "1")]).await;
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": "once", "annotations": { "nudge.dev/auto": "true" } },
+        "spec": { "template": { "spec": {
+            "restartPolicy": "Never",
+            "containers": [{ "name": "app", "image": "busybox" }],
+            "volumes": [{ "name": "config", "configMap": { "name": "job-config" } }],
+        } } },
+    }))
+    .unwrap();
+    let jobs: Api<Job> = h.cluster.api();
+    let created = jobs.create(&PostParams::default(), &job).await.unwrap();
+    let stamp = created
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap()[CONFIG_HASH]
+        .clone();
+
+    // The webhook knows the new content once a dry-run create is stamped with it.
+    h.cluster.put_configmap("job-config", &[("a", "2")]).await;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut probe = job.clone();
+    probe.metadata.name = Some("probe".into());
+    wait_for("the webhook to see the new content", WAIT, || async {
+        let created = jobs.create(&dry_run, &probe).await.ok()?;
+        let annotations = created.spec?.template.metadata?.annotations?;
+        (annotations.get(CONFIG_HASH) != Some(&stamp)).then_some(())
+    })
+    .await;
+
+    // A stored Job's template is immutable: the webhook leaves it alone, so the
+    // user's update goes through (the controller recreates the Job instead).
+    let labelled = h
+        .cluster
+        .merge_patch::<Job>("once", json!({ "metadata": { "labels": { "team": "a" } } }))
+        .await;
+    let annotations = labelled
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert_eq!(annotations[CONFIG_HASH], stamp);
     h.nudge.stop().await;
 }
 

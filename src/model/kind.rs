@@ -72,6 +72,9 @@ struct KindInfo {
     /// [`Output::Adopted`](super::Output::Adopted)) because writing the template
     /// has side effects (CronJob: a run; Job: a recreation).
     adopt_first_stamp: bool,
+    /// Whether the API server refuses changes to the pod template of a stored
+    /// object (Job): only a new object can carry a new stamp.
+    immutable_template: bool,
 }
 
 static DEPLOYMENT: LazyLock<WorkloadKind> =
@@ -98,6 +101,7 @@ impl WorkloadKind {
             kind,
             template,
             adopt_first_stamp: false,
+            immutable_template: false,
         }))
     }
 
@@ -105,20 +109,45 @@ impl WorkloadKind {
     /// writing them on the pod template (for kinds whose template change has side
     /// effects).
     pub fn adopting_first_stamp(self) -> Self {
-        let info = &self.0;
-        Self(Arc::new(KindInfo {
-            group: info.group.clone(),
-            version: info.version.clone(),
-            kind: info.kind.clone(),
-            template: info.template.clone(),
-            label: info.label.clone(),
-            adopt_first_stamp: true,
-        }))
+        self.with(|info| info.adopt_first_stamp = true)
     }
 
     /// Whether first stamps are adopted into workload metadata.
     pub fn adopts_first_stamp(&self) -> bool {
         self.0.adopt_first_stamp
+    }
+
+    /// The same kind, whose stored objects' pod template cannot change (a Job):
+    /// the admission webhook stamps it at creation only, and nothing holds its
+    /// pods with a scheduling gate.
+    pub fn with_immutable_template(self) -> Self {
+        self.with(|info| info.immutable_template = true)
+    }
+
+    /// Whether a stored object's pod template cannot change.
+    pub fn has_immutable_template(&self) -> bool {
+        self.0.immutable_template
+    }
+
+    /// The same kind, served at `version`.
+    pub fn at_version(&self, version: impl Into<String>) -> Self {
+        let version = version.into();
+        self.clone().with(|info| info.version = version)
+    }
+
+    fn with(self, change: impl FnOnce(&mut KindInfo)) -> Self {
+        let info = &self.0;
+        let mut copy = KindInfo {
+            group: info.group.clone(),
+            version: info.version.clone(),
+            kind: info.kind.clone(),
+            template: info.template.clone(),
+            label: info.label.clone(),
+            adopt_first_stamp: info.adopt_first_stamp,
+            immutable_template: info.immutable_template,
+        };
+        change(&mut copy);
+        Self(Arc::new(copy))
     }
 
     /// `apps/v1` Deployment.

@@ -49,7 +49,9 @@ pub fn cron_job_kind() -> WorkloadKind {
 
 /// `batch/v1` Job, adopting first stamps.
 pub fn job_kind() -> WorkloadKind {
-    WorkloadKind::new("batch", "v1", "Job", TemplatePath::spec_template()).adopting_first_stamp()
+    WorkloadKind::new("batch", "v1", "Job", TemplatePath::spec_template())
+        .adopting_first_stamp()
+        .with_immutable_template()
 }
 
 // === CronJob ===

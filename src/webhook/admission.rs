@@ -200,7 +200,13 @@ impl Admission {
         let Some(kind) = self.kind_of(&request) else {
             return Decision::without_patch(ReviewResult::Skipped);
         };
-        let operation_matters = matches!(request.operation, Operation::Create | Operation::Update);
+        // A stored Job's pod template cannot change: a patch to it would make the
+        // API server refuse the user's update.
+        let operation_matters = match request.operation {
+            Operation::Create => true,
+            Operation::Update => !kind.has_immutable_template(),
+            _ => false,
+        };
         if !operation_matters
             || request
                 .sub_resource
@@ -284,14 +290,7 @@ impl Admission {
             .kinds
             .iter()
             .find(|kind| kind.group() == gvk.group && kind.as_str() == gvk.kind)
-            .map(|kind| {
-                WorkloadKind::new(
-                    kind.group(),
-                    gvk.version.clone(),
-                    kind.as_str(),
-                    kind.template_path().clone(),
-                )
-            })
+            .map(|kind| kind.at_version(gvk.version.clone()))
     }
 
     /// The observations of `needed`: from the store, then from the reader for what
