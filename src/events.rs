@@ -53,6 +53,32 @@ pub struct Notice {
     /// Repeated Events aggregate into one series only when this matches too, so a
     /// change to another object gets its own Event and note.
     pub related: Option<Reference>,
+    /// For `ConfigChanged`: every reference whose change the stamp carries, sorted
+    /// (empty when a new or edited workload was stamped). Empty for the others.
+    pub changed: Vec<Reference>,
+}
+
+impl Notice {
+    /// A notice about `workload` that relates to no particular reference.
+    pub fn new(workload: WorkloadId, reason: Reason, note: String) -> Self {
+        Self {
+            workload,
+            reason,
+            note,
+            related: None,
+            changed: Vec::new(),
+        }
+    }
+
+    /// The same notice for a stamp carrying the changes of `changed`: kept sorted,
+    /// and the first one is the Event's related object.
+    pub fn with_changed(mut self, mut changed: Vec<Reference>) -> Self {
+        changed.sort();
+        changed.dedup();
+        self.related = changed.first().cloned();
+        self.changed = changed;
+        self
+    }
 }
 
 /// Where Events go. Publishing is best effort: failures are logged, not retried.

@@ -422,12 +422,10 @@ impl Core {
         }
         record.reported_invalid = messages.clone();
         if !messages.is_empty() {
+            let note = messages.join("; ");
             self.publish(
                 out,
-                id,
-                Reason::InvalidAnnotation,
-                messages.join("; "),
-                None,
+                Notice::new(id.clone(), Reason::InvalidAnnotation, note),
             );
         }
     }
@@ -496,7 +494,10 @@ impl Core {
             record.reported_missing = None;
             if !record.reported_invalid.is_empty() {
                 let note = record.reported_invalid.join("; ");
-                self.publish(out, id, Reason::InvalidAnnotation, note, None);
+                self.publish(
+                    out,
+                    Notice::new(id.clone(), Reason::InvalidAnnotation, note),
+                );
             }
         }
         for id in &ids {
@@ -706,7 +707,7 @@ impl Core {
         tracing::warn!(workload = %id, missing = ?names, "required config missing; keeping the current stamp");
         record.reported_missing = Some(missing);
         let note = format!("{} not found; keeping the current stamp", names.join(", "));
-        self.publish(out, id, Reason::MissingConfig, note, None);
+        self.publish(out, Notice::new(id.clone(), Reason::MissingConfig, note));
     }
 
     fn on_written(
@@ -747,8 +748,9 @@ impl Core {
                 }
                 let note = change_note(&outputs, &changed);
                 tracing::info!(workload = %id, %note, "stamped");
-                let related = changed.into_iter().next();
-                self.publish(out, &id, Reason::ConfigChanged, note, related);
+                let notice = Notice::new(id.clone(), Reason::ConfigChanged, note)
+                    .with_changed(changed.into_iter().collect());
+                self.publish(out, notice);
             }
             WriteOutcome::Gone => {
                 count(&self.metrics, &id, &sources, StampResult::Gone);
@@ -769,7 +771,8 @@ impl Core {
                 count(&self.metrics, &id, &sources, StampResult::Failed);
                 record.retry = None;
                 tracing::error!(workload = %id, %error, "stamp rejected");
-                self.publish(out, &id, Reason::StampFailed, error.to_string(), None);
+                let notice = Notice::new(id.clone(), Reason::StampFailed, error.to_string());
+                self.publish(out, notice);
             }
         }
         if again {
@@ -777,22 +780,10 @@ impl Core {
         }
     }
 
-    fn publish(
-        &self,
-        out: &mut Vec<Effect>,
-        id: &WorkloadId,
-        reason: Reason,
-        note: String,
-        related: Option<Reference>,
-    ) {
+    fn publish(&self, out: &mut Vec<Effect>, notice: Notice) {
         // Only the leader writes; a new leader re-reports what is still true.
         if self.leader {
-            out.push(Effect::Publish(Notice {
-                workload: id.clone(),
-                reason,
-                note,
-                related,
-            }));
+            out.push(Effect::Publish(notice));
         }
     }
 }

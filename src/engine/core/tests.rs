@@ -616,3 +616,38 @@ fn a_source_that_never_reports_delays_the_other_outputs_by_max_delay_at_most() {
     assert_eq!(writes.len(), 1);
     assert_eq!(writes[0].patch.values.len(), 1, "what is known");
 }
+
+#[test]
+fn the_config_changed_notice_lists_every_changed_reference_sorted() {
+    let t0 = Instant::now();
+    let mut core = mk_core(mk_settings());
+    core.handle(
+        Input::workload(WorkloadEvent::Apply(two_reference_workload())),
+        t0,
+    );
+    core.handle(observed("other", "sha256-2"), t0);
+    core.handle(observed("cfg", "sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(writes(&effects).len(), 1, "one write with both");
+
+    let mut done = two_reference_workload();
+    done.template.metadata = Some(ObjectMeta {
+        annotations: Some(BTreeMap::from([
+            (CHECKSUM.to_owned(), "sha256-1".to_owned()),
+            ("nudge.dev/checksum-other".to_owned(), "sha256-2".to_owned()),
+        ])),
+        ..ObjectMeta::default()
+    });
+    let effects = core.handle(applied(done), t0 + DEBOUNCE + ms(1));
+    let notices = notices(&effects);
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].reason, Reason::ConfigChanged);
+    let cfg = mk_tracked("cfg").reference;
+    let other = mk_tracked("other").reference;
+    assert_eq!(
+        notices[0].changed,
+        [cfg.clone(), other],
+        "every one, sorted"
+    );
+    assert_eq!(notices[0].related, Some(cfg), "the Event's related object");
+}
