@@ -74,6 +74,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Leader election: only the Lease holder stamps.
     pub leader_election: LeaderElectionConfig,
+    /// Notifications: one message per stamp to a chat or HTTP webhook.
+    pub notify: NotifyConfig,
     /// Workload kinds stamped besides the built-in ones (`[[targets]]`), e.g.
     /// Argo Rollouts or OpenKruise CloneSets: any namespaced kind with a pod
     /// template.
@@ -346,6 +348,132 @@ impl Default for WebhookConfig {
             certificate_validity: Duration::from_secs(365 * 24 * 3600),
             renew_before: Duration::from_secs(30 * 24 * 3600),
             observe_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// `[notify]`: one message per stamp, POSTed to a webhook (Slack, Microsoft Teams,
+/// Google Chat, or nudge's own JSON). Off by default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// Whether stamps are notified.
+    pub enabled: bool,
+    /// The webhook URL. It usually embeds a token: prefer `url_file`.
+    pub url: WebhookUrl,
+    /// File holding the webhook URL (read once at start-up, surrounding whitespace
+    /// trimmed), e.g. a key of a Secret mounted as a volume.
+    pub url_file: String,
+    /// The payload: `slack`, `teams`, `gchat` or `json`.
+    pub format: NotifyFormat,
+    /// Deadline of one POST, connection included. Failed POSTs are not retried.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Text put before every message as `<additional_info> : <message>` (e.g. the
+    /// cluster's name), like Reloader's `ALERT_ADDITIONAL_INFO`. Empty: none.
+    pub additional_info: String,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            url: WebhookUrl::default(),
+            url_file: String::new(),
+            format: NotifyFormat::Json,
+            timeout: Duration::from_secs(10),
+            additional_info: String::new(),
+        }
+    }
+}
+
+impl NotifyConfig {
+    /// Checks the values; returns the offending key and the problem. Never repeats
+    /// the URL (it embeds a token).
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        if !self.url.is_empty() && !self.url_file.is_empty() {
+            return Some((
+                "notify.url",
+                "set either url or url_file, not both".to_owned(),
+            ));
+        }
+        if self.enabled && self.url.is_empty() && self.url_file.is_empty() {
+            return Some((
+                "notify.url",
+                "must be set (or notify.url_file) when notify.enabled is true".to_owned(),
+            ));
+        }
+        if !self.url.is_empty()
+            && let Err(problem) = parse_webhook_url(&self.url.0)
+        {
+            return Some(("notify.url", problem.to_owned()));
+        }
+        if self.timeout.is_zero() {
+            return Some(("notify.timeout", "must be above 0".to_owned()));
+        }
+        None
+    }
+}
+
+/// Parses a webhook URL: absolute `http` or `https` with a host. The error says
+/// what is wrong without repeating the URL (it embeds a token).
+pub fn parse_webhook_url(text: &str) -> Result<reqwest::Url, &'static str> {
+    let url = reqwest::Url::parse(text).map_err(|_| "is not a URL")?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("must be an http:// or https:// URL");
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("has no host");
+    }
+    Ok(url)
+}
+
+/// A webhook URL from the configuration; never printed (Slack, Teams and Google
+/// Chat URLs embed the token that lets anyone post).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WebhookUrl(pub String);
+
+impl WebhookUrl {
+    /// Whether no URL is configured.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for WebhookUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "<redacted>"
+        })
+    }
+}
+
+/// The payload of notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum NotifyFormat {
+    /// A Slack incoming webhook: one attachment with the message.
+    Slack,
+    /// A Microsoft Teams incoming webhook: `{"text": …}`.
+    Teams,
+    /// A Google Chat webhook: `{"text": …}`.
+    Gchat,
+    /// nudge's own structured JSON (workload, references, message, time).
+    Json,
+}
+
+impl NotifyFormat {
+    /// The name in the configuration and in the `format` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Slack => "slack",
+            Self::Teams => "teams",
+            Self::Gchat => "gchat",
+            Self::Json => "json",
         }
     }
 }
@@ -755,6 +883,9 @@ impl Config {
                 "must be shorter than webhook.certificate_validity".to_owned(),
             ));
         }
+        if let Some((key, problem)) = self.notify.problem() {
+            return Err(invalid(key, problem));
+        }
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .map_err(|e| invalid("log.filter", format!("is not a valid filter: {e}")))?;
         Ok(())
@@ -1163,6 +1294,119 @@ wait = "2m"
             assert!(err.contains("webhook.renew_before"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn notify_is_off_by_default_and_configurable_from_env() {
+        Jail::expect_with(|jail| {
+            assert!(!Config::default().notify.enabled);
+            assert_eq!(Config::default().notify.format, NotifyFormat::Json);
+            jail.set_env("NUDGE_NOTIFY__ENABLED", "true");
+            jail.set_env("NUDGE_NOTIFY__URL", "https://hooks.example.com/T0/B0/tok3n");
+            jail.set_env("NUDGE_NOTIFY__FORMAT", "gchat");
+            jail.set_env("NUDGE_NOTIFY__TIMEOUT", "3s");
+            jail.set_env("NUDGE_NOTIFY__ADDITIONAL_INFO", "prod-eu");
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            let notify = &config.notify;
+            assert!(notify.enabled);
+            assert_eq!(notify.url.0, "https://hooks.example.com/T0/B0/tok3n");
+            assert_eq!(notify.format, NotifyFormat::Gchat);
+            assert_eq!(notify.timeout, Duration::from_secs(3));
+            assert_eq!(notify.additional_info, "prod-eu");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn notify_formats_are_named_in_lower_case() {
+        Jail::expect_with(|jail| {
+            for format in [
+                NotifyFormat::Slack,
+                NotifyFormat::Teams,
+                NotifyFormat::Gchat,
+                NotifyFormat::Json,
+            ] {
+                jail.set_env("NUDGE_NOTIFY__FORMAT", format.as_str());
+                let config = Config::load(None, &Overrides::default()).unwrap();
+                assert_eq!(config.notify.format, format);
+            }
+            jail.set_env("NUDGE_NOTIFY__FORMAT", "raw");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("notify.format"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn notify_enabled_without_a_url_is_rejected() {
+        Jail::expect_with(|jail| {
+            jail.create_file("nudge.toml", "[notify]\nenabled = true\n")?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("notify.url"), "{err}");
+            assert!(err.contains("notify.enabled"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn notify_url_and_url_file_together_are_rejected() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_NOTIFY__URL", "https://hooks.example.com/x");
+            jail.set_env("NUDGE_NOTIFY__URL_FILE", "/etc/nudge/notify/url");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("notify.url"), "{err}");
+            assert!(err.contains("not both"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_notify_url_that_is_not_http_is_rejected_without_repeating_it() {
+        for (url, problem) in [
+            ("hooks.example.com/s3cr3t", "is not a URL"),
+            ("ftp://hooks.example.com/s3cr3t", "http"),
+            ("file:///s3cr3t", "http"),
+        ] {
+            Jail::expect_with(|jail| {
+                jail.set_env("NUDGE_NOTIFY__ENABLED", "true");
+                jail.set_env("NUDGE_NOTIFY__URL", url);
+                let err = Config::load(None, &Overrides::default())
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains("notify.url"), "{err}");
+                assert!(err.contains(problem), "{url}: {err}");
+                assert!(err.contains("NUDGE_NOTIFY__URL"), "{err}");
+                assert!(!err.contains("s3cr3t"), "the URL is a secret: {err}");
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn a_zero_notify_timeout_is_rejected() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_NOTIFY__TIMEOUT", "0s");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("notify.timeout"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_webhook_url_is_never_printed() {
+        let config = NotifyConfig {
+            url: WebhookUrl("https://hooks.example.com/s3cr3t".to_owned()),
+            ..NotifyConfig::default()
+        };
+        assert!(!format!("{config:?}").contains("s3cr3t"));
     }
 
     #[test]

@@ -288,6 +288,8 @@ impl Controller {
             admin: _,
             leader_election,
             webhook: webhook_config,
+            // Not wired yet.
+            notify: _,
             targets: target_configs,
         } = config;
         let namespace = if kubernetes.namespace.is_empty() {
