@@ -1,6 +1,9 @@
 //! Kubernetes Events nudge publishes on workloads: `ConfigChanged` for each stamp,
 //! `InvalidAnnotation` and `MissingConfig` for configuration problems. Notes name
-//! references and annotations, never content.
+//! references and annotations, never content. [`notify`] sends stamps to a chat or
+//! HTTP webhook as well; [`FanOut`] publishes to both.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -9,6 +12,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::fingerprint::ObjectKind;
 use crate::model::{Reference, WorkloadId};
+
+pub mod notify;
 
 /// Why an Event is published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,6 +104,30 @@ impl EventSink for NoEvents {
     async fn publish(&self, _notice: Notice) {}
 }
 
+/// Publishes every notice to several sinks at once (Kubernetes Events and
+/// notifications), each with its own copy. The engine publishes from one task, so
+/// a slow sink delays the next notice, never a stamp.
+pub struct FanOut {
+    sinks: Vec<Arc<dyn EventSink>>,
+}
+
+impl FanOut {
+    /// A sink publishing to each of `sinks`.
+    pub fn new(sinks: impl IntoIterator<Item = Arc<dyn EventSink>>) -> Self {
+        Self {
+            sinks: sinks.into_iter().collect(),
+        }
+    }
+}
+
+#[async_trait]
+impl EventSink for FanOut {
+    async fn publish(&self, notice: Notice) {
+        let publishing = self.sinks.iter().map(|sink| sink.publish(notice.clone()));
+        futures::future::join_all(publishing).await;
+    }
+}
+
 /// Publishes Events through the Kubernetes `events.k8s.io/v1` API, aggregating
 /// repeats into series like kubectl's recorder does.
 pub struct KubeEvents {
@@ -182,6 +211,43 @@ mod tests {
         let cut = truncate(&note);
         assert!(cut.len() <= MAX_NOTE);
         assert!(cut.ends_with("..."));
+    }
+
+    /// Records what it is handed.
+    #[derive(Default)]
+    struct Recording(std::sync::Mutex<Vec<Notice>>);
+
+    #[async_trait]
+    impl EventSink for Recording {
+        async fn publish(&self, notice: Notice) {
+            self.0.lock().unwrap().push(notice);
+        }
+    }
+
+    #[tokio::test]
+    async fn fan_out_hands_every_sink_the_whole_notice() {
+        let (events, notifications) = (
+            Arc::new(Recording::default()),
+            Arc::new(Recording::default()),
+        );
+        let sinks: [Arc<dyn EventSink>; 2] = [events.clone(), notifications.clone()];
+        let fan_out = FanOut::new(sinks);
+        let id = WorkloadId::new(crate::model::WorkloadKind::deployment(), "shop", "web");
+        let changed = vec![
+            Reference::object(crate::model::SourceName::secret(), "shop", "db"),
+            Reference::object(crate::model::SourceName::configmap(), "shop", "app"),
+        ];
+        let notice = Notice::new(id, Reason::ConfigChanged, "changed".into()).with_changed(changed);
+        fan_out.publish(notice.clone()).await;
+        for sink in [&events, &notifications] {
+            assert_eq!(*sink.0.lock().unwrap(), std::slice::from_ref(&notice));
+        }
+        assert_eq!(
+            notice.related.as_ref(),
+            notice.changed.first(),
+            "sorted: configmap first"
+        );
+        assert_eq!(notice.changed[0].name, "app");
     }
 
     #[test]
