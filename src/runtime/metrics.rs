@@ -14,6 +14,7 @@
 //! | `nudge_watch_restarts_total` | counter | `watch` | sources, targets (`health`) |
 //! | `nudge_consul_query_errors_total` | counter | `source` | Consul sources |
 //! | `nudge_webhook_requests_total` | counter | `result` | webhook |
+//! | `nudge_notifications_total` | counter | `format`, `result` | notifications (`events::notify`) |
 //! | `nudge_leader` | gauge | | runtime (leader election) |
 
 use std::fmt;
@@ -23,6 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::engine::EngineMetrics;
+use crate::events::notify::NotifyMetrics;
 use crate::health::WatchHealth;
 use crate::sources::consul::ConsulMetrics;
 use crate::webhook::WebhookCounters;
@@ -42,6 +44,7 @@ struct Inner {
     watches: WatchHealth,
     consul: ConsulMetrics,
     webhook: Arc<WebhookCounters>,
+    notify: NotifyMetrics,
     leader: Gauge,
 }
 
@@ -67,6 +70,7 @@ impl Metrics {
         let webhook = Arc::new(WebhookCounters::register(
             registry.sub_registry_with_prefix("webhook"),
         ));
+        let notify = NotifyMetrics::register(&mut registry);
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -80,6 +84,7 @@ impl Metrics {
                 watches,
                 consul,
                 webhook,
+                notify,
                 leader,
             }),
         }
@@ -103,6 +108,11 @@ impl Metrics {
     /// The webhook's counters.
     pub fn webhook(&self) -> Arc<WebhookCounters> {
         self.inner.webhook.clone()
+    }
+
+    /// Notifications of stamps.
+    pub fn notify(&self) -> NotifyMetrics {
+        self.inner.notify.clone()
     }
 
     /// Whether this replica is the leader.
@@ -134,7 +144,9 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::NotifyFormat;
     use crate::engine::StampResult;
+    use crate::events::notify::NotifyResult;
     use crate::model::{SourceName, WorkloadKind};
     use crate::webhook::ReviewResult;
 
@@ -148,6 +160,9 @@ mod tests {
         metrics.watches().restarted("configmap");
         metrics.consul().query_failed(&SourceName::consul());
         metrics.webhook().record(ReviewResult::Timeout);
+        metrics
+            .notify()
+            .record(NotifyFormat::Slack, NotifyResult::Failed);
         let text = metrics.encode().unwrap();
         for family in [
             "nudge_stamps",
@@ -159,6 +174,7 @@ mod tests {
             "nudge_debounce_queue_depth",
             "nudge_leader",
             "nudge_webhook_requests",
+            "nudge_notifications",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family} ")),
@@ -168,6 +184,7 @@ mod tests {
         assert!(text.contains(r#"nudge_watch_restarts_total{watch="configmap"} 1"#));
         assert!(text.contains(r#"nudge_consul_query_errors_total{source="consul"} 1"#));
         assert!(text.contains(r#"nudge_webhook_requests_total{result="timeout"} 1"#));
+        assert!(text.contains(r#"nudge_notifications_total{format="slack",result="failed"} 1"#));
         assert!(text.ends_with("# EOF\n"));
     }
 

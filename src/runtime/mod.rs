@@ -13,7 +13,8 @@ use tracing::Instrument;
 
 use crate::config::{Config, TargetConfig};
 use crate::engine::{Engine, EngineError};
-use crate::events::KubeEvents;
+use crate::events::notify::{Notifier, NotifyError, NotifySettings, NotifyWorker};
+use crate::events::{EventSink, FanOut, KubeEvents};
 use crate::fingerprint::FingerprintKey;
 use crate::health::Readiness;
 use crate::model::{SourceName, TemplatePath, WorkloadKind};
@@ -62,6 +63,9 @@ pub enum RunError {
     /// The admin server could not listen or failed.
     #[error(transparent)]
     Admin(#[from] AdminError),
+    /// Notifications could not be set up (`notify.url_file` unreadable, a bad URL).
+    #[error(transparent)]
+    Notify(#[from] NotifyError),
 }
 
 impl RunError {
@@ -78,6 +82,7 @@ impl RunError {
             Self::Webhook(WebhookError::Bind { .. }) => {
                 Some("choose another webhook.bind (NUDGE_WEBHOOK__BIND)".into())
             }
+            Self::Notify(error) => error.hint(),
             _ => None,
         }
     }
@@ -288,10 +293,21 @@ impl Controller {
             admin: _,
             leader_election,
             webhook: webhook_config,
-            // Not wired yet.
-            notify: _,
+            notify,
             targets: target_configs,
         } = config;
+        // Configuration problems first, before anything talks to the cluster.
+        let notifier = match NotifySettings::from_config(&notify)? {
+            Some(settings) => {
+                tracing::info!(
+                    host = settings.host(),
+                    format = settings.format.as_str(),
+                    "notifying stamps"
+                );
+                Some(Notifier::new(settings, metrics.notify())?)
+            }
+            None => None,
+        };
         let namespace = if kubernetes.namespace.is_empty() {
             client.default_namespace().to_owned()
         } else {
@@ -326,7 +342,8 @@ impl Controller {
             scope: scope.clone(),
         };
         let instance = std::env::var("POD_NAME").ok();
-        let events = Arc::new(KubeEvents::new(client.clone(), instance));
+        let (events, notify_worker) =
+            event_sinks(KubeEvents::new(client.clone(), instance), notifier);
         let mut engine = Engine::new(engine_config, scheme.clone(), key)
             .with_events(events)
             .with_metrics(metrics.engine())
@@ -400,7 +417,19 @@ impl Controller {
         } else {
             None
         };
+        // Spawned last, so that no start-up error above leaves it behind; joined
+        // below (it stops once the engine is gone, or shortly after shutdown).
+        let notify_task = notify_worker.map(|worker| {
+            tokio::spawn(
+                worker
+                    .run(shutdown.clone())
+                    .instrument(tracing::info_span!("notify")),
+            )
+        });
         let result = engine.run(shutdown).await;
+        if let Some(notify) = notify_task {
+            let _ = notify.await;
+        }
         if let Some(election) = election {
             // Returns once it has released the lease (when it led).
             let _ = election.await;
@@ -409,6 +438,21 @@ impl Controller {
             webhook.join().await;
         }
         Ok(result?)
+    }
+}
+
+/// Where the engine's notices go: Kubernetes Events, and the notifier too when
+/// `[notify]` is on (its worker is returned to be run).
+fn event_sinks(
+    kube: KubeEvents,
+    notifier: Option<(Notifier, NotifyWorker)>,
+) -> (Arc<dyn EventSink>, Option<NotifyWorker>) {
+    match notifier {
+        None => (Arc::new(kube), None),
+        Some((notifier, worker)) => {
+            let sinks: [Arc<dyn EventSink>; 2] = [Arc::new(kube), Arc::new(notifier)];
+            (Arc::new(FanOut::new(sinks)), Some(worker))
+        }
     }
 }
 
