@@ -399,8 +399,8 @@ impl NotifyConfig {
         }
         if self.enabled && self.url.is_empty() && self.url_file.is_empty() {
             return Some((
-                "notify.url",
-                "must be set (or notify.url_file) when notify.enabled is true".to_owned(),
+                "notify.enabled",
+                "is true but neither notify.url nor notify.url_file is set".to_owned(),
             ));
         }
         if !self.url.is_empty()
@@ -1346,8 +1346,12 @@ wait = "2m"
             let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("notify.url"), "{err}");
             assert!(err.contains("notify.enabled"), "{err}");
+            assert!(err.contains("notify.url_file"), "{err}");
+            assert!(
+                err.contains("nudge.toml"),
+                "names where enabled was set: {err}"
+            );
             Ok(())
         });
     }
