@@ -473,6 +473,43 @@ fn helm_chart_turns_the_webhook_off_or_to_cert_manager_with_one_value() {
     );
 }
 
+#[test]
+fn helm_chart_mounts_the_notification_url_from_a_secret() {
+    let values = serde_yaml::from_str(
+        "notify: {urlSecretName: slack-hook, urlSecretKey: webhook}\n\
+         config: {notify: {enabled: true, format: slack}}",
+    )
+    .unwrap();
+    let objects = render_chart(Some(values));
+    let deployment = deployment(&objects);
+    let path = env_value(&deployment, "NUDGE_NOTIFY__URL_FILE").expect("url_file set");
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "notify-url")
+        .expect("the Secret's volume");
+    let secret = volume.secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("slack-hook"));
+    let item = &secret.items.as_ref().unwrap()[0];
+    assert_eq!((item.key.as_str(), item.path.as_str()), ("webhook", "url"));
+    let mount = pod.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "notify-url")
+        .expect("mounted");
+    assert_eq!(format!("{}/{}", mount.mount_path, item.path), path);
+    // Without the Secret nothing is mounted.
+    let plain = deployment_of_default_chart();
+    assert!(env_value(&plain, "NUDGE_NOTIFY__URL_FILE").is_none());
+}
+
+fn deployment_of_default_chart() -> Deployment {
+    deployment(&render_chart(None))
+}
+
 // === what every install must satisfy ===
 
 #[derive(Debug, Clone, Copy)]
