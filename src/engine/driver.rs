@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+use super::metrics::EngineMetrics;
 use super::{Engine, EngineError};
 use crate::events::{EventSink, Notice};
 use crate::health::WatchReady;
@@ -87,7 +88,7 @@ pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(
             leader: leadership.is_none(),
         },
         store,
-        metrics,
+        metrics.clone(),
     )?;
     let tasks_shutdown = shutdown.child_token();
     let mut tasks: JoinSet<Done> = JoinSet::new();
@@ -133,6 +134,10 @@ pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(
         launcher.launch(name, slot, &mut tasks);
     }
     let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
+    let event_tx = EventQueue {
+        tx: event_tx,
+        metrics,
+    };
     tasks.spawn(publish_events(events, event_rx).instrument(tracing::info_span!("events")));
     readiness.seal();
 
@@ -218,7 +223,7 @@ fn perform(
     slots: &BTreeMap<SourceName, SourceSlot>,
     targets: &BTreeMap<crate::model::WorkloadKind, Arc<dyn Target>>,
     tasks: &mut JoinSet<Done>,
-    events: &mpsc::Sender<Notice>,
+    events: &EventQueue,
     wake: &mut Option<Instant>,
 ) {
     for effect in effects {
@@ -226,7 +231,7 @@ fn perform(
             Effect::Track(tracked) => send_interest(slots, Interest::Track(tracked)),
             Effect::Untrack(tracked) => send_interest(slots, Interest::Untrack(tracked)),
             Effect::Write(write) => spawn_write(targets, *write, tasks),
-            Effect::Publish(notice) => queue_event(events, notice),
+            Effect::Publish(notice) => events.queue(notice),
             Effect::WakeAt(at) => *wake = Some(at),
         }
     }
@@ -340,9 +345,21 @@ fn spawn_write(
     );
 }
 
-fn queue_event(events: &mpsc::Sender<Notice>, notice: Notice) {
-    if let Err(mpsc::error::TrySendError::Full(notice)) = events.try_send(notice) {
-        tracing::warn!(workload = %notice.workload, reason = notice.reason.as_str(), "Event queue full; dropping the Event");
+/// Events on their way to the publisher, which never makes stamping wait.
+struct EventQueue {
+    tx: mpsc::Sender<Notice>,
+    metrics: EngineMetrics,
+}
+
+impl EventQueue {
+    /// Queues `notice`, or drops it (logged and counted) when the publisher is
+    /// this far behind: an Event, and the notification made from it, is lost
+    /// rather than a stamp delayed.
+    fn queue(&self, notice: Notice) {
+        if let Err(mpsc::error::TrySendError::Full(notice)) = self.tx.try_send(notice) {
+            self.metrics.event_dropped();
+            tracing::warn!(workload = %notice.workload, reason = notice.reason.as_str(), "Event queue full; dropping the Event");
+        }
     }
 }
 
@@ -386,5 +403,30 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Reason;
+    use crate::model::WorkloadKind;
+    use prometheus_client::registry::Registry;
+
+    #[test]
+    fn an_event_beyond_the_queue_is_dropped_and_counted() {
+        let mut registry = Registry::with_prefix("nudge");
+        let (tx, _rx) = mpsc::channel(1);
+        let queue = EventQueue {
+            tx,
+            metrics: EngineMetrics::register(&mut registry),
+        };
+        let id = WorkloadId::new(WorkloadKind::deployment(), "shop", "web");
+        for _ in 0..3 {
+            queue.queue(Notice::new(id.clone(), Reason::ConfigChanged, "x".into()));
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("nudge_events_dropped_total 2"), "{text}");
     }
 }

@@ -70,6 +70,7 @@ pub struct EngineMetrics {
     tracked_workloads: Gauge,
     tracked_references: Gauge,
     queue_depth: Gauge,
+    events_dropped: Counter,
 }
 
 impl Default for EngineMetrics {
@@ -81,6 +82,7 @@ impl Default for EngineMetrics {
             tracked_workloads: Gauge::default(),
             tracked_references: Gauge::default(),
             queue_depth: Gauge::default(),
+            events_dropped: Counter::default(),
         }
     }
 }
@@ -88,7 +90,8 @@ impl Default for EngineMetrics {
 impl EngineMetrics {
     /// Metrics registered into `registry` (nudge's root registry:
     /// `nudge_stamps_total`, `nudge_stamp_latency_seconds`, `nudge_tracked_workloads`,
-    /// `nudge_tracked_references`, `nudge_debounce_queue_depth`).
+    /// `nudge_tracked_references`, `nudge_debounce_queue_depth`,
+    /// `nudge_events_dropped_total`).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -117,7 +120,17 @@ impl EngineMetrics {
             "Workloads waiting for their debounce window or for pacing",
             metrics.queue_depth.clone(),
         );
+        registry.register(
+            "events_dropped",
+            "Events (and the notifications made from them) dropped because the publisher fell behind",
+            metrics.events_dropped.clone(),
+        );
         metrics
+    }
+
+    /// An Event was dropped: its queue was full.
+    pub fn event_dropped(&self) {
+        self.events_dropped.inc();
     }
 
     /// A stamp decision for a workload of `kind` whose change came from `source`.
@@ -198,5 +211,6 @@ mod tests {
         assert!(text.contains("nudge_tracked_workloads 3"));
         assert!(text.contains("nudge_tracked_references 7"));
         assert!(text.contains("nudge_debounce_queue_depth 2"));
+        assert!(text.contains("nudge_events_dropped_total 0"));
     }
 }
