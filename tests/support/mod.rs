@@ -1003,19 +1003,28 @@ pub fn name_of<K: Resource>(object: &K) -> String {
     object.name_any()
 }
 
-/// A CustomResourceDefinition this test made sure exists; deleted on drop when
-/// the test created it (never one that was there before, e.g. a real Argo install).
+/// A CustomResourceDefinition this test made sure exists; deleted when the last
+/// test of this process that needs it is done, and only when one of them created
+/// it (never one that was there before, e.g. a real Argo install).
 pub struct CrdGuard {
     client: Client,
     name: String,
+    /// Set on an external cluster, which the tests of a file share: the key of
+    /// [`CRD_USERS`]. On the in-process double the CRD is this test's alone.
+    shared: Option<String>,
     created: bool,
 }
+
+/// On an external cluster, the tests of this process that use each CRD, and
+/// whether one of them created it: a test must not delete a CRD (and with it
+/// every custom resource) while a test running beside it still uses it.
+static CRD_USERS: std::sync::Mutex<BTreeMap<String, (usize, bool)>> =
+    std::sync::Mutex::new(BTreeMap::new());
 
 impl TestCluster {
     /// Creates the CRD `crd` unless it exists, and waits until the API server
     /// serves its kind (discovery finds it).
     pub async fn ensure_crd(&self, crd: Value) -> CrdGuard {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let name = crd["metadata"]["name"].as_str().expect("a name").to_owned();
         let group = crd["spec"]["group"].as_str().expect("a group").to_owned();
         let version = crd["spec"]["versions"][0]["name"]
@@ -1026,13 +1035,28 @@ impl TestCluster {
             .as_str()
             .expect("a kind")
             .to_owned();
-        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("a CRD");
-        let created = match api.create(&PostParams::default(), &crd).await {
-            Ok(_) => true,
-            Err(kube::Error::Api(status)) if status.code == 409 => false,
-            Err(error) => panic!("create CRD {name}: {error}"),
+        let shared = matches!(self.backend, Backend::External(_)).then(|| name.clone());
+        let first_user = match &shared {
+            Some(key) => {
+                let mut users = CRD_USERS.lock().unwrap();
+                let entry = users.entry(key.clone()).or_insert((0, false));
+                entry.0 += 1;
+                entry.0 == 1
+            }
+            None => true,
         };
+        let mut created = false;
+        if first_user {
+            created = self.create_crd(&name, crd).await;
+            if let Some(key) = &shared {
+                CRD_USERS
+                    .lock()
+                    .unwrap()
+                    .entry(key.clone())
+                    .or_insert((1, false))
+                    .1 = created;
+            }
+        }
         let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
         wait_for(&format!("{kind} to be served"), WAIT, || async {
             kube::discovery::pinned_kind(&self.client, &gvk).await.ok()
@@ -1041,7 +1065,36 @@ impl TestCluster {
         CrdGuard {
             client: self.client.clone(),
             name,
+            shared,
             created,
+        }
+    }
+
+    /// Creates the CRD; false when it was there already. One still being
+    /// deleted (by an earlier test) is waited out first, else it would vanish
+    /// under this test.
+    async fn create_crd(&self, name: &str, crd: Value) -> bool {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("a CRD");
+        wait_for(
+            &format!("CRD {name} to be deleted or live"),
+            WAIT,
+            || async {
+                match api.get_opt(name).await {
+                    Ok(Some(existing)) => {
+                        existing.metadata.deletion_timestamp.is_none().then_some(())
+                    }
+                    Ok(None) => Some(()),
+                    Err(_) => None,
+                }
+            },
+        )
+        .await;
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(status)) if status.code == 409 => false,
+            Err(error) => panic!("create CRD {name}: {error}"),
         }
     }
 }
@@ -1049,7 +1102,19 @@ impl TestCluster {
 impl Drop for CrdGuard {
     fn drop(&mut self) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        if self.created {
+        let delete = match &self.shared {
+            Some(key) => {
+                let mut users = CRD_USERS.lock().unwrap_or_else(|e| e.into_inner());
+                let last = users.get_mut(key).is_some_and(|entry| {
+                    entry.0 -= 1;
+                    entry.0 == 0
+                });
+                let created = last && users.remove(key).is_some_and(|(_, created)| created);
+                last && created
+            }
+            None => self.created,
+        };
+        if delete {
             delete_cluster_object::<CustomResourceDefinition>(&self.client, &self.name);
         }
     }
