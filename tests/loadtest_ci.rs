@@ -1,5 +1,5 @@
-//! The benchmark's small scale (`examples/loadtest.rs`) against the `nudge` binary of
-//! this build, checking counts only, never timings: no LIST per change, exactly one
+//! The benchmark's CI scale (`examples/loadtest.rs --scale ci`) against the `nudge`
+//! binary of this build, checking counts only, never timings: no LIST per change, exactly one
 //! PATCH per dependent workload per change, no PATCH after a restart (also with
 //! many more unreferenced Secrets).
 
@@ -8,11 +8,10 @@
 mod loadtest;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn small_scale_counts_hold() {
-    let out =
-        std::env::temp_dir().join(format!("nudge-loadtest-small-{}.json", std::process::id()));
+async fn ci_scale_counts_hold() {
+    let out = std::env::temp_dir().join(format!("nudge-loadtest-ci-{}.json", std::process::id()));
     let report = loadtest::run(loadtest::Options {
-        scale: loadtest::Scale::small(),
+        scale: loadtest::Scale::ci(),
         nudge: Some(env!("CARGO_BIN_EXE_nudge").into()),
         out: Some(out.clone()),
         log: None,
@@ -20,7 +19,7 @@ async fn small_scale_counts_hold() {
         nudge_env: Vec::new(),
     })
     .await
-    .expect("the small load test runs");
+    .expect("the CI load test runs");
     eprint!("{}", report.table);
     let _ = std::fs::remove_file(&out);
     // nudge's log stays behind only when a check fails.
