@@ -14,6 +14,24 @@ mod telemetry;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read before `main`: one arena instead of four per CPU
+/// (nudge's threads are few and mostly idle, and every arena keeps its own dirty
+/// pages: the large benchmark's peak RSS fell from 71 to 57 MiB), and freed pages
+/// handed back after a second instead of ten, skipping the muzzy stage.
+#[cfg(not(feature = "system-allocator"))]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf =
+    MallocConf(c"narenas:1,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
+/// A C string pointer jemalloc reads as its `malloc_conf` global.
+#[cfg(not(feature = "system-allocator"))]
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// SAFETY: the pointer is to a static, immutable C string literal.
+#[cfg(not(feature = "system-allocator"))]
+unsafe impl Sync for MallocConf {}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     cli::Cli::parse().run().await
