@@ -266,6 +266,9 @@ impl<K: ContentObject> Runner<K> {
                 };
                 let watched = self.watched.entry(key.clone()).or_default();
                 if watched.items.insert(tracked) {
+                    // Tracked during a relist, the object may have been listed
+                    // before it was watched: the fetch says whether it exists.
+                    mark_seen(&mut self.relisting, &key);
                     // A new algorithm or key selection needs the content again.
                     self.fetch(key);
                 }
@@ -391,15 +394,14 @@ impl<K: ContentObject> Runner<K> {
                 matched,
                 initial,
             } => {
-                if initial {
-                    let stream = self.relisting.keys().find(|s| in_stream(s, &key)).cloned();
-                    if let Some(seen) = stream.and_then(|s| self.relisting.get_mut(&s)) {
-                        seen.insert(key.clone());
-                    }
-                }
                 let Some(watched) = self.watched.get_mut(&key) else {
                     return;
                 };
+                if initial {
+                    // Only watched objects are remembered: unreferenced ones are
+                    // most of a cluster, and nothing is owed when they vanish.
+                    mark_seen(&mut self.relisting, &key);
+                }
                 watched.matched = matched;
                 let changed = watched.fetched.is_none() || watched.fetched != version;
                 // An ignored object keeps its last reported fingerprint.
@@ -445,6 +447,13 @@ impl<K: ContentObject> Runner<K> {
                 return;
             }
         }
+    }
+}
+
+/// Records `key` as listed by the relist of the stream covering it, if one runs.
+fn mark_seen(relisting: &mut HashMap<Option<String>, HashSet<ObjectKey>>, key: &ObjectKey) {
+    if let Some((_, seen)) = relisting.iter_mut().find(|(s, _)| in_stream(s, key)) {
+        seen.insert(key.clone());
     }
 }
 
