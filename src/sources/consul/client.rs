@@ -453,20 +453,10 @@ impl ConsulClient {
         key: &str,
         block_on: Option<BlockOn>,
     ) -> Result<KeyRead, ClientError> {
-        let (found, index) = self.get(key, false, block_on).await?;
-        let entry = found.and_then(|entries| entries.into_iter().find(|e| e.key == key));
-        Ok(match entry {
-            Some(e) => KeyRead {
-                value: Some(e.value),
-                modify_index: Some(e.modify_index),
-                index,
-            },
-            None => KeyRead {
-                value: None,
-                modify_index: None,
-                index,
-            },
+        self.get(key, false, block_on, |a| {
+            parse_key_response(key, a.status, a.index.as_deref(), &a.body)
         })
+        .await
     }
 
     /// Reads every key under `prefix` (a plain string prefix, `""` for all keys);
@@ -476,20 +466,21 @@ impl ConsulClient {
         prefix: &str,
         block_on: Option<BlockOn>,
     ) -> Result<PrefixRead, ClientError> {
-        let (found, index) = self.get(prefix, true, block_on).await?;
-        Ok(PrefixRead {
-            entries: found.unwrap_or_default(),
-            index,
+        self.get(prefix, true, block_on, |a| {
+            parse_prefix_response(a.status, a.index.as_deref(), &a.body)
         })
+        .await
     }
 
-    /// One GET of `kv/<path>`; `None` entries on 404.
-    async fn get(
+    /// One GET of `kv/<path>`, its answer decoded by `decode`; a failure to
+    /// decode counts as a failed request, as a transport error does.
+    async fn get<T>(
         &self,
         path: &str,
         recurse: bool,
         block_on: Option<BlockOn>,
-    ) -> Result<(Option<Vec<KvEntry>>, u64), ClientError> {
+        decode: impl FnOnce(KvAnswer) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let _in_flight = block_on.map(|_| {
             self.stats.blocking_started.fetch_add(1, Ordering::Relaxed);
@@ -498,7 +489,7 @@ impl ConsulClient {
                 .fetch_add(1, Ordering::Relaxed);
             InFlight(&self.stats.blocking_in_flight)
         });
-        let result = self.send(path, recurse, block_on).await;
+        let result = self.send(path, recurse, block_on).await.and_then(decode);
         if result.is_err() {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
             if let Some((metrics, name)) = self.error_metrics.get() {
@@ -513,7 +504,7 @@ impl ConsulClient {
         path: &str,
         recurse: bool,
         block_on: Option<BlockOn>,
-    ) -> Result<(Option<Vec<KvEntry>>, u64), ClientError> {
+    ) -> Result<KvAnswer, ClientError> {
         let endpoint = ReadKeyRequest {
             features: None,
             key: path.to_owned(),
@@ -545,38 +536,103 @@ impl ConsulClient {
             .headers()
             .get(INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
+            .map(str::to_owned);
         let body = response.bytes().await.map_err(transport)?;
-        match status {
-            200 => {
-                let index = index.ok_or(ClientError::MissingIndex)?;
-                let pairs: Vec<KVPair> =
-                    serde_json::from_slice(&body).map_err(|e| ClientError::Decode {
-                        line: e.line(),
-                        column: e.column(),
-                    })?;
-                let entries = pairs
-                    .into_iter()
-                    .map(|pair| {
-                        let value = match pair.value {
-                            Some(encoded) => encoded.try_into().map_err(|_| ClientError::Base64)?,
-                            None => Vec::new(),
-                        };
-                        Ok(KvEntry {
-                            key: pair.key,
-                            value,
-                            modify_index: pair.modify_index,
-                        })
+        Ok(KvAnswer {
+            status,
+            index,
+            body: body.into(),
+        })
+    }
+}
+
+// === answers ===
+
+/// One raw answer of Consul's KV read endpoint, before
+/// [`parse_key_response`] or [`parse_prefix_response`] decodes it.
+struct KvAnswer {
+    status: u16,
+    index: Option<String>,
+    body: Vec<u8>,
+}
+
+/// Decodes Consul's answer to a read of the single key `key`: `status` is the HTTP
+/// status, `index` the `X-Consul-Index` header's text (when it is there and is
+/// text), `body` the response body. A 404 is the key being absent; any status
+/// but 200 and 404 is [`ClientError::Status`]. Pure (no I/O), so the decoding can
+/// be tested and fuzzed without a Consul.
+pub fn parse_key_response(
+    key: &str,
+    status: u16,
+    index: Option<&str>,
+    body: &[u8],
+) -> Result<KeyRead, ClientError> {
+    let (found, index) = decode_answer(status, index, body)?;
+    let entry = found.and_then(|entries| entries.into_iter().find(|e| e.key == key));
+    Ok(match entry {
+        Some(e) => KeyRead {
+            value: Some(e.value),
+            modify_index: Some(e.modify_index),
+            index,
+        },
+        None => KeyRead {
+            value: None,
+            modify_index: None,
+            index,
+        },
+    })
+}
+
+/// Decodes Consul's answer to a recursive read of a prefix, as
+/// [`parse_key_response`] does; a 404 is nothing under the prefix.
+pub fn parse_prefix_response(
+    status: u16,
+    index: Option<&str>,
+    body: &[u8],
+) -> Result<PrefixRead, ClientError> {
+    let (found, index) = decode_answer(status, index, body)?;
+    Ok(PrefixRead {
+        entries: found.unwrap_or_default(),
+        index,
+    })
+}
+
+/// The entries of an answer (`None` on 404) and its `X-Consul-Index`.
+fn decode_answer(
+    status: u16,
+    index: Option<&str>,
+    body: &[u8],
+) -> Result<(Option<Vec<KvEntry>>, u64), ClientError> {
+    let index = index.and_then(|v| v.trim().parse::<u64>().ok());
+    match status {
+        200 => {
+            let index = index.ok_or(ClientError::MissingIndex)?;
+            let pairs: Vec<KVPair> =
+                serde_json::from_slice(body).map_err(|e| ClientError::Decode {
+                    line: e.line(),
+                    column: e.column(),
+                })?;
+            let entries = pairs
+                .into_iter()
+                .map(|pair| {
+                    let value = match pair.value {
+                        Some(encoded) => encoded.try_into().map_err(|_| ClientError::Base64)?,
+                        None => Vec::new(),
+                    };
+                    Ok(KvEntry {
+                        key: pair.key,
+                        value,
+                        modify_index: pair.modify_index,
                     })
-                    .collect::<Result<Vec<_>, ClientError>>()?;
-                Ok((Some(entries), index))
-            }
-            404 => Ok((None, index.ok_or(ClientError::MissingIndex)?)),
-            status => Err(ClientError::Status {
-                status,
-                message: error_text(&body),
-            }),
+                })
+                .collect::<Result<Vec<_>, ClientError>>()?;
+            Ok((Some(entries), index))
         }
+        404 => Ok((None, index.ok_or(ClientError::MissingIndex)?)),
+        status => Err(ClientError::Status {
+            status,
+            message: error_text(body),
+        }),
     }
 }
 
@@ -827,6 +883,57 @@ mod tests {
             ..ClientSettings::default()
         });
         assert_eq!(c.base, "https://server.dc1.consul:8501/v1");
+    }
+
+    #[test]
+    fn key_answers_decode_without_a_consul() {
+        let body = br#"[{"Key":"app/config","Value":"aGk=","ModifyIndex":7,"CreateIndex":1,"LockIndex":0,"Flags":0}]"#;
+        let read = parse_key_response("app/config", 200, Some(" 12 "), body).unwrap();
+        assert_eq!(
+            read,
+            KeyRead {
+                value: Some(b"hi".to_vec()),
+                modify_index: Some(7),
+                index: 12,
+            }
+        );
+        // Absent keys keep the index to block on.
+        let absent = parse_key_response("app/config", 404, Some("13"), b"").unwrap();
+        assert_eq!((absent.value, absent.index), (None, 13));
+        // An answer about another key is not this key's value.
+        let other = parse_key_response("app/other", 200, Some("12"), body).unwrap();
+        assert_eq!(other.value, None);
+        let missing = parse_key_response("app/config", 200, None, body).unwrap_err();
+        assert!(matches!(missing, ClientError::MissingIndex), "{missing}");
+        let bad_base64 = br#"[{"Key":"k","Value":"%%%","ModifyIndex":1,"CreateIndex":1,"LockIndex":0,"Flags":0}]"#;
+        let error = parse_key_response("k", 200, Some("1"), bad_base64).unwrap_err();
+        assert!(matches!(error, ClientError::Base64), "{error}");
+        let denied = parse_key_response("k", 403, Some("1"), b"ACL not found\nmore").unwrap_err();
+        assert_eq!(denied.to_string(), "Consul answered 403: ACL not found");
+    }
+
+    #[test]
+    fn prefix_answers_decode_without_a_consul() {
+        let body = br#"[
+            {"Key":"a/1","Value":null,"ModifyIndex":3,"CreateIndex":3,"LockIndex":0,"Flags":0},
+            {"Key":"a/2","Value":"eA==","ModifyIndex":4,"CreateIndex":4,"LockIndex":0,"Flags":0}
+        ]"#;
+        let read = parse_prefix_response(200, Some("9"), body).unwrap();
+        assert_eq!(read.index, 9);
+        let entries: Vec<_> = read
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_slice(), e.modify_index))
+            .collect();
+        assert_eq!(entries, [("a/1", &b""[..], 3), ("a/2", &b"x"[..], 4)]);
+        assert!(
+            parse_prefix_response(404, Some("9"), b"")
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+        let error = parse_prefix_response(200, Some("9"), b"{}").unwrap_err();
+        assert!(matches!(error, ClientError::Decode { .. }), "{error}");
     }
 
     #[test]
