@@ -35,8 +35,9 @@
 //!   anything else is reported and counts as `"false"`.
 //! - Wave's extras are merged with discovered objects per (namespace, name).
 //! - Two references that would write one output (same slot, or two Reloader
-//!   objects with one env var name) are reported on every annotation involved and
-//!   none of them is used.
+//!   objects with one env var name, or a native and a k8s-consul-mutator checksum
+//!   under one key when the native prefix is `k8s-consul-mutator.io`) are reported
+//!   on every annotation involved and none of them is used.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -483,6 +484,8 @@ impl Parser<'_> {
                 }
             }
         }
+        // Last: adoption changes outputs, and with them their order.
+        self.deps.stamps.sort_by(|a, b| a.output.cmp(&b.output));
         self.deps
     }
 
@@ -769,7 +772,6 @@ impl Parser<'_> {
             holds.push(hold(Output::WaveSchedulingDisabled));
         }
         self.deps.stamps.extend(holds);
-        self.deps.stamps.sort_by(|a, b| a.output.cmp(&b.output));
     }
 }
 
@@ -1163,10 +1165,21 @@ impl Stamps {
 
     /// One spec per output; contested outputs become errors instead.
     fn build(self, errors: &mut Vec<AnnotationError>) -> Vec<StampSpec> {
+        // Outputs of different shapes can name one pod-template annotation (a
+        // native prefix of `k8s-consul-mutator.io` makes `<prefix>/checksum-a` and
+        // k8s-consul-mutator's `checksum-a` one key): a clash like any other.
+        let mut writers: BTreeMap<String, usize> = BTreeMap::new();
+        for output in self.0.keys() {
+            if let Some(key) = template_annotation(output) {
+                *writers.entry(key.to_owned()).or_default() += 1;
+            }
+        }
         let mut specs = Vec::new();
         for (output, group) in self.0 {
-            let contested =
-                group.mixed || (group.combine == Combine::Single && group.objects.len() != 1);
+            let shared = template_annotation(&output).is_some_and(|key| writers[key] > 1);
+            let contested = shared
+                || group.mixed
+                || (group.combine == Combine::Single && group.objects.len() != 1);
             if contested {
                 errors.extend(group.annotations.into_iter().map(|key| {
                     AnnotationError::DuplicateOutput {
@@ -1179,6 +1192,17 @@ impl Stamps {
             specs.push(group.into_spec(output));
         }
         specs
+    }
+}
+
+/// The pod-template annotation a grouped output writes, if any ([`Stamps`] keys
+/// an adopted output as its pod-template annotation).
+fn template_annotation(output: &Output) -> Option<&str> {
+    match output {
+        Output::PodTemplateAnnotation(key)
+        | Output::PodTemplateAndWorkloadAnnotation(key)
+        | Output::Adopted(key) => Some(key),
+        _ => None,
     }
 }
 
@@ -2522,6 +2546,57 @@ mod tests {
     }
 
     // --- schemes, ordering, robustness ---
+
+    /// Found by the `annotations` fuzz target: a CronJob's explicit checksum,
+    /// adopted after the specs were sorted, came before the k8s-consul-mutator
+    /// checksum it sorts after.
+    #[test]
+    fn adopted_outputs_are_sorted_with_the_others() {
+        let mut cron = mk_annotated(&[
+            ("nudge.dev/consul-a_b", "app/config"),
+            ("k8s-consul-mutator.io/key-a", "app/other"),
+        ]);
+        let template = TemplatePath::parse("spec.jobTemplate.spec.template").unwrap();
+        let kind = WorkloadKind::new("batch", "v1", "CronJob", template).adopting_first_stamp();
+        cron.id = WorkloadId::new(kind, NS, "nightly");
+        let deps = parse(&cron);
+        assert!(deps.errors.is_empty(), "{:?}", deps.errors);
+        let outputs: Vec<_> = deps.stamps.iter().map(|s| s.output.clone()).collect();
+        assert_eq!(
+            outputs,
+            vec![
+                Output::PodTemplateAndWorkloadAnnotation(
+                    "k8s-consul-mutator.io/checksum-a".to_owned()
+                ),
+                Output::Adopted("nudge.dev/checksum-a_b".to_owned()),
+            ]
+        );
+    }
+
+    /// With k8s-consul-mutator's prefix as the native one, an explicit native
+    /// reference and a mutator key write the same pod-template annotation through
+    /// outputs of two shapes: a clash, reported on both, neither used.
+    #[test]
+    fn outputs_of_two_shapes_on_one_annotation_are_a_clash() {
+        let scheme = AnnotationScheme::new("k8s-consul-mutator.io");
+        let workload = mk_annotated(&[
+            ("k8s-consul-mutator.io/consul-a", "app/config"),
+            ("k8s-consul-mutator.io/key-a", "app/other"),
+        ]);
+        let deps = dependencies(&workload, &scheme, &mk_catalog());
+        assert!(deps.stamps.is_empty(), "{:?}", deps.stamps);
+        let clashes: Vec<_> = categories(&deps)
+            .into_iter()
+            .filter(|(_, category)| *category == "duplicate_slot")
+            .collect();
+        assert_eq!(
+            clashes,
+            vec![
+                ("k8s-consul-mutator.io/consul-a", "duplicate_slot"),
+                ("k8s-consul-mutator.io/key-a", "duplicate_slot"),
+            ]
+        );
+    }
 
     #[test]
     fn custom_prefix_replaces_nudge_dev() {
