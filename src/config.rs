@@ -967,11 +967,16 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")
     }
 
+    /// In a Jail too: Config::load reads `NUDGE_*`, which the Jail tests beside
+    /// it set for the process while they run.
     #[test]
     fn example_file_equals_defaults() {
-        let config = Config::load(Some(&example_path()), &Overrides::default())
-            .expect("config.example.toml loads");
-        assert_eq!(config, Config::default());
+        Jail::expect_with(|_| {
+            let config = Config::load(Some(&example_path()), &Overrides::default())
+                .expect("config.example.toml loads");
+            assert_eq!(config, Config::default());
+            Ok(())
+        });
     }
 
     #[test]
