@@ -145,27 +145,19 @@ impl Scale {
         }
     }
 
-    /// 10×: 100k ConfigMaps, 100k Secrets, 2,000 namespaces, 20k workloads, 20k
-    /// Consul keys; +300k unreferenced Secrets for the last run.
+    /// 10×: large's namespace, 2,000 times: 100k ConfigMaps, 100k Secrets, 20k
+    /// workloads, 20k Consul keys; +300k unreferenced Secrets for the last run.
     pub fn xl() -> Self {
         Self {
             name: "xl",
-            layout: Layout::Standard,
             namespaces: 2000,
-            configmaps_per_namespace: 50,
-            secrets_per_namespace: 50,
-            extra_secrets_per_namespace: 150,
-            object_bytes: (1024, 20 * 1024),
-            changes: 500,
-            change_interval: Duration::from_millis(100),
-            idle: Duration::from_secs(60),
-            restart_watch: Duration::from_secs(20),
             targets: Some(Targets {
                 steady_mib: 64.0,
                 peak_mib: 128.0,
                 ready_seconds: 10.0,
                 p99_ms: 50.0,
             }),
+            ..Self::large()
         }
     }
 

@@ -1105,12 +1105,11 @@ impl Drop for CrdGuard {
         let delete = match &self.shared {
             Some(key) => {
                 let mut users = CRD_USERS.lock().unwrap_or_else(|e| e.into_inner());
-                let last = users.get_mut(key).is_some_and(|entry| {
-                    entry.0 -= 1;
-                    entry.0 == 0
+                let last = users.get_mut(key).is_some_and(|(count, _)| {
+                    *count -= 1;
+                    *count == 0
                 });
-                let created = last && users.remove(key).is_some_and(|(_, created)| created);
-                last && created
+                last && users.remove(key).is_some_and(|(_, created)| created)
             }
             None => self.created,
         };
