@@ -3,17 +3,23 @@
 //! references and annotations, never content. [`notify`] sends stamps to a chat or
 //! HTTP webhook as well; [`FanOut`] publishes to both.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::time::Instant;
 
 use crate::fingerprint::ObjectKind;
 use crate::model::{Reference, WorkloadId};
+use series::{Publication, SeriesCache};
 
 pub mod notify;
+mod series;
 
 /// Why an Event is published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +48,15 @@ impl Reason {
 
     fn is_warning(self) -> bool {
         !matches!(self, Self::ConfigChanged)
+    }
+
+    /// The Event `type`.
+    fn event_type(self) -> &'static str {
+        if self.is_warning() {
+            "Warning"
+        } else {
+            "Normal"
+        }
     }
 }
 
@@ -128,23 +143,101 @@ impl EventSink for FanOut {
     }
 }
 
-/// Publishes Events through the Kubernetes `events.k8s.io/v1` API, aggregating
-/// repeats into series like kubectl's recorder does.
+/// Publishes Events through the Kubernetes `events.k8s.io/v1` API. A repeat of
+/// an Event (same workload, reason, related object and note) within six minutes
+/// is counted into the first one's `series`, as kubectl's recorder does.
+///
+/// Not kube's `Recorder`: that one keeps a full copy of every Event for six
+/// minutes ([`series`] says why that matters).
 pub struct KubeEvents {
-    recorder: Recorder,
+    client: Client,
+    instance: String,
+    recent: Mutex<SeriesCache>,
 }
 
+/// The `reportingController` of nudge's Events.
+const CONTROLLER: &str = "nudge";
+
 impl KubeEvents {
-    /// A sink reporting as controller `nudge`, instance `instance` (the pod name).
+    /// A sink reporting as controller `nudge`, instance `instance` (the pod name;
+    /// `nudge` when unknown).
     pub fn new(client: Client, instance: Option<String>) -> Self {
-        let reporter = Reporter {
-            controller: "nudge".into(),
-            instance,
-        };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            instance: instance.unwrap_or_else(|| CONTROLLER.to_owned()),
+            recent: Mutex::new(SeriesCache::default()),
         }
     }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, SeriesCache> {
+        // The cache holds no invariant a panicking holder could break.
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn create(&self, notice: &Notice, key: u64) -> Result<(), kube::Error> {
+        let now = Timestamp::now();
+        // Nanoseconds since the epoch, as kube and client-go name Events.
+        let suffix = u64::try_from(now.as_nanosecond()).unwrap_or_default();
+        let event = self.event(notice, suffix, now);
+        self.api(notice)
+            .create(&PostParams::default(), &event)
+            .await?;
+        self.recent().created(key, suffix, Instant::now());
+        Ok(())
+    }
+
+    async fn repeat(&self, notice: &Notice, suffix: u64, count: i32) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({
+            "series": EventSeries { count, last_observed_time: MicroTime(Timestamp::now()) },
+        });
+        self.api(notice)
+            .patch(
+                &event_name(&notice.workload, suffix),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    fn api(&self, notice: &Notice) -> Api<K8sEvent> {
+        Api::namespaced(self.client.clone(), &notice.workload.namespace)
+    }
+
+    fn event(&self, notice: &Notice, suffix: u64, now: Timestamp) -> K8sEvent {
+        let workload = &notice.workload;
+        K8sEvent {
+            metadata: ObjectMeta {
+                namespace: Some(workload.namespace.clone()),
+                name: Some(event_name(workload, suffix)),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            type_: Some(notice.reason.event_type().into()),
+            reason: Some(notice.reason.as_str().into()),
+            action: Some(ACTION.into()),
+            note: Some(truncate(&notice.note)),
+            regarding: Some(ObjectReference {
+                api_version: Some(workload.kind.api_version()),
+                kind: Some(workload.kind.as_str().into()),
+                namespace: Some(workload.namespace.clone()),
+                name: Some(workload.name.clone()),
+                ..Default::default()
+            }),
+            related: notice.related.as_ref().and_then(object_reference),
+            reporting_controller: Some(CONTROLLER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+/// The Event `action` of every nudge Event.
+const ACTION: &str = "Stamp";
+
+/// `<workload>.<suffix in hex>`, as kube and client-go name Events.
+fn event_name(workload: &WorkloadId, suffix: u64) -> String {
+    format!("{}.{suffix:x}", workload.name)
 }
 
 /// Longest Event note the API accepts (1 kB).
@@ -164,26 +257,36 @@ fn truncate(note: &str) -> String {
 #[async_trait]
 impl EventSink for KubeEvents {
     async fn publish(&self, notice: Notice) {
-        let workload = &notice.workload;
-        let reference = ObjectReference {
-            api_version: Some(workload.kind.api_version()),
-            kind: Some(workload.kind.as_str().into()),
-            namespace: Some(workload.namespace.clone()),
-            name: Some(workload.name.clone()),
-            ..Default::default()
+        let key = {
+            let recent = self.recent();
+            recent.key((
+                &notice.workload,
+                notice.reason,
+                &notice.related,
+                &notice.note,
+            ))
         };
-        let event = Event {
-            type_: if notice.reason.is_warning() {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: notice.reason.as_str().into(),
-            note: Some(truncate(&notice.note)),
-            action: "Stamp".into(),
-            secondary: notice.related.as_ref().and_then(object_reference),
+        let publication = self.recent().publication(key, Instant::now());
+        let result = match publication {
+            Publication::Create => self.create(&notice, key).await,
+            Publication::Repeat { suffix, count } => {
+                match self.repeat(&notice, suffix, count).await {
+                    Ok(()) => {
+                        self.recent().repeated(key, count, Instant::now());
+                        Ok(())
+                    }
+                    // Deleted meanwhile (the API server keeps Events for an hour
+                    // by default): start a new one.
+                    Err(kube::Error::Api(status)) if status.is_not_found() => {
+                        self.recent().forget(key);
+                        self.create(&notice, key).await
+                    }
+                    Err(error) => Err(error),
+                }
+            }
         };
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
+        if let Err(error) = result {
+            let workload = &notice.workload;
             tracing::warn!(%workload, reason = notice.reason.as_str(), %error, "cannot publish Event");
         }
     }

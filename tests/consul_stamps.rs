@@ -530,6 +530,11 @@ async fn a_key_deleted_again_after_coming_back_unchanged_is_reported_again() -> 
         (occurrences(&cluster, "moody", "MissingConfig").await == 2).then_some(())
     })
     .await;
+    assert_eq!(
+        cluster.events_for("moody", "MissingConfig").await.len(),
+        1,
+        "the repeat is counted into the first Event's series"
+    );
     settle().await;
     assert_eq!(
         patches.count(&cluster).await,
