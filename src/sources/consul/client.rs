@@ -323,8 +323,9 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// A Consul KV reader. Cheap to share behind an `Arc`; connections are pooled and
-/// reused, so connections stay at most the number of requests in flight.
+/// A Consul KV reader. Cheap to share behind an `Arc`; connections of single-key
+/// reads are pooled and reused, so connections stay at most the number of
+/// requests in flight; recursive reads close theirs (see `send`).
 pub struct ConsulClient {
     http: reqwest::Client,
     /// `<address>/v1`, without a trailing slash.
@@ -525,6 +526,16 @@ impl ConsulClient {
                 source,
             })?;
         let mut request = reqwest::Request::try_from(request).map_err(ClientError::Transport)?;
+        if recurse {
+            // hyper keeps a connection's read buffer as large as the largest
+            // answer read on it (up to ~400 KiB): a pooled connection that once
+            // carried a recursive answer would hold that while it waits in its
+            // next blocking query. Recursive reads do not keep their connection.
+            request.headers_mut().insert(
+                reqwest::header::CONNECTION,
+                reqwest::header::HeaderValue::from_static("close"),
+            );
+        }
         *request.timeout_mut() = Some(match block_on {
             Some(b) => b.wait + b.wait / 16 + BLOCKING_GRACE,
             None => self.timeout,
