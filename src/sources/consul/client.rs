@@ -323,9 +323,9 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// A Consul KV reader. Cheap to share behind an `Arc`; connections of single-key
-/// reads are pooled and reused, so connections stay at most the number of
-/// requests in flight; recursive reads close theirs (see `send`).
+/// A Consul KV reader. Cheap to share behind an `Arc`; connections are pooled and
+/// reused, so connections stay at most the number of requests in flight, except
+/// that recursive blocking queries close theirs (see `send`).
 pub struct ConsulClient {
     http: reqwest::Client,
     /// `<address>/v1`, without a trailing slash.
@@ -526,11 +526,15 @@ impl ConsulClient {
                 source,
             })?;
         let mut request = reqwest::Request::try_from(request).map_err(ClientError::Transport)?;
-        if recurse {
+        if recurse && block_on.is_some() {
             // hyper keeps a connection's read buffer as large as the largest
             // answer read on it (up to ~400 KiB): a pooled connection that once
             // carried a recursive answer would hold that while it waits in its
-            // next blocking query. Recursive reads do not keep their connection.
+            // next blocking query. Recursive blocking queries do not keep their
+            // connection. Not every recursive read: Consul (Go) holds a closed
+            // connection, and counts it against `http_max_conns_per_client`, for
+            // 500 ms after the answer, and the first reads of a regrouping come
+            // 64 at a time.
             request.headers_mut().insert(
                 reqwest::header::CONNECTION,
                 reqwest::header::HeaderValue::from_static("close"),
