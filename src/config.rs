@@ -529,7 +529,9 @@ pub struct ConsulConfig {
     /// keys are tracked, keys under common prefixes share one recursive query.
     pub max_concurrent_queries: usize,
     /// Time between two queries of the same watch once its burst is spent (a key
-    /// that keeps changing must not spin the loop). `0s`: no limit.
+    /// that keeps changing must not spin the loop). Changes of different keys
+    /// under one prefix query are not churn: they may run `query_burst` queries
+    /// per interval. `0s`: no limit.
     #[serde(with = "humantime_serde")]
     pub min_query_interval: Duration,
     /// Queries one watch may run back to back after a quiet period, so that a few

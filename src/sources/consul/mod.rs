@@ -53,7 +53,8 @@ pub struct WatchSettings {
     /// Most blocking queries in flight; more keys share recursive prefix queries.
     pub max_concurrent_queries: usize,
     /// Time between two queries of one loop once its burst is spent: a key that keeps
-    /// changing is read at most this often. Zero: no limit.
+    /// changing is read at most this often. Changes of different keys under one
+    /// prefix query may run `query_burst` queries per interval. Zero: no limit.
     pub min_query_interval: Duration,
     /// Queries one loop may start back to back (after a quiet period) before
     /// `min_query_interval` applies, so that a few changes in a row under one prefix

@@ -3,6 +3,7 @@
 //! the index is reset when it goes backwards and never below 1 after a read, the
 //! loop is rate-limited with jitter, and failures back off exponentially with jitter.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use tracing::Instrument;
 use super::WatchSettings;
 use super::client::{BlockOn, ClientError, ConsulClient, KeyRead, PrefixRead};
 use super::plan::WatchTarget;
+use crate::rate::TokenBucket;
 
 /// Margin after a blocking query's server-side deadline (`wait` + `wait/16`) before
 /// its connection slot on the agent is considered free again.
@@ -163,6 +165,77 @@ pub(crate) fn jitter(max: Duration) -> Duration {
     max.mul_f64(fastrand::f64())
 }
 
+/// When a query loop may run its next query.
+///
+/// A key that keeps changing is read at most once per `min_query_interval` once
+/// the loop's burst is spent (the `churn` bucket). A prefix query covers many
+/// keys, and changes of different keys under it in a row (a deploy writing its
+/// keys one by one) are not churn: after an answer whose changed keys were all
+/// quiet for an interval, the next query draws from the `fresh` bucket instead,
+/// `query_burst` tokens refilled `query_burst` times per interval, which still
+/// bounds the loop when many keys change at once.
+#[derive(Debug)]
+pub(crate) struct Pace {
+    churn: TokenBucket,
+    /// `None`: the interval is too short to divide; fresh answers are not limited.
+    fresh: Option<TokenBucket>,
+    interval: Duration,
+    /// Keys of a prefix seen changing within the last interval.
+    recently_changed: HashMap<String, Instant>,
+    after_fresh_answer: bool,
+}
+
+impl Pace {
+    /// `None` when `min_query_interval` is zero: no limit.
+    pub fn new(settings: &WatchSettings) -> Option<Self> {
+        let churn = settings.query_pace()?;
+        let burst = settings.query_burst.max(1);
+        let fresh = TokenBucket::with_period(settings.min_query_interval / burst, burst).ok();
+        Some(Self {
+            churn,
+            fresh,
+            interval: settings.min_query_interval,
+            recently_changed: HashMap::new(),
+            after_fresh_answer: false,
+        })
+    }
+
+    /// Takes a token for the next query, or returns when one will be available.
+    pub fn try_take(&mut self, now: Instant) -> Result<(), Instant> {
+        match (&mut self.fresh, self.after_fresh_answer) {
+            (Some(fresh), true) => fresh.try_take(now),
+            (None, true) => Ok(()),
+            (_, false) => self.churn.try_take(now),
+        }
+    }
+
+    /// Classifies an answer to a query that blocked on `blocked_on` (0: a
+    /// non-blocking read, which is never fresh).
+    pub fn observe(&mut self, read: &Read, blocked_on: u64, now: Instant) {
+        let interval = self.interval;
+        self.recently_changed
+            .retain(|_, at| now.saturating_duration_since(*at) < interval);
+        let Read::Prefix(answer) = read else {
+            self.after_fresh_answer = false;
+            return;
+        };
+        let changed: Vec<&str> = answer
+            .entries
+            .iter()
+            .filter(|e| blocked_on != 0 && e.modify_index > blocked_on)
+            .map(|e| e.key.as_str())
+            .collect();
+        // No visible change (a deletion, an index bump) counts as churn.
+        self.after_fresh_answer = !changed.is_empty()
+            && changed
+                .iter()
+                .all(|key| !self.recently_changed.contains_key(*key));
+        for key in changed {
+            self.recently_changed.insert(key.to_owned(), now);
+        }
+    }
+}
+
 /// One query loop's context.
 pub(crate) struct QueryLoop {
     /// Identifies this loop's answers.
@@ -204,17 +277,17 @@ impl QueryLoop {
         tracing::debug!("query started");
         let mut cursor = IndexCursor::default();
         let mut backoff = Backoff::new(self.settings.max_retry_interval);
-        let mut pace = self.settings.query_pace();
+        let mut pace = Pace::new(&self.settings);
         loop {
-            if let Some(bucket) = pace.as_mut()
-                && let Err(available) = bucket.try_take(Instant::now())
+            if let Some(pace) = pace.as_mut()
+                && let Err(available) = pace.try_take(Instant::now())
             {
                 let until = available + jitter(self.settings.min_query_interval / 4);
                 if !self.sleep_until(until).await {
                     break;
                 }
                 // The token became available at `available`; take it.
-                let _ = bucket.try_take(Instant::now());
+                let _ = pace.try_take(Instant::now());
             }
             let index = cursor.next();
             let result = if index == 0 {
@@ -226,6 +299,9 @@ impl QueryLoop {
             match result {
                 Ok(read) => {
                     backoff.reset();
+                    if let Some(pace) = pace.as_mut() {
+                        pace.observe(&read, index, Instant::now());
+                    }
                     let authoritative = cursor.advance(read.index(), index != 0);
                     if authoritative {
                         tracing::debug!(
@@ -419,6 +495,79 @@ mod tests {
         }
         b.reset();
         assert!(b.next_delay() <= Duration::from_secs(1));
+    }
+
+    fn prefix_answer(changes: &[(&str, u64)], index: u64) -> Read {
+        let entries = changes
+            .iter()
+            .map(|(key, modify_index)| super::super::client::KvEntry {
+                key: (*key).to_owned(),
+                value: Vec::new(),
+                modify_index: *modify_index,
+            })
+            .collect();
+        Read::Prefix(PrefixRead { entries, index })
+    }
+
+    fn paced(interval_ms: u64, burst: u32) -> Pace {
+        Pace::new(&WatchSettings {
+            min_query_interval: Duration::from_millis(interval_ms),
+            query_burst: burst,
+            ..WatchSettings::default()
+        })
+        .expect("a non-zero interval paces")
+    }
+
+    #[test]
+    fn changes_of_different_keys_under_a_prefix_are_not_held_to_the_interval() {
+        let mut pace = paced(1000, 5);
+        let start = Instant::now();
+        pace.try_take(start).expect("first read");
+        pace.observe(&prefix_answer(&[("p/a", 5), ("p/b", 6)], 6), 0, start);
+        // Twelve changes of twelve keys, 300 ms apart: each read at once, although
+        // the churn bucket (5, then 1/s) would hold the eighth.
+        for i in 0..12u64 {
+            let at = start + Duration::from_millis(300 * i);
+            pace.try_take(at).expect("a fresh change is read at once");
+            let key = format!("p/k{i}");
+            pace.observe(&prefix_answer(&[(key.as_str(), 10 + i)], 10 + i), 9 + i, at);
+        }
+    }
+
+    #[test]
+    fn a_key_changing_again_within_the_interval_is_churn() {
+        let mut pace = paced(1000, 2);
+        let start = Instant::now();
+        pace.try_take(start).unwrap();
+        pace.observe(&prefix_answer(&[("p/hot", 5)], 5), 0, start);
+        pace.try_take(start).unwrap();
+        pace.observe(&prefix_answer(&[("p/hot", 6)], 6), 5, start);
+        // Fresh (p/hot had not changed since the first read)…
+        pace.try_take(start).unwrap();
+        pace.observe(&prefix_answer(&[("p/hot", 7)], 7), 6, start);
+        // …but now it changed twice within the interval: the churn bucket, already
+        // spent by the first two reads, holds the next query.
+        let available = pace.try_take(start).expect_err("churn waits");
+        assert!(available > start);
+    }
+
+    #[test]
+    fn answers_without_a_visible_change_and_key_answers_are_churn() {
+        let mut pace = paced(1000, 1);
+        let start = Instant::now();
+        pace.try_take(start).unwrap();
+        pace.observe(&prefix_answer(&[("p/a", 5)], 9), 5, start);
+        assert!(pace.try_take(start).is_err(), "an index bump is paced");
+
+        let mut pace = paced(1000, 1);
+        pace.try_take(start).unwrap();
+        let key = Read::Key(KeyRead {
+            value: Some(b"v".to_vec()),
+            modify_index: Some(9),
+            index: 9,
+        });
+        pace.observe(&key, 5, start);
+        assert!(pace.try_take(start).is_err(), "a key loop keeps one bucket");
     }
 
     #[test]
