@@ -65,7 +65,8 @@ pub struct ClientSettings {
     /// Deadline of a non-blocking read; blocking reads get their `wait` plus
     /// Consul's jitter plus a grace period.
     pub timeout: Duration,
-    /// Most idle connections kept for reuse; set it to the most requests in flight.
+    /// Most idle connections kept for reuse by non-blocking reads (blocking
+    /// queries never reuse one); set it to the most such reads in flight.
     pub max_idle_connections: usize,
 }
 
@@ -79,7 +80,7 @@ impl Default for ClientSettings {
             partition: None,
             tls: TlsSettings::default(),
             timeout: Duration::from_secs(10),
-            max_idle_connections: 66,
+            max_idle_connections: super::ONE_OFF_READS,
         }
     }
 }
@@ -323,11 +324,15 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// A Consul KV reader. Cheap to share behind an `Arc`; connections are pooled and
-/// reused, so connections stay at most the number of requests in flight, except
-/// that recursive blocking queries close theirs (see `send`).
+/// A Consul KV reader. Cheap to share behind an `Arc`. Non-blocking reads use
+/// pooled connections; each blocking query has a connection of its own, closed
+/// after its answer (see `new`), so connections stay at most the number of
+/// requests in flight plus the idle pool.
 pub struct ConsulClient {
+    /// Non-blocking reads, on pooled connections.
     http: reqwest::Client,
+    /// Blocking queries, each on a connection of its own (see `new`).
+    blocking: reqwest::Client,
     /// `<address>/v1`, without a trailing slash.
     base: String,
     token: Option<http02::HeaderValue>,
@@ -363,52 +368,34 @@ impl ConsulClient {
         if url.query().is_some() || url.fragment().is_some() {
             return Err(invalid("must not have a query or fragment"));
         }
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .user_agent(concat!("nudge/", env!("CARGO_PKG_VERSION")))
-            .pool_max_idle_per_host(settings.max_idle_connections)
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_keepalive(Duration::from_secs(60));
-
-        if url.scheme() == "https" {
-            let tls = &settings.tls;
-            if let Some(path) = &tls.ca_file {
-                let pem = read(path)?;
-                let cert = reqwest::Certificate::from_pem(&pem).map_err(|source| {
-                    ClientError::Certificate {
-                        path: path.clone(),
-                        source,
-                    }
-                })?;
-                builder = builder
-                    .tls_built_in_root_certs(false)
-                    .add_root_certificate(cert);
-            }
-            if let Some((cert, key)) = &tls.client_cert {
-                let mut pem = read(cert)?;
-                pem.push(b'\n');
-                pem.extend(read(key)?);
-                let identity = reqwest::Identity::from_pem(&pem).map_err(|source| {
-                    ClientError::Certificate {
-                        path: cert.clone(),
-                        source,
-                    }
-                })?;
-                builder = builder.identity(identity);
-            }
-            if !tls.verify {
-                tracing::warn!(address = %settings.address, "Consul server certificate is not verified");
-                builder = builder.danger_accept_invalid_certs(true);
-            }
-            if let Some(server_name) = &tls.server_name {
-                // reqwest cannot set the TLS server name on its own: address the
-                // server by that name and resolve the name to the configured host.
+        // The TLS server name is the URL's host; it resolves to the configured
+        // host (reqwest cannot set the server name on its own).
+        let server_name = match (&settings.tls.server_name, url.scheme()) {
+            (Some(name), "https") => {
                 let addrs = resolve(&url).map_err(|e| invalid(&e))?;
-                builder = builder.resolve_to_addrs(server_name, &addrs);
-                url.set_host(Some(server_name))
+                url.set_host(Some(name))
                     .map_err(|e| invalid(&format!("tls server name: {e}")))?;
+                Some((name.as_str(), addrs))
             }
+            _ => None,
+        };
+        let https = url.scheme() == "https";
+        if https && !settings.tls.verify {
+            tracing::warn!(address = %settings.address, "Consul server certificate is not verified");
         }
+        let http = http_client(
+            settings,
+            https,
+            server_name.as_ref(),
+            settings.max_idle_connections,
+        )?;
+        // Blocking queries never reuse a connection: hyper keeps a connection's
+        // read buffer as large as the largest answer read on it (up to ~400 KiB),
+        // and a blocking query holds its connection for minutes. A new connection
+        // waits with a small buffer; it is closed by nudge after the answer (not
+        // with `Connection: close`, which Consul's Go server answers by holding
+        // the socket 500 ms longer).
+        let blocking = http_client(settings, https, server_name.as_ref(), 0)?;
         url.path_segments_mut()
             .map_err(|()| invalid("cannot be a base URL"))?
             .pop_if_empty()
@@ -424,7 +411,8 @@ impl ConsulClient {
             })
             .transpose()?;
         Ok(Self {
-            http: builder.build().map_err(ClientError::Build)?,
+            http,
+            blocking,
             base: url.as_str().trim_end_matches('/').to_owned(),
             token,
             datacenter: settings.datacenter.clone(),
@@ -526,26 +514,17 @@ impl ConsulClient {
                 source,
             })?;
         let mut request = reqwest::Request::try_from(request).map_err(ClientError::Transport)?;
-        if recurse && block_on.is_some() {
-            // hyper keeps a connection's read buffer as large as the largest
-            // answer read on it (up to ~400 KiB): a pooled connection that once
-            // carried a recursive answer would hold that while it waits in its
-            // next blocking query. Recursive blocking queries do not keep their
-            // connection. Not every recursive read: Consul (Go) holds a closed
-            // connection, and counts it against `http_max_conns_per_client`, for
-            // 500 ms after the answer, and the first reads of a regrouping come
-            // 64 at a time.
-            request.headers_mut().insert(
-                reqwest::header::CONNECTION,
-                reqwest::header::HeaderValue::from_static("close"),
-            );
-        }
         *request.timeout_mut() = Some(match block_on {
             Some(b) => b.wait + b.wait / 16 + BLOCKING_GRACE,
             None => self.timeout,
         });
 
-        let response = self.http.execute(request).await.map_err(transport)?;
+        let http = if block_on.is_some() {
+            &self.blocking
+        } else {
+            &self.http
+        };
+        let response = http.execute(request).await.map_err(transport)?;
         let status = response.status().as_u16();
         let index = response
             .headers()
@@ -698,6 +677,55 @@ impl MiddleWare for RequestDecorator<'_> {
     ) -> Result<(), rustify::errors::ClientError> {
         Ok(())
     }
+}
+
+/// A reqwest client for `settings`, keeping at most `max_idle` idle connections.
+fn http_client(
+    settings: &ClientSettings,
+    https: bool,
+    server_name: Option<&(&str, Vec<SocketAddr>)>,
+    max_idle: usize,
+) -> Result<reqwest::Client, ClientError> {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .user_agent(concat!("nudge/", env!("CARGO_PKG_VERSION")))
+        .pool_max_idle_per_host(max_idle)
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_keepalive(Duration::from_secs(60));
+
+    if https {
+        let tls = &settings.tls;
+        if let Some(path) = &tls.ca_file {
+            let pem = read(path)?;
+            let cert = reqwest::Certificate::from_pem(&pem).map_err(|source| {
+                ClientError::Certificate {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            builder = builder
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(cert);
+        }
+        if let Some((cert, key)) = &tls.client_cert {
+            let mut pem = read(cert)?;
+            pem.push(b'\n');
+            pem.extend(read(key)?);
+            let identity =
+                reqwest::Identity::from_pem(&pem).map_err(|source| ClientError::Certificate {
+                    path: cert.clone(),
+                    source,
+                })?;
+            builder = builder.identity(identity);
+        }
+        if !tls.verify {
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        if let Some((server_name, addrs)) = server_name {
+            builder = builder.resolve_to_addrs(server_name, addrs);
+        }
+    }
+    builder.build().map_err(ClientError::Build)
 }
 
 fn transport(error: reqwest::Error) -> ClientError {

@@ -151,7 +151,7 @@ impl ConsulSource {
             ..settings
         };
         let client_settings = ClientSettings {
-            max_idle_connections: settings.max_concurrent_queries + ONE_OFF_READS,
+            max_idle_connections: ONE_OFF_READS,
             ..client.clone()
         };
         Ok(Self {

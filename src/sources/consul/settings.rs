@@ -121,7 +121,7 @@ pub fn settings<E: Fn(&str) -> Option<String>>(
             verify: tls.verify,
         },
         timeout: config.timeout,
-        max_idle_connections: config.max_concurrent_queries + super::ONE_OFF_READS,
+        max_idle_connections: super::ONE_OFF_READS,
     };
     let watch = WatchSettings {
         wait: config.wait,
