@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::model::{StampSpec, Tracked, WorkloadId};
+use crate::model::{Combine, StampSpec, Tracked, WorkloadId};
 use crate::small::SmallSet;
 
 /// What an update changed in the set of tracked items.
@@ -152,11 +152,18 @@ fn tracked_of(specs: &[StampSpec]) -> BTreeSet<Tracked> {
 }
 
 /// Specs are kept as long as their workload: without the spare capacity their
-/// vectors grew with (at least four slots for one input).
+/// vectors grew with (at least four slots for one input), and without the
+/// origins of their references (a copy of each reference and a description),
+/// which stamping reads only for Reloader's `last-reloaded-from` (it names
+/// containers). `nudge explain` derives its own specs from the workload.
 fn compact(mut specs: Vec<StampSpec>) -> Vec<StampSpec> {
     for spec in &mut specs {
         spec.inputs.shrink_to_fit();
-        spec.origins.shrink_to_fit();
+        if spec.combine == Combine::ReloaderSource {
+            spec.origins.shrink_to_fit();
+        } else {
+            spec.origins = Vec::new();
+        }
     }
     specs.shrink_to_fit();
     specs
@@ -166,7 +173,7 @@ fn compact(mut specs: Vec<StampSpec>) -> Vec<StampSpec> {
 mod tests {
     use super::*;
     use crate::fingerprint::Algorithm;
-    use crate::model::{Combine, Input, Output, Reference, SourceName, WorkloadKind};
+    use crate::model::{Input, Output, Reference, SourceName, WorkloadKind};
 
     fn mk_id(name: &str) -> WorkloadId {
         WorkloadId::new(WorkloadKind::deployment(), "ns", name)
@@ -292,5 +299,34 @@ mod tests {
         assert!(delta.is_empty());
         let specs = graph.specs(&mk_id("web")).unwrap();
         assert_eq!(specs[0].output.key(), "nudge.dev/checksum-renamed");
+    }
+
+    #[test]
+    fn origins_are_kept_only_where_stamping_reads_them() {
+        let with_origin = |combine| {
+            let mut spec = mk_spec("a", &["a"]);
+            spec.combine = combine;
+            let reference = spec.inputs[0].tracked.reference.clone();
+            spec.origins = vec![(
+                reference,
+                crate::model::Origin::Discovered(r#"env in container "app""#.into()),
+            )];
+            spec
+        };
+        let mut graph = DependencyGraph::new();
+        graph.apply(
+            mk_id("web"),
+            vec![
+                with_origin(Combine::NativeHash),
+                with_origin(Combine::ReloaderSource),
+            ],
+        );
+        let specs = graph.specs(&mk_id("web")).unwrap();
+        assert!(specs[0].origins.is_empty());
+        assert_eq!(
+            specs[1].origins.len(),
+            1,
+            "Reloader's document names containers"
+        );
     }
 }
