@@ -64,7 +64,7 @@ impl PollSource for HttpSource {
         tracked: &Tracked,
         cx: &ObserveContext,
     ) -> Result<Observation, SourceError> {
-        let url = &tracked.reference.name;
+        let url = tracked.reference.name.as_str();
         let failed = |e| SourceError::backend(&self.name, format!("GET {url}"), e);
         let response = self.client.get(url).send().await.map_err(failed)?;
         match response.status() {

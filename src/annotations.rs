@@ -47,7 +47,7 @@ use k8s_openapi::api::core::v1::PodSpec;
 use crate::discovery::{self, Discovered};
 use crate::fingerprint::{self, Algorithm, ObjectKind};
 use crate::model::{
-    Combine, Gate, Input, KeySelection, MAX_ANNOTATION_NAME_LEN, NameError, Origin, Output,
+    Combine, Gate, Input, KeySelection, MAX_ANNOTATION_NAME_LEN, Name, NameError, Origin, Output,
     Reference, Scope, Slot, SourceCatalog, SourceName, StampSpec, Tracked,
     WAVE_SCHEDULING_DISABLED, Workload,
 };
@@ -1110,7 +1110,7 @@ struct Group {
 }
 
 /// A reference without its key selection, plus the algorithm.
-type ObjectId = (SourceName, Option<String>, String, Algorithm, Gate);
+type ObjectId = (SourceName, Option<Name>, Name, Algorithm, Gate);
 
 struct Merged {
     keys: KeySelection,

@@ -208,7 +208,7 @@ impl KubeEvents {
         let workload = &notice.workload;
         K8sEvent {
             metadata: ObjectMeta {
-                namespace: Some(workload.namespace.clone()),
+                namespace: Some(workload.namespace.to_string()),
                 name: Some(event_name(workload, suffix)),
                 ..Default::default()
             },
@@ -220,8 +220,8 @@ impl KubeEvents {
             regarding: Some(ObjectReference {
                 api_version: Some(workload.kind.api_version()),
                 kind: Some(workload.kind.as_str().into()),
-                namespace: Some(workload.namespace.clone()),
-                name: Some(workload.name.clone()),
+                namespace: Some(workload.namespace.to_string()),
+                name: Some(workload.name.to_string()),
                 ..Default::default()
             }),
             related: notice.related.as_ref().and_then(object_reference),
@@ -298,8 +298,8 @@ fn object_reference(reference: &Reference) -> Option<ObjectReference> {
     Some(ObjectReference {
         api_version: Some("v1".into()),
         kind: Some(kind.as_str().into()),
-        namespace: reference.namespace.clone(),
-        name: Some(reference.name.clone()),
+        namespace: reference.namespace.as_ref().map(ToString::to_string),
+        name: Some(reference.name.to_string()),
         ..Default::default()
     })
 }

@@ -228,8 +228,12 @@ impl ObjectRef {
         let kube_source = ObjectKind::of_source(&reference.source).is_some();
         Some(Self {
             source: reference.source.clone(),
-            namespace: reference.namespace.clone().filter(|_| kube_source)?,
-            name: reference.name.clone(),
+            namespace: reference
+                .namespace
+                .as_deref()
+                .filter(|_| kube_source)?
+                .to_owned(),
+            name: reference.name.to_string(),
         })
     }
 }
@@ -383,7 +387,7 @@ fn workload_verdict(
 ) -> Verdict {
     let namespaces = &facts.settings.namespaces;
     let namespace = &facts.workload.id.namespace;
-    if !namespaces.is_empty() && !namespaces.contains(namespace) {
+    if !namespaces.is_empty() && !namespaces.iter().any(|n| n == namespace) {
         return Verdict {
             state: State::NotManaged,
             message: format!(
@@ -600,7 +604,7 @@ fn same_object(a: &Reference, b: &Reference) -> bool {
 fn object_name(reference: &Reference, workload_namespace: &str) -> String {
     match &reference.namespace {
         Some(ns) if ns != workload_namespace => format!("{ns}/{}", reference.name),
-        _ => reference.name.clone(),
+        _ => reference.name.to_string(),
     }
 }
 

@@ -320,7 +320,7 @@ async fn keys_over_the_query_limit_share_a_prefix_query_and_regroup() -> Result<
     }
     let mut first: Vec<String> = Vec::new();
     for _ in 0..3 {
-        first.push(driver.next(SOON).await?.tracked.reference.name);
+        first.push(driver.next(SOON).await?.tracked.reference.name.to_string());
     }
     first.sort();
     assert_eq!(first, ["svc/a/x", "svc/a/y", "svc/b/z"]);

@@ -438,7 +438,7 @@ impl Core {
         match &self.selection {
             Selection::All => true,
             Selection::Pending => false,
-            Selection::Selected(set) => set.contains(&id.namespace),
+            Selection::Selected(set) => set.contains(id.namespace.as_str()),
         }
     }
 

@@ -120,13 +120,18 @@ impl World {
         let deps = annotations::dependencies(workload, &settings.scheme, &mk_catalog());
         let inputs: BTreeMap<Tracked, InputState> = deps
             .tracked()
-            .filter_map(|t| Some((t.clone(), self.inputs.get(&t.reference.name)?.clone())))
+            .filter_map(|t| {
+                Some((
+                    t.clone(),
+                    self.inputs.get(t.reference.name.as_str())?.clone(),
+                ))
+            })
             .collect();
         let objects: BTreeMap<ObjectRef, ObjectFacts> = deps
             .tracked()
             .filter_map(|t| {
                 let object = ObjectRef::of(&t.reference)?;
-                let facts = *self.objects.get(&t.reference.name)?;
+                let facts = *self.objects.get(t.reference.name.as_str())?;
                 Some((object, facts))
             })
             .collect();

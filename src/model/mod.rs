@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
+use smol_str::SmolStr;
 
 mod kind;
 mod workload;
@@ -51,7 +52,7 @@ pub enum NameError {
 /// first `-` of an annotation name ends the source name).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
-pub struct SourceName(String);
+pub struct SourceName(SmolStr);
 
 impl SourceName {
     /// Grammar a source name must match.
@@ -81,22 +82,22 @@ impl SourceName {
                 max: MAX_ANNOTATION_NAME_LEN,
             });
         }
-        Ok(Self(value))
+        Ok(Self(value.into()))
     }
 
     /// The built-in ConfigMap source.
     pub fn configmap() -> Self {
-        Self("configmap".to_owned())
+        Self(SmolStr::new_static("configmap"))
     }
 
     /// The built-in Secret source.
     pub fn secret() -> Self {
-        Self("secret".to_owned())
+        Self(SmolStr::new_static("secret"))
     }
 
     /// The default Consul source.
     pub fn consul() -> Self {
-        Self("consul".to_owned())
+        Self(SmolStr::new_static("consul"))
     }
 
     /// The name as a string.
@@ -159,20 +160,26 @@ impl fmt::Display for Slot {
     }
 }
 
+/// A namespace, object name or key path as the model keeps it: names up to 23
+/// bytes are stored inline and longer ones are shared on clone, so the many
+/// copies of a reference across the graph, the sources and the fingerprint store
+/// cost no allocation each. Derefs to `str`; build one with `.into()`.
+pub type Name = SmolStr;
+
 /// Identity of one workload.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct WorkloadId {
     /// Its kind.
     pub kind: WorkloadKind,
     /// Its namespace.
-    pub namespace: String,
+    pub namespace: Name,
     /// Its name.
-    pub name: String,
+    pub name: Name,
 }
 
 impl WorkloadId {
     /// Builds an id.
-    pub fn new(kind: WorkloadKind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(kind: WorkloadKind, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
         Self {
             kind,
             namespace: namespace.into(),
@@ -228,20 +235,16 @@ pub struct Reference {
     pub source: SourceName,
     /// Namespace, for namespaced sources (ConfigMap, Secret); `None` for Consul and
     /// other cluster-external sources.
-    pub namespace: Option<String>,
+    pub namespace: Option<Name>,
     /// Object name (ConfigMap/Secret) or key path (Consul).
-    pub name: String,
+    pub name: Name,
     /// Which keys count.
     pub keys: KeySelection,
 }
 
 impl Reference {
     /// A reference to a whole namespaced object.
-    pub fn object(
-        source: SourceName,
-        namespace: impl Into<String>,
-        name: impl Into<String>,
-    ) -> Self {
+    pub fn object(source: SourceName, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
         Self {
             source,
             namespace: Some(namespace.into()),
@@ -251,7 +254,7 @@ impl Reference {
     }
 
     /// A reference to a key of a cluster-external source such as Consul.
-    pub fn key(source: SourceName, path: impl Into<String>) -> Self {
+    pub fn key(source: SourceName, path: impl Into<Name>) -> Self {
         Self {
             source,
             namespace: None,

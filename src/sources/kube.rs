@@ -28,7 +28,7 @@ use super::{
 use crate::annotations::{AnnotationScheme, RELOADER_MATCH, is_ignored};
 use crate::fingerprint::{self, Algorithm, Fingerprint, ObjectData, ObjectKind, Observation};
 use crate::health::WatchHealth;
-use crate::model::{Gate, Scope, SourceName, Tracked};
+use crate::model::{Gate, Name, Scope, SourceName, Tracked};
 use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
 use crate::small::SmallSet;
@@ -77,7 +77,7 @@ pub struct ObjectSource<K> {
 }
 
 /// Namespace and name of an object.
-type ObjectKey = (String, String);
+type ObjectKey = (Name, Name);
 
 /// What the source keeps per referenced object: no content.
 #[derive(Debug, Default)]
@@ -210,7 +210,11 @@ impl<K: ContentObject> ObjectSource<K> {
 }
 
 fn object_key<M: Resource>(meta: &M) -> Option<ObjectKey> {
-    Some((meta.meta().namespace.clone()?, meta.meta().name.clone()?))
+    let meta = meta.meta();
+    Some((
+        meta.namespace.as_deref()?.into(),
+        meta.name.as_deref()?.into(),
+    ))
 }
 
 fn to_meta_event<K: Resource>(
@@ -489,7 +493,7 @@ impl<K: ContentObject> Source for ObjectSource<K> {
         let (namespace, name) =
             namespaced_key(tracked).ok_or_else(|| SourceError::InvalidReference {
                 source_name: self.name.clone(),
-                reference: tracked.reference.name.clone(),
+                reference: tracked.reference.name.to_string(),
                 reason: "a namespaced source needs a namespace".into(),
             })?;
         let object = self

@@ -282,7 +282,7 @@ mod tests {
             tracked: &Tracked,
             cx: &ObserveContext,
         ) -> Result<Observation, SourceError> {
-            let key = tracked.reference.name.clone();
+            let key = tracked.reference.name.to_string();
             self.reads
                 .lock()
                 .unwrap()

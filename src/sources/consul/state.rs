@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::fingerprint::{Algorithm, Fingerprint, Observation, md5_value, native_value};
-use crate::model::Tracked;
+use crate::model::{Name, Tracked};
 use crate::small::SmallMap;
 use crate::sources::SourceUpdate;
 
@@ -83,14 +83,14 @@ struct KeyState {
 /// Tracked items by Consul key, with the last observation reported for each.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    keys: BTreeMap<String, KeyState>,
+    keys: BTreeMap<Name, KeyState>,
 }
 
 impl Registry {
     /// Starts tracking an item (whose key and algorithm were validated).
     pub fn track(&mut self, tracked: Tracked) -> TrackOutcome {
         let key = tracked.reference.name.clone();
-        let is_new_key = !self.keys.contains_key(&key);
+        let is_new_key = !self.keys.contains_key(key.as_str());
         let state = self.keys.entry(key).or_default();
         if let Some(last) = state.items.get(&tracked) {
             return TrackOutcome::Known(last.clone());
@@ -105,7 +105,7 @@ impl Registry {
 
     /// Stops tracking an item and forgets what was reported for it.
     pub fn untrack(&mut self, tracked: &Tracked) -> UntrackOutcome {
-        let key = &tracked.reference.name;
+        let key = tracked.reference.name.as_str();
         let Some(state) = self.keys.get_mut(key) else {
             return UntrackOutcome::Unknown;
         };
@@ -122,7 +122,7 @@ impl Registry {
 
     /// Every tracked key, sorted.
     pub fn keys(&self) -> Vec<String> {
-        self.keys.keys().cloned().collect()
+        self.keys.keys().map(Name::to_string).collect()
     }
 
     /// Whether `key` is tracked.

@@ -152,7 +152,7 @@ impl Watch {
                 match self.registry.track(tracked.clone()) {
                     TrackOutcome::NewKey => return true,
                     TrackOutcome::NewItem => {
-                        self.pending_reads.insert(key);
+                        self.pending_reads.insert(key.to_string());
                     }
                     TrackOutcome::Known(Some(observation)) => outgoing.push(SourceUpdate {
                         tracked,
@@ -448,7 +448,7 @@ mod tests {
         );
         let reported: Vec<(String, Observation)> = out
             .drain(..)
-            .map(|u| (u.tracked.reference.name, u.observation))
+            .map(|u| (u.tracked.reference.name.to_string(), u.observation))
             .collect();
         assert_eq!(
             reported,
