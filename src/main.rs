@@ -16,12 +16,14 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read before `main`: one arena instead of four per CPU
 /// (nudge's threads are few and mostly idle, and every arena keeps its own dirty
-/// pages: the large benchmark's peak RSS fell from 71 to 57 MiB), and freed pages
-/// handed back after a second instead of ten, skipping the muzzy stage.
+/// pages: the large benchmark's peak RSS fell from 71 to 57 MiB), freed pages
+/// handed back after a second instead of ten, skipping the muzzy stage, and no
+/// per-thread caches of freed objects (large benchmark: steady RSS 35.7 → 33.5
+/// MiB, peak 49.1 → 43.6 MiB, latency unchanged).
 #[cfg(not(feature = "system-allocator"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: MallocConf =
-    MallocConf(c"narenas:1,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+    MallocConf(c"narenas:1,dirty_decay_ms:1000,muzzy_decay_ms:0,tcache:false".as_ptr());
 
 /// A C string pointer jemalloc reads as its `malloc_conf` global.
 #[cfg(not(feature = "system-allocator"))]
