@@ -148,7 +148,7 @@ impl EventSink for FanOut {
 /// is counted into the first one's `series`, as kubectl's recorder does.
 ///
 /// Not kube's `Recorder`: that one keeps a full copy of every Event for six
-/// minutes ([`series`] says why that matters).
+/// minutes (`src/events/series.rs` says why that matters).
 pub struct KubeEvents {
     client: Client,
     instance: String,

@@ -512,7 +512,7 @@ impl NotifyWorker {
     }
 
     /// Sends queued messages until every [`Notifier`] is gone and the queue is
-    /// empty, or until `shutdown` was cancelled [`SHUTDOWN_GRACE`] ago; what is
+    /// empty, or until `shutdown` was cancelled `SHUTDOWN_GRACE` ago; what is
     /// still queued or being sent then is dropped (counted).
     pub async fn run(self, shutdown: CancellationToken) {
         let NotifyWorker {
