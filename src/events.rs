@@ -257,16 +257,17 @@ fn truncate(note: &str) -> String {
 #[async_trait]
 impl EventSink for KubeEvents {
     async fn publish(&self, notice: Notice) {
-        let key = {
-            let recent = self.recent();
-            recent.key((
+        let (key, publication) = {
+            let mut recent = self.recent();
+            let identity = (
                 &notice.workload,
                 notice.reason,
                 &notice.related,
                 &notice.note,
-            ))
+            );
+            let key = recent.key(identity);
+            (key, recent.publication(key, Instant::now()))
         };
-        let publication = self.recent().publication(key, Instant::now());
         let result = match publication {
             Publication::Create => self.create(&notice, key).await,
             Publication::Repeat { suffix, count } => {

@@ -20,6 +20,10 @@ pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// Most Events remembered at once; beyond that a repeat creates a new Event.
 pub const MAX_REMEMBERED: usize = 65_536;
 
+/// Expired Events are swept out at most this many times per window (a lookup
+/// checks the window itself), so that a publish does not scan the whole table.
+const SWEEPS_PER_WINDOW: u32 = 8;
+
 /// What to do with an Event about to be published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Publication {
@@ -42,6 +46,13 @@ struct Remembered {
     last_seen: Instant,
 }
 
+impl Remembered {
+    /// Whether a repeat at `now` still joins this Event's series.
+    fn within(&self, window: Duration, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_seen) < window
+    }
+}
+
 /// Recently published Events by a hash of everything that makes two Events the
 /// same (a 64-bit collision would count an Event into another's series: a wrong
 /// count, never a wrong content).
@@ -51,6 +62,8 @@ pub struct SeriesCache {
     remembered: HashMap<u64, Remembered>,
     window: Duration,
     capacity: usize,
+    /// When expired Events are next swept out; `None`: at the next publish.
+    next_sweep: Option<Instant>,
 }
 
 impl Default for SeriesCache {
@@ -67,6 +80,7 @@ impl SeriesCache {
             remembered: HashMap::new(),
             window,
             capacity,
+            next_sweep: None,
         }
     }
 
@@ -78,27 +92,25 @@ impl SeriesCache {
     /// What to do with the Event `key` at `now`. Forgets Events whose window has
     /// passed.
     pub fn publication(&mut self, key: u64, now: Instant) -> Publication {
-        let window = self.window;
-        self.remembered
-            .retain(|_, r| now.saturating_duration_since(r.last_seen) < window);
-        // After a burst (the first stamps of a large install) the table would
-        // keep its peak size.
-        if self.remembered.len() < self.remembered.capacity() / 4 {
-            self.remembered.shrink_to_fit();
+        if self.next_sweep.is_none_or(|at| now >= at) {
+            self.sweep(now);
         }
         match self.remembered.get(&key) {
-            Some(r) => Publication::Repeat {
+            Some(r) if r.within(self.window, now) => Publication::Repeat {
                 suffix: r.suffix,
                 count: r.count.saturating_add(1),
             },
-            None => Publication::Create,
+            _ => Publication::Create,
         }
     }
 
     /// The Event `key` was created with name suffix `suffix`.
     pub fn created(&mut self, key: u64, suffix: u64, now: Instant) {
-        if self.remembered.len() >= self.capacity && !self.remembered.contains_key(&key) {
-            return;
+        if self.is_full(key) {
+            self.sweep(now);
+            if self.is_full(key) {
+                return;
+            }
         }
         let remembered = Remembered {
             suffix,
@@ -106,6 +118,22 @@ impl SeriesCache {
             last_seen: now,
         };
         self.remembered.insert(key, remembered);
+    }
+
+    fn is_full(&self, key: u64) -> bool {
+        self.remembered.len() >= self.capacity && !self.remembered.contains_key(&key)
+    }
+
+    /// Forgets the Events whose window has passed.
+    fn sweep(&mut self, now: Instant) {
+        let window = self.window;
+        self.remembered.retain(|_, r| r.within(window, now));
+        // After a burst (the first stamps of a large install) the table would
+        // keep its peak size.
+        if self.remembered.len() < self.remembered.capacity() / 4 {
+            self.remembered.shrink_to_fit();
+        }
+        self.next_sweep = Some(now + self.window / SWEEPS_PER_WINDOW);
     }
 
     /// The Event `key` was patched to a series of `count`.
@@ -179,6 +207,23 @@ mod tests {
         assert!(
             cache.is_empty(),
             "expired entries are dropped on any publish"
+        );
+    }
+
+    #[test]
+    fn an_expired_event_not_yet_swept_out_is_not_repeated() {
+        let mut cache = SeriesCache::new(Duration::from_secs(80), 10);
+        let now = Instant::now();
+        let key = cache.key("a");
+        cache.created(key, 1, now);
+        // A sweep 79 s in keeps it and schedules the next one 10 s later…
+        let other = cache.key("b");
+        cache.publication(other, now + Duration::from_secs(79));
+        assert_eq!(cache.len(), 1);
+        // …so at 81 s it is still in the table, but its window has passed.
+        assert_eq!(
+            cache.publication(key, now + Duration::from_secs(81)),
+            Publication::Create
         );
     }
 
