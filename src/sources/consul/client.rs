@@ -375,27 +375,25 @@ impl ConsulClient {
                 let addrs = resolve(&url).map_err(|e| invalid(&e))?;
                 url.set_host(Some(name))
                     .map_err(|e| invalid(&format!("tls server name: {e}")))?;
-                Some((name.as_str(), addrs))
+                Some((name.clone(), addrs))
             }
             _ => None,
         };
-        let https = url.scheme() == "https";
-        if https && !settings.tls.verify {
+        let tls = match url.scheme() {
+            "https" => Some(TlsMaterial::read(&settings.tls, server_name)?),
+            _ => None,
+        };
+        if tls.is_some() && !settings.tls.verify {
             tracing::warn!(address = %settings.address, "Consul server certificate is not verified");
         }
-        let http = http_client(
-            settings,
-            https,
-            server_name.as_ref(),
-            settings.max_idle_connections,
-        )?;
+        let http = http_client(tls.as_ref(), settings.max_idle_connections)?;
         // Blocking queries never reuse a connection: hyper keeps a connection's
         // read buffer as large as the largest answer read on it (up to ~400 KiB),
         // and a blocking query holds its connection for minutes. A new connection
         // waits with a small buffer; it is closed by nudge after the answer (not
         // with `Connection: close`, which Consul's Go server answers by holding
         // the socket 500 ms longer).
-        let blocking = http_client(settings, https, server_name.as_ref(), 0)?;
+        let blocking = http_client(tls.as_ref(), 0)?;
         url.path_segments_mut()
             .map_err(|()| invalid("cannot be a base URL"))?
             .pop_if_empty()
@@ -679,49 +677,80 @@ impl MiddleWare for RequestDecorator<'_> {
     }
 }
 
-/// A reqwest client for `settings`, keeping at most `max_idle` idle connections.
-fn http_client(
-    settings: &ClientSettings,
-    https: bool,
-    server_name: Option<&(&str, Vec<SocketAddr>)>,
-    max_idle: usize,
-) -> Result<reqwest::Client, ClientError> {
+/// What an `https` client is built with, read from the files once for both of
+/// the client's connection pools.
+struct TlsMaterial {
+    root: Option<reqwest::Certificate>,
+    identity: Option<reqwest::Identity>,
+    verify: bool,
+    /// The TLS server name and the addresses it resolves to.
+    server_name: Option<(String, Vec<SocketAddr>)>,
+}
+
+impl TlsMaterial {
+    fn read(
+        tls: &TlsSettings,
+        server_name: Option<(String, Vec<SocketAddr>)>,
+    ) -> Result<Self, ClientError> {
+        let root = match &tls.ca_file {
+            Some(path) => {
+                let pem = read(path)?;
+                let cert = reqwest::Certificate::from_pem(&pem).map_err(|source| {
+                    ClientError::Certificate {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                Some(cert)
+            }
+            None => None,
+        };
+        let identity = match &tls.client_cert {
+            Some((cert, key)) => {
+                let mut pem = read(cert)?;
+                pem.push(b'\n');
+                pem.extend(read(key)?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|source| {
+                    ClientError::Certificate {
+                        path: cert.clone(),
+                        source,
+                    }
+                })?;
+                Some(identity)
+            }
+            None => None,
+        };
+        Ok(Self {
+            root,
+            identity,
+            verify: tls.verify,
+            server_name,
+        })
+    }
+}
+
+/// A reqwest client (with `tls` for an `https` address), keeping at most
+/// `max_idle` idle connections.
+fn http_client(tls: Option<&TlsMaterial>, max_idle: usize) -> Result<reqwest::Client, ClientError> {
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
         .user_agent(concat!("nudge/", env!("CARGO_PKG_VERSION")))
         .pool_max_idle_per_host(max_idle)
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Duration::from_secs(60));
-
-    if https {
-        let tls = &settings.tls;
-        if let Some(path) = &tls.ca_file {
-            let pem = read(path)?;
-            let cert = reqwest::Certificate::from_pem(&pem).map_err(|source| {
-                ClientError::Certificate {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
+    if let Some(tls) = tls {
+        if let Some(cert) = &tls.root {
             builder = builder
                 .tls_built_in_root_certs(false)
-                .add_root_certificate(cert);
+                .add_root_certificate(cert.clone());
         }
-        if let Some((cert, key)) = &tls.client_cert {
-            let mut pem = read(cert)?;
-            pem.push(b'\n');
-            pem.extend(read(key)?);
-            let identity =
-                reqwest::Identity::from_pem(&pem).map_err(|source| ClientError::Certificate {
-                    path: cert.clone(),
-                    source,
-                })?;
-            builder = builder.identity(identity);
+        if let Some(identity) = &tls.identity {
+            builder = builder.identity(identity.clone());
         }
         if !tls.verify {
             builder = builder.danger_accept_invalid_certs(true);
         }
-        if let Some((server_name, addrs)) = server_name {
+        if let Some((server_name, addrs)) = &tls.server_name {
             builder = builder.resolve_to_addrs(server_name, addrs);
         }
     }
