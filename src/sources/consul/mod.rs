@@ -28,7 +28,6 @@ use prometheus_client::registry::Registry;
 
 use crate::fingerprint::{Algorithm, Observation};
 use crate::model::{KeySelection, Scope, SourceName, Tracked};
-use crate::rate::TokenBucket;
 use crate::sources::{ObserveContext, Source, SourceContext, SourceError};
 
 pub mod client;
@@ -73,14 +72,6 @@ impl Default for WatchSettings {
             query_burst: 5,
             max_retry_interval: Duration::from_secs(30),
         }
-    }
-}
-
-impl WatchSettings {
-    /// The rate limit of one query loop: `query_burst` queries, then one per
-    /// `min_query_interval`; `None` when the interval is zero.
-    pub(crate) fn query_pace(&self) -> Option<TokenBucket> {
-        TokenBucket::with_period(self.min_query_interval, self.query_burst.max(1)).ok()
     }
 }
 

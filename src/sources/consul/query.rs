@@ -188,8 +188,8 @@ pub(crate) struct Pace {
 impl Pace {
     /// `None` when `min_query_interval` is zero: no limit.
     pub fn new(settings: &WatchSettings) -> Option<Self> {
-        let churn = settings.query_pace()?;
         let burst = settings.query_burst.max(1);
+        let churn = TokenBucket::with_period(settings.min_query_interval, burst).ok()?;
         let fresh = TokenBucket::with_period(settings.min_query_interval / burst, burst).ok();
         Some(Self {
             churn,
