@@ -4,8 +4,37 @@
 //! slots for the first one, which the benchmark's heap profile showed as
 //! megabytes across thousands of items. Order and lookups stay those of a
 //! `BTreeMap`/`BTreeSet`.
+//!
+//! They grow one slot at a time while small: a `Vec` gives its first element
+//! room for four, which for a 112-byte tracked item held once per watched
+//! object was the largest single item of the 10× heap profile.
 
 use std::borrow::Borrow;
+
+/// Up to this many entries a collection grows by exactly one slot; beyond, by
+/// doubling (so a ConfigMap shared by thousands of workloads stays linear).
+const EXACT_UP_TO: usize = 8;
+
+/// Inserts `value` at `at`, growing `entries` by one slot while it is small.
+fn insert_at<T>(entries: &mut Vec<T>, at: usize, value: T) {
+    if entries.len() == entries.capacity() {
+        if entries.len() < EXACT_UP_TO {
+            entries.reserve_exact(1);
+        } else {
+            entries.reserve(1);
+        }
+    }
+    entries.insert(at, value);
+}
+
+/// Removes the entry at `at`, giving back memory once three quarters are unused.
+fn remove_at<T>(entries: &mut Vec<T>, at: usize) -> T {
+    let value = entries.remove(at);
+    if entries.capacity() > EXACT_UP_TO && entries.len() * 4 <= entries.capacity() {
+        entries.shrink_to(entries.len() * 2);
+    }
+    value
+}
 
 /// A set kept as a sorted vector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +52,7 @@ impl<T: Ord> SmallSet<T> {
         match self.0.binary_search(&value) {
             Ok(_) => false,
             Err(at) => {
-                self.0.insert(at, value);
+                insert_at(&mut self.0, at, value);
                 true
             }
         }
@@ -36,7 +65,7 @@ impl<T: Ord> SmallSet<T> {
     {
         match self.0.binary_search_by(|v| v.borrow().cmp(value)) {
             Ok(at) => {
-                self.0.remove(at);
+                remove_at(&mut self.0, at);
                 true
             }
             Err(_) => false,
@@ -107,7 +136,7 @@ impl<K: Ord, V> SmallMap<K, V> {
         match self.position(&key) {
             Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
             Err(at) => {
-                self.0.insert(at, (key, value));
+                insert_at(&mut self.0, at, (key, value));
                 None
             }
         }
@@ -118,7 +147,9 @@ impl<K: Ord, V> SmallMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.position(key).ok().map(|at| self.0.remove(at).1)
+        self.position(key)
+            .ok()
+            .map(|at| remove_at(&mut self.0, at).1)
     }
 
     /// The values, in key order.
@@ -175,6 +206,29 @@ mod tests {
             *v += k;
         }
         assert!(map.values().eq(btree_map.values()));
+    }
+
+    /// Small collections hold no spare slots; large ones grow by doubling and
+    /// give memory back when emptied.
+    #[test]
+    fn capacity_follows_length() {
+        let mut set = SmallSet::default();
+        let mut map = SmallMap::default();
+        for n in 0..EXACT_UP_TO as u32 {
+            set.insert(n);
+            map.insert(n, ());
+            assert_eq!(set.0.capacity(), set.len());
+            assert_eq!(map.0.capacity(), map.0.len());
+        }
+        for n in EXACT_UP_TO as u32..1_000 {
+            set.insert(n);
+        }
+        assert!(set.0.capacity() < 2 * 1_000);
+        for n in 10..1_000 {
+            set.remove(&n);
+        }
+        assert_eq!(set.len(), 10);
+        assert!(set.0.capacity() <= 4 * 10, "capacity {}", set.0.capacity());
     }
 
     #[test]
