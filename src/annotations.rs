@@ -48,7 +48,7 @@ use crate::discovery::{self, Discovered};
 use crate::fingerprint::{self, Algorithm, ObjectKind};
 use crate::model::{
     Combine, Gate, Input, KeySelection, MAX_ANNOTATION_NAME_LEN, Name, NameError, Origin, Output,
-    Reference, Scope, Slot, SourceCatalog, SourceName, StampSpec, Tracked,
+    Reference, Scope, Slot, SourceCatalog, SourceName, StampSpec, Tracked, TrackedItem,
     WAVE_SCHEDULING_DISABLED, Workload,
 };
 
@@ -1144,15 +1144,20 @@ impl Stamps {
 
     fn add(&mut self, c: Contribution) {
         let group = self.declare(&c.output, c.combine, &c.annotation);
-        let Reference {
-            source,
-            namespace,
-            name,
-            keys,
-        } = c.tracked.reference;
+        let TrackedItem {
+            reference:
+                Reference {
+                    source,
+                    namespace,
+                    name,
+                    keys,
+                },
+            algorithm,
+            gate,
+        } = c.tracked.into_item();
         let merged = group
             .objects
-            .entry((source, namespace, name, c.tracked.algorithm, c.tracked.gate))
+            .entry((source, namespace, name, algorithm, gate))
             .or_insert_with(|| Merged {
                 keys: keys.clone(),
                 optional: c.optional,

@@ -193,7 +193,9 @@ pub struct Core {
     catalog: SourceCatalog,
     graph: DependencyGraph,
     store: Arc<RwLock<FingerprintStore>>,
-    records: HashMap<WorkloadId, Record>,
+    /// Boxed: a table of whole records keeps its spare slots at full record
+    /// size (at 15,000 workloads, 17,000 empty slots of 536 bytes).
+    records: HashMap<WorkloadId, Box<Record>>,
     /// Workloads in namespaces outside the selection: kept, not tracked.
     parked: HashMap<WorkloadId, Workload>,
     selection: Selection,
@@ -352,21 +354,23 @@ impl Core {
         }
         let full = matches!(self.selection, Selection::Selected(_) | Selection::Pending)
             .then(|| Box::new(workload.clone()));
-        let record = self.records.entry(id.clone()).or_insert_with(|| Record {
-            current: current.clone(),
-            full: None,
-            debounce: None,
-            min_interval: None,
-            max_delay: None,
-            rollout: Rollout::Unknown,
-            pending: BTreeSet::new(),
-            observed_at: None,
-            write: WriteState::Idle,
-            retry: None,
-            unknown_since: None,
-            last_stamp: None,
-            reported_missing: None,
-            reported_invalid: Vec::new(),
+        let record = self.records.entry(id.clone()).or_insert_with(|| {
+            Box::new(Record {
+                current: current.clone(),
+                full: None,
+                debounce: None,
+                min_interval: None,
+                max_delay: None,
+                rollout: Rollout::Unknown,
+                pending: BTreeSet::new(),
+                observed_at: None,
+                write: WriteState::Idle,
+                retry: None,
+                unknown_since: None,
+                last_stamp: None,
+                reported_missing: None,
+                reported_invalid: Vec::new(),
+            })
         });
         record.current = current;
         record.full = full;
@@ -514,11 +518,12 @@ impl Core {
             tracked,
             observation,
         } = update;
-        let dependents: Vec<WorkloadId> = self.graph.dependents(&tracked).cloned().collect();
-        if dependents.is_empty() {
+        // The store keeps the graph's copy (a custom source may report its own).
+        let Some(tracked) = self.graph.shared(&tracked).cloned() else {
             // Untracked meanwhile; do not resurrect it in the store.
             return;
-        }
+        };
+        let dependents: Vec<WorkloadId> = self.graph.dependents(&tracked).cloned().collect();
         let changed = self
             .store
             .write()

@@ -59,7 +59,8 @@ impl DependencyGraph {
             newly_tracked: self.link(&id, new.difference(&old)),
             droppable: self.unlink(&id, old.difference(&new)),
         };
-        self.specs.insert(id, compact(specs));
+        let specs = self.share_tracked(compact(specs));
+        self.specs.insert(id, specs);
         delta
     }
 
@@ -77,6 +78,13 @@ impl DependencyGraph {
     /// The workloads that depend on `tracked`, in order.
     pub fn dependents(&self, tracked: &Tracked) -> impl Iterator<Item = &WorkloadId> {
         self.dependents.get(tracked).into_iter().flatten()
+    }
+
+    /// The graph's copy of `tracked`, while some workload depends on it.
+    pub fn shared(&self, tracked: &Tracked) -> Option<&Tracked> {
+        self.dependents
+            .get_key_value(tracked)
+            .map(|(shared, _)| shared)
     }
 
     /// The stamp specs of a workload, or `None` when the graph does not know it.
@@ -102,6 +110,17 @@ impl DependencyGraph {
     /// Number of distinct tracked items (metric).
     pub fn tracked_count(&self) -> usize {
         self.dependents.len()
+    }
+
+    /// Points each input at the graph's copy of its item, so the graph, the store
+    /// and the sources hold one copy however many workloads use it.
+    fn share_tracked(&self, mut specs: Vec<StampSpec>) -> Vec<StampSpec> {
+        for input in specs.iter_mut().flat_map(|spec| &mut spec.inputs) {
+            if let Some(shared) = self.shared(&input.tracked) {
+                input.tracked = shared.clone();
+            }
+        }
+        specs
     }
 
     /// Adds `id` as a dependent of each item; returns the items nobody used before.
@@ -328,5 +347,21 @@ mod tests {
             1,
             "Reloader's document names containers"
         );
+    }
+
+    #[test]
+    fn workloads_using_one_item_share_the_graphs_copy() {
+        let mut graph = DependencyGraph::new();
+        let delta = graph.apply(mk_id("web"), vec![mk_spec("a", &["cfg"])]);
+        graph.apply(mk_id("api"), vec![mk_spec("a", &["cfg"])]);
+        let key = graph.tracked().next().unwrap().clone();
+        assert!(
+            delta.newly_tracked[0].shares(&key),
+            "sources get the graph's copy"
+        );
+        for id in [mk_id("web"), mk_id("api")] {
+            let input = &graph.specs(&id).unwrap()[0].inputs[0];
+            assert!(input.tracked.shares(&key), "{id}");
+        }
     }
 }

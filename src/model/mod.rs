@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 use smol_str::SmolStr;
@@ -339,8 +340,18 @@ impl fmt::Display for Algorithm {
 
 /// What a source must fingerprint: a reference and the algorithm to use on it.
 /// This is the unit sources track and the fingerprint store is keyed by.
+///
+/// A shared handle: clones point at one copy, so the graph, the fingerprint
+/// store and the sources hold one item between them (at 10× scale there are
+/// tens of thousands, each held five times). The fields are read through
+/// [`TrackedItem`]: `tracked.reference`, `tracked.algorithm`, `tracked.gate`.
+#[derive(Clone, Eq, PartialOrd, Ord, Hash)]
+pub struct Tracked(Arc<TrackedItem>);
+
+/// The contents of a [`Tracked`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Tracked {
+#[non_exhaustive]
+pub struct TrackedItem {
     /// What is fingerprinted.
     pub reference: Reference,
     /// How.
@@ -365,17 +376,54 @@ pub enum Gate {
 impl Tracked {
     /// Builds a tracked item whose changes always count.
     pub fn new(reference: Reference, algorithm: Algorithm) -> Self {
-        Self {
+        Self(Arc::new(TrackedItem {
             reference,
             algorithm,
             gate: Gate::Always,
-        }
+        }))
     }
 
     /// The same item, counting changes only inside `gate`.
     pub fn gated(mut self, gate: Gate) -> Self {
-        self.gate = gate;
+        Arc::make_mut(&mut self.0).gate = gate;
         self
+    }
+
+    /// The contents, without a copy when this is the only handle.
+    pub fn into_item(self) -> TrackedItem {
+        Arc::unwrap_or_clone(self.0)
+    }
+
+    /// Whether both handles point at the same copy (not only equal contents).
+    pub fn shares(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::ops::Deref for Tracked {
+    type Target = TrackedItem;
+
+    fn deref(&self) -> &TrackedItem {
+        &self.0
+    }
+}
+
+impl PartialEq for Tracked {
+    fn eq(&self, other: &Self) -> bool {
+        // Shared copies are the common case (graph, store and sources hold one).
+        self.shares(other) || self.0 == other.0
+    }
+}
+
+impl fmt::Debug for Tracked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for Tracked {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
     }
 }
 

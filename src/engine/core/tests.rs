@@ -642,8 +642,8 @@ fn the_config_changed_notice_lists_every_changed_reference_sorted() {
     let notices = notices(&effects);
     assert_eq!(notices.len(), 1);
     assert_eq!(notices[0].reason, Reason::ConfigChanged);
-    let cfg = mk_tracked("cfg").reference;
-    let other = mk_tracked("other").reference;
+    let cfg = mk_tracked("cfg").reference.clone();
+    let other = mk_tracked("other").reference.clone();
     assert_eq!(
         notices[0].changed,
         [cfg.clone(), other],
