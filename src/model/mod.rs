@@ -345,7 +345,7 @@ impl fmt::Display for Algorithm {
 /// store and the sources hold one item between them (at 10× scale there are
 /// tens of thousands, each held five times). The fields are read through
 /// [`TrackedItem`]: `tracked.reference`, `tracked.algorithm`, `tracked.gate`.
-#[derive(Clone, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Eq, PartialOrd, Ord)]
 pub struct Tracked(Arc<TrackedItem>);
 
 /// The contents of a [`Tracked`].
@@ -412,6 +412,13 @@ impl PartialEq for Tracked {
     fn eq(&self, other: &Self) -> bool {
         // Shared copies are the common case (graph, store and sources hold one).
         self.shares(other) || self.0 == other.0
+    }
+}
+
+impl std::hash::Hash for Tracked {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // The contents, as equality compares them.
+        self.0.hash(state);
     }
 }
 
