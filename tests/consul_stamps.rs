@@ -278,7 +278,8 @@ async fn double_only_five_thousand_keys_stay_within_the_query_limit_and_stamp_ex
     .await;
     let initial = started.elapsed();
     let queries = {
-        let mut keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+        let mut keys: Vec<nudge::model::Name> =
+            entries.iter().map(|(k, _)| k.as_str().into()).collect();
         keys.sort();
         Plan::new(&keys, MAX).0.len()
     };

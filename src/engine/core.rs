@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::graph::DependencyGraph;
 use super::metrics::{EngineMetrics, StampResult};
 use super::queue::Queue;
-use crate::annotations::{self, AnnotationError, AnnotationScheme};
+use crate::annotations::{self, AnnotationError, AnnotationScheme, Dependencies};
 use crate::config::EngineConfig;
 use crate::events::{Notice, Reason};
 use crate::model::{
@@ -130,9 +130,8 @@ struct Record {
     /// The whole workload, kept only under a namespace selector: a workload whose
     /// namespace leaves the selection is parked, and coming back needs all of it.
     full: Option<Box<Workload>>,
-    debounce: Option<Duration>,
-    min_interval: Option<Duration>,
-    max_delay: Option<Duration>,
+    /// The workload's own timing annotations; `None` (most workloads): none.
+    timing: Option<Box<Timing>>,
     rollout: Rollout,
     /// References whose observation changed since the last stamp.
     pending: BTreeSet<Reference>,
@@ -140,7 +139,7 @@ struct Record {
     observed_at: Option<Instant>,
     write: WriteState,
     /// Set while writes fail and are retried.
-    retry: Option<Backoff>,
+    retry: Option<Box<Backoff>>,
     /// Since when a due stamp has waited for an input no source has reported yet.
     unknown_since: Option<Instant>,
     last_stamp: Option<Instant>,
@@ -148,16 +147,52 @@ struct Record {
     reported_invalid: Vec<String>,
 }
 
+/// A workload's timing annotations (each `None`: the `[engine]` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timing {
+    debounce: Option<Duration>,
+    min_interval: Option<Duration>,
+    max_delay: Option<Duration>,
+}
+
+impl Timing {
+    /// The overrides, or `None` when there are none.
+    fn of(deps: &Dependencies) -> Option<Box<Self>> {
+        let timing = Self {
+            debounce: deps.debounce,
+            min_interval: deps.min_interval,
+            max_delay: deps.max_delay,
+        };
+        (timing != Self::NONE).then(|| Box::new(timing))
+    }
+
+    const NONE: Self = Self {
+        debounce: None,
+        min_interval: None,
+        max_delay: None,
+    };
+}
+
+impl Record {
+    fn timing(&self) -> Timing {
+        self.timing.as_deref().copied().unwrap_or(Timing::NONE)
+    }
+}
+
+/// Records are many and writes in flight few: the write's details are boxed.
 #[derive(Debug)]
 enum WriteState {
     Idle,
-    /// A write is in flight; `again` when the workload became due meanwhile.
-    InFlight {
-        again: bool,
-        sources: BTreeSet<SourceName>,
-        /// The outputs the write changes (for the Event when no reference changed).
-        outputs: Vec<Output>,
-    },
+    InFlight(Box<InFlight>),
+}
+
+/// A write in flight; `again` when the workload became due meanwhile.
+#[derive(Debug)]
+struct InFlight {
+    again: bool,
+    sources: BTreeSet<SourceName>,
+    /// The outputs the write changes (for the Event when no reference changed).
+    outputs: Vec<Output>,
 }
 
 /// Which namespaces workloads may be stamped in.
@@ -342,6 +377,7 @@ impl Core {
         self.parked.remove(&id);
         let deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
         let current = CurrentOutputs::new(&workload, deps.stamps.iter().map(|s| &s.output));
+        let timing = Timing::of(&deps);
         let delta = self.graph.apply(id.clone(), deps.stamps);
         out.extend(delta.newly_tracked.into_iter().map(Effect::Track));
         self.drop_tracked(delta.droppable, out);
@@ -358,9 +394,7 @@ impl Core {
             Box::new(Record {
                 current: current.clone(),
                 full: None,
-                debounce: None,
-                min_interval: None,
-                max_delay: None,
+                timing: None,
                 rollout: Rollout::Unknown,
                 pending: BTreeSet::new(),
                 observed_at: None,
@@ -374,9 +408,7 @@ impl Core {
         });
         record.current = current;
         record.full = full;
-        record.debounce = deps.debounce;
-        record.min_interval = deps.min_interval;
-        record.max_delay = deps.max_delay;
+        record.timing = timing;
         let completed =
             workload.rollout == Rollout::Complete && record.rollout != Rollout::Complete;
         record.rollout = workload.rollout;
@@ -579,8 +611,8 @@ impl Core {
         let (window, ceiling) = match delay {
             Some(delay) => (delay, delay),
             None => (
-                record.debounce.unwrap_or(self.engine.debounce),
-                record.max_delay.unwrap_or(self.engine.max_delay),
+                record.timing().debounce.unwrap_or(self.engine.debounce),
+                record.timing().max_delay.unwrap_or(self.engine.max_delay),
             ),
         };
         let eligible = self.eligibility(&id);
@@ -619,8 +651,8 @@ impl Core {
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
-        if let WriteState::InFlight { again, .. } = &mut record.write {
-            *again = true;
+        if let WriteState::InFlight(write) = &mut record.write {
+            write.again = true;
             return;
         }
         let Some(specs) = self.graph.specs(&id) else {
@@ -683,11 +715,11 @@ impl Core {
             count(&self.metrics, &id, &sources, StampResult::SkippedFollower);
             return;
         }
-        record.write = WriteState::InFlight {
+        record.write = WriteState::InFlight(Box::new(InFlight {
             again: false,
             sources,
             outputs: patch.changed.clone(),
-        };
+        }));
         self.in_flight += 1;
         out.push(Effect::Write(Box::new(StampWrite { workload, patch })));
     }
@@ -728,11 +760,7 @@ impl Core {
         };
         let (again, sources, outputs) = match std::mem::replace(&mut record.write, WriteState::Idle)
         {
-            WriteState::InFlight {
-                again,
-                sources,
-                outputs,
-            } => (again, sources, outputs),
+            WriteState::InFlight(write) => (write.again, write.sources, write.outputs),
             WriteState::Idle => (false, BTreeSet::new(), Vec::new()),
         };
         match outcome {
@@ -767,7 +795,9 @@ impl Core {
                 count(&self.metrics, &id, &sources, StampResult::Retried);
                 let delay = record
                     .retry
-                    .get_or_insert_with(|| Backoff::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY))
+                    .get_or_insert_with(|| {
+                        Box::new(Backoff::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY))
+                    })
                     .next_delay();
                 tracing::warn!(workload = %id, %error, category = error.category(), retry_in = ?delay, "stamp failed; retrying");
                 self.touch(id.clone(), now, Some(delay));
@@ -810,7 +840,7 @@ fn hold_until(record: &Record, default_interval: Duration) -> Option<Instant> {
     if record.rollout == Rollout::Complete {
         return None;
     }
-    let interval = record.min_interval.unwrap_or(default_interval);
+    let interval = record.timing().min_interval.unwrap_or(default_interval);
     record
         .last_stamp
         .map(|last| crate::rate::saturating_add(last, interval))

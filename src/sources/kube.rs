@@ -323,6 +323,9 @@ impl<K: ContentObject> Runner<K> {
     fn next_queued(&mut self) {
         while self.fetches.len() < FETCH_CONCURRENCY {
             let Some((key, seq)) = self.queued.pop_front() else {
+                // The start-up burst queues a fetch per watched object; keep
+                // none of that room once it is drained.
+                self.queued.shrink_to(FETCH_CONCURRENCY);
                 return;
             };
             if self.watched.get(&key).is_some_and(|w| w.started == seq) {

@@ -8,6 +8,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt;
 
+use crate::model::Name;
+
 /// What one blocking query reads.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
@@ -29,7 +31,7 @@ impl fmt::Display for WatchTarget {
 
 /// The queries covering a key set, each with the keys it reports for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan(pub BTreeMap<WatchTarget, Vec<String>>);
+pub struct Plan(pub BTreeMap<WatchTarget, Vec<Name>>);
 
 impl Plan {
     /// Plans at most `max_queries` (at least 1) queries covering every key of
@@ -41,12 +43,12 @@ impl Plan {
     /// `app/b`, …) when that fits under the limit, else into the groups one character
     /// further down (Consul prefixes are plain string prefixes), else it stays one
     /// query. Groups of one key become key queries.
-    pub fn new(keys: &[String], max_queries: usize) -> Self {
+    pub fn new(keys: &[Name], max_queries: usize) -> Self {
         let max_queries = max_queries.max(1);
         let mut plan = BTreeMap::new();
         if keys.len() <= max_queries {
             for key in keys {
-                plan.insert(WatchTarget::Key(key.clone()), vec![key.clone()]);
+                plan.insert(WatchTarget::Key(key.to_string()), vec![key.clone()]);
             }
             return Self(plan);
         }
@@ -66,7 +68,7 @@ impl Plan {
                     queries = queries - 1 + children.len();
                     for child in children {
                         if let [key] = child.keys {
-                            plan.insert(WatchTarget::Key(key.clone()), vec![key.clone()]);
+                            plan.insert(WatchTarget::Key(key.to_string()), vec![key.clone()]);
                         } else {
                             heap.push(child);
                         }
@@ -84,10 +86,17 @@ impl Plan {
     }
 
     /// The query reporting for each key.
-    pub fn assignments(&self) -> impl Iterator<Item = (&String, &WatchTarget)> {
+    pub fn assignments(&self) -> impl Iterator<Item = (&Name, &WatchTarget)> {
         self.0
             .iter()
             .flat_map(|(target, keys)| keys.iter().map(move |k| (k, target)))
+    }
+
+    /// Whether `target` is the query reporting for `key`.
+    pub fn assigns(&self, target: &WatchTarget, key: &str) -> bool {
+        self.0
+            .get(target)
+            .is_some_and(|keys| keys.binary_search_by(|k| k.as_str().cmp(key)).is_ok())
     }
 }
 
@@ -99,11 +108,11 @@ struct Group<'a> {
     prefix: &'a str,
     /// Length of the keys' longest common prefix: where splitting starts.
     common: usize,
-    keys: &'a [String],
+    keys: &'a [Name],
 }
 
 impl<'a> Group<'a> {
-    fn new(keys: &'a [String], prefix: &'a str) -> Self {
+    fn new(keys: &'a [Name], prefix: &'a str) -> Self {
         Self {
             prefix,
             common: common_prefix(keys).len(),
@@ -179,7 +188,7 @@ fn next_char(key: &str, from: usize) -> usize {
 }
 
 /// Longest common prefix of sorted keys (on a character boundary).
-fn common_prefix(keys: &[String]) -> &str {
+fn common_prefix(keys: &[Name]) -> &str {
     let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
         return "";
     };
@@ -197,8 +206,8 @@ fn common_prefix(keys: &[String]) -> &str {
 mod tests {
     use super::*;
 
-    fn keys(list: &[&str]) -> Vec<String> {
-        let mut keys: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+    fn keys(list: &[&str]) -> Vec<Name> {
+        let mut keys: Vec<Name> = list.iter().map(|s| Name::from(*s)).collect();
         keys.sort();
         keys.dedup();
         keys
@@ -208,13 +217,13 @@ mod tests {
         plan.0.keys().map(|t| t.to_string()).collect()
     }
 
-    fn assert_covers(plan: &Plan, keys: &[String], max: usize) {
+    fn assert_covers(plan: &Plan, keys: &[Name], max: usize) {
         assert!(
             plan.0.len() <= max.max(1),
             "{} queries > {max}",
             plan.0.len()
         );
-        let mut assigned: Vec<&String> = plan.assignments().map(|(k, _)| k).collect();
+        let mut assigned: Vec<&Name> = plan.assignments().map(|(k, _)| k).collect();
         assigned.sort();
         assert_eq!(
             assigned,
@@ -254,8 +263,8 @@ mod tests {
 
     #[test]
     fn too_many_segments_fall_back_to_character_prefixes() {
-        let k: Vec<String> = {
-            let mut v: Vec<String> = (0..200).map(|i| format!("cfg/g{i}/k")).collect();
+        let k: Vec<Name> = {
+            let mut v: Vec<Name> = (0..200).map(|i| format!("cfg/g{i}/k").into()).collect();
             v.sort();
             v
         };
@@ -266,7 +275,9 @@ mod tests {
 
     #[test]
     fn five_thousand_keys_in_64_groups_use_64_queries() {
-        let mut k: Vec<String> = (0..5000).map(|i| format!("t/g{}/k{i}", i % 64)).collect();
+        let mut k: Vec<Name> = (0..5000)
+            .map(|i| format!("t/g{}/k{i}", i % 64).into())
+            .collect();
         k.sort();
         let plan = Plan::new(&k, 64);
         assert_covers(&plan, &k, 64);
@@ -294,10 +305,12 @@ mod tests {
 
     #[test]
     fn adding_a_key_inside_a_group_keeps_the_plan() {
-        let mut k: Vec<String> = (0..100).map(|i| format!("t/g{}/k{i}", i % 4)).collect();
+        let mut k: Vec<Name> = (0..100)
+            .map(|i| format!("t/g{}/k{i}", i % 4).into())
+            .collect();
         k.sort();
         let before = Plan::new(&k, 4);
-        k.push("t/g1/k999".to_owned());
+        k.push("t/g1/k999".into());
         k.sort();
         let after = Plan::new(&k, 4);
         assert_eq!(targets(&before), targets(&after));
@@ -314,10 +327,12 @@ mod tests {
 
     #[test]
     fn adding_a_key_only_replans_its_own_group() {
-        let mut k: Vec<String> = (0..100).map(|i| format!("t/g{}/k{i}", i % 4)).collect();
+        let mut k: Vec<Name> = (0..100)
+            .map(|i| format!("t/g{}/k{i}", i % 4).into())
+            .collect();
         k.sort();
         let before = Plan::new(&k, 8);
-        k.push("t/g1/new".to_owned());
+        k.push("t/g1/new".into());
         k.sort();
         let after = Plan::new(&k, 8);
         let changed: Vec<&WatchTarget> = after

@@ -121,8 +121,8 @@ impl Registry {
     }
 
     /// Every tracked key, sorted.
-    pub fn keys(&self) -> Vec<String> {
-        self.keys.keys().map(Name::to_string).collect()
+    pub fn keys(&self) -> Vec<Name> {
+        self.keys.keys().cloned().collect()
     }
 
     /// Whether `key` is tracked.

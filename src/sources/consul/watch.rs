@@ -1,7 +1,7 @@
 //! The Consul source's run loop: follows the engine's interest, keeps the query plan
 //! in step with the tracked keys, and turns answers into observations.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use super::ConsulSource;
 use super::plan::{Plan, WatchTarget};
 use super::query::{Answer, Origin, QueryLoop, Read, read};
 use super::state::{Registry, Seen, TrackOutcome, UntrackOutcome};
+use crate::model::Name;
 use crate::sources::Source as _;
 use crate::sources::{Interest, SourceContext, SourceError, SourceUpdate};
 
@@ -43,7 +44,6 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
         registry: Registry::default(),
         plan: Plan::default(),
         running: BTreeMap::new(),
-        assignment: HashMap::new(),
         next_id: 0,
         answers: answers_tx,
         // The source's own tasks stop when it returns, shutdown or not.
@@ -98,14 +98,14 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
 /// Keys that `current` assigns to a query that was already running (not in
 /// `started`) and that `previous` assigned elsewhere or not at all.
 fn joined_running_queries(
-    previous: &HashMap<String, WatchTarget>,
-    current: &HashMap<String, WatchTarget>,
+    previous: &Plan,
+    current: &Plan,
     started: &BTreeSet<WatchTarget>,
 ) -> Vec<String> {
     current
-        .iter()
-        .filter(|(key, target)| !started.contains(*target) && previous.get(*key) != Some(*target))
-        .map(|(key, _)| key.clone())
+        .assignments()
+        .filter(|(key, target)| !started.contains(*target) && !previous.assigns(target, key))
+        .map(|(key, _)| key.to_string())
         .collect()
 }
 
@@ -128,8 +128,6 @@ struct Watch {
     registry: Registry,
     plan: Plan,
     running: BTreeMap<WatchTarget, Running>,
-    /// Which target reports for each tracked key.
-    assignment: HashMap<String, WatchTarget>,
     next_id: u64,
     answers: mpsc::Sender<Answer>,
     shutdown: CancellationToken,
@@ -190,19 +188,11 @@ impl Watch {
                 started.insert(target.clone());
             }
         }
-        let assignment: HashMap<String, WatchTarget> = plan
-            .assignments()
-            .map(|(key, target)| (key.clone(), target.clone()))
-            .collect();
         // A query that keeps running answers again only when something under it
         // changes: keys it gains are read once now, or a new key would wait for an
         // unrelated change (or the end of the wait) for its first observation.
-        self.pending_reads.extend(joined_running_queries(
-            &self.assignment,
-            &assignment,
-            &started,
-        ));
-        self.assignment = assignment;
+        self.pending_reads
+            .extend(joined_running_queries(&self.plan, &plan, &started));
         if !stopped.is_empty() || !started.is_empty() {
             tracing::debug!(
                 source = %self.source.name(),
@@ -215,12 +205,8 @@ impl Watch {
         }
         self.plan = plan;
         // Keys whose query just started get their first observation from it.
-        self.pending_reads.retain(|key| {
-            !self
-                .assignment
-                .get(key)
-                .is_some_and(|t| started.contains(t))
-        });
+        self.pending_reads
+            .retain(|key| !started.iter().any(|target| self.plan.assigns(target, key)));
         self.read_pending();
     }
 
@@ -315,7 +301,7 @@ impl Watch {
             Origin::OneOff => this.registry.contains(key),
             Origin::Query(id) => {
                 this.running.get(&target).is_some_and(|r| r.id == id)
-                    && this.assignment.get(key) == Some(&target)
+                    && this.plan.assigns(&target, key)
             }
         };
         let mut reread = Vec::new();
@@ -351,7 +337,7 @@ impl Watch {
                         apply(self, &entry.key, seen);
                     }
                 }
-                let absent: Vec<String> = self
+                let absent: Vec<Name> = self
                     .plan
                     .0
                     .get(&target)
@@ -406,7 +392,6 @@ mod tests {
             registry: Registry::default(),
             plan: Plan::default(),
             running: BTreeMap::new(),
-            assignment: HashMap::new(),
             next_id: 0,
             answers,
             shutdown: CancellationToken::new(),
@@ -470,11 +455,15 @@ mod tests {
     fn keys_joining_a_running_query_are_read_once() {
         let prefix = WatchTarget::Prefix("p/".to_owned());
         let fresh = WatchTarget::Prefix("q/".to_owned());
-        let assign = |pairs: &[(&str, &WatchTarget)]| -> HashMap<String, WatchTarget> {
-            pairs
-                .iter()
-                .map(|(k, t)| ((*k).to_owned(), (*t).clone()))
-                .collect()
+        let assign = |pairs: &[(&str, &WatchTarget)]| {
+            let mut plan = Plan::default();
+            for (key, target) in pairs {
+                plan.0
+                    .entry((*target).clone())
+                    .or_default()
+                    .push((*key).into());
+            }
+            plan
         };
         let previous = assign(&[("p/a", &prefix), ("q/a", &WatchTarget::Key("q/a".into()))]);
         let current = assign(&[
