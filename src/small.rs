@@ -36,6 +36,14 @@ fn remove_at<T>(entries: &mut Vec<T>, at: usize) -> T {
     value
 }
 
+/// Gives back a hash map's room once three quarters of it are unused: queues
+/// that held every workload during start-up keep none of that afterwards.
+pub fn release_spare<K: Eq + std::hash::Hash, V>(map: &mut std::collections::HashMap<K, V>) {
+    if map.capacity() > 4 * EXACT_UP_TO && map.len() * 4 <= map.capacity() {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
 /// A set kept as a sorted vector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmallSet<T>(Vec<T>);
@@ -229,6 +237,15 @@ mod tests {
         }
         assert_eq!(set.len(), 10);
         assert!(set.0.capacity() <= 4 * 10, "capacity {}", set.0.capacity());
+    }
+
+    #[test]
+    fn maps_give_back_room_after_a_burst() {
+        let mut map: std::collections::HashMap<u32, ()> = (0..10_000).map(|n| (n, ())).collect();
+        map.retain(|n, ()| *n < 10);
+        release_spare(&mut map);
+        assert!(map.capacity() < 100, "capacity {}", map.capacity());
+        assert_eq!(map.len(), 10);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::rate::saturating_add;
+use crate::small::release_spare;
 
 /// Pending keys and when each is due.
 #[derive(Debug)]
@@ -89,6 +90,7 @@ impl<K: Clone + Eq + Hash + Ord> Debouncer<K> {
             self.entries.remove(&key);
             due.push(key);
         }
+        release_spare(&mut self.entries);
         due
     }
 
@@ -98,6 +100,7 @@ impl<K: Clone + Eq + Hash + Ord> Debouncer<K> {
             return false;
         };
         self.queue.remove(&(entry.due, key.clone()));
+        release_spare(&mut self.entries);
         true
     }
 

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::debounce::Debouncer;
 use crate::model::WorkloadId;
 use crate::rate::TokenBucket;
+use crate::small::release_spare;
 
 /// Debounced workloads and those waiting for pacing.
 #[derive(Debug)]
@@ -156,6 +157,7 @@ impl Held {
     fn remove(&mut self, id: &WorkloadId) {
         if let Some(entry) = self.entries.remove(id) {
             self.queue.remove(&(entry.eligible, entry.seq, id.clone()));
+            release_spare(&mut self.entries);
         }
     }
 
@@ -174,6 +176,7 @@ impl Held {
     fn pop_first(&mut self) -> Option<WorkloadId> {
         let (_, _, id) = self.queue.pop_first()?;
         self.entries.remove(&id);
+        release_spare(&mut self.entries);
         Some(id)
     }
 

@@ -168,8 +168,17 @@ impl fmt::Display for Slot {
 pub type Name = SmolStr;
 
 /// Identity of one workload.
+///
+/// A shared handle, like [`Tracked`]: the records, the graph's dependent sets and
+/// the queue hold one copy between them. The fields are read through
+/// [`WorkloadIdParts`]: `id.kind`, `id.namespace`, `id.name`.
+#[derive(Clone, Eq, PartialOrd, Ord)]
+pub struct WorkloadId(Arc<WorkloadIdParts>);
+
+/// The contents of a [`WorkloadId`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct WorkloadId {
+#[non_exhaustive]
+pub struct WorkloadIdParts {
     /// Its kind.
     pub kind: WorkloadKind,
     /// Its namespace.
@@ -181,11 +190,44 @@ pub struct WorkloadId {
 impl WorkloadId {
     /// Builds an id.
     pub fn new(kind: WorkloadKind, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
-        Self {
+        Self(Arc::new(WorkloadIdParts {
             kind,
             namespace: namespace.into(),
             name: name.into(),
-        }
+        }))
+    }
+}
+
+impl std::ops::Deref for WorkloadId {
+    type Target = WorkloadIdParts;
+
+    fn deref(&self) -> &WorkloadIdParts {
+        &self.0
+    }
+}
+
+impl PartialEq for WorkloadId {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl std::hash::Hash for WorkloadId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // The contents, as equality compares them.
+        self.0.hash(state);
+    }
+}
+
+impl fmt::Debug for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for WorkloadId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
     }
 }
 

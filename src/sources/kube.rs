@@ -83,8 +83,8 @@ type ObjectKey = (Name, Name);
 #[derive(Debug, Default)]
 struct Watched {
     items: SmallSet<Tracked>,
-    /// resourceVersion of the last content fetched.
-    fetched: Option<String>,
+    /// resourceVersion of the last content fetched (short: stored inline).
+    fetched: Option<Name>,
     /// Sequence number of the newest fetch started and of the newest applied.
     started: u64,
     applied: u64,
@@ -112,7 +112,7 @@ enum MetaEvent {
     Init(Option<String>),
     Seen {
         key: ObjectKey,
-        version: Option<String>,
+        version: Option<Name>,
         ignored: bool,
         matched: bool,
         initial: bool,
@@ -225,7 +225,7 @@ fn to_meta_event<K: Resource>(
     let seen = |meta: &PartialObjectMeta<K>, initial: bool| {
         Some(MetaEvent::Seen {
             key: object_key(meta)?,
-            version: meta.resource_version(),
+            version: meta.meta().resource_version.as_deref().map(Name::from),
             ignored: is_ignored(meta.annotations(), scheme),
             matched: meta
                 .annotations()
@@ -362,7 +362,10 @@ impl<K: ContentObject> Runner<K> {
             return true;
         }
         watched.applied = seq;
-        watched.fetched = object.as_ref().and_then(|o| o.resource_version());
+        watched.fetched = object
+            .as_ref()
+            .and_then(|o| o.meta().resource_version.as_deref())
+            .map(Name::from);
         watched.reported = true;
         let mut updates = Vec::with_capacity(watched.items.len());
         for tracked in &watched.items {

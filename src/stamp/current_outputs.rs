@@ -12,16 +12,17 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSchedulingGate, PodSpec, 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::annotations::RELOADER_LAST_RELOADED_FROM;
-use crate::model::{Output, Rollout, WAVE_SCHEDULING_DISABLED, Workload, WorkloadId};
+use crate::model::{Name, Output, Rollout, WAVE_SCHEDULING_DISABLED, Workload, WorkloadId};
 
 /// The current values of a workload's outputs, and nothing else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CurrentOutputs {
     id: WorkloadId,
-    /// Workload annotations that are outputs.
-    annotations: Vec<(String, String)>,
+    /// Workload annotations that are outputs. Keys are usually short enough to
+    /// be stored inline; there are two or three per workload, for every workload.
+    annotations: Vec<(Name, Box<str>)>,
     /// Pod-template annotations that are outputs.
-    template_annotations: Vec<(String, String)>,
+    template_annotations: Vec<(Name, Box<str>)>,
     /// Containers carrying an output env var, in pod-spec order.
     containers: Vec<ContainerOutputs>,
     /// Scheduling gates that are outputs, present on the pod template.
@@ -140,10 +141,10 @@ impl CurrentOutputs {
         });
         Workload {
             id: self.id.clone(),
-            annotations: self.annotations.iter().cloned().collect(),
+            annotations: entries(&self.annotations),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    annotations: Some(self.template_annotations.iter().cloned().collect()),
+                    annotations: Some(entries(&self.template_annotations)),
                     ..ObjectMeta::default()
                 }),
                 spec,
@@ -188,9 +189,16 @@ impl ContainerOutputs {
     }
 }
 
-fn pick(map: &BTreeMap<String, String>, keys: &BTreeSet<&str>) -> Vec<(String, String)> {
+fn pick(map: &BTreeMap<String, String>, keys: &BTreeSet<&str>) -> Vec<(Name, Box<str>)> {
     keys.iter()
         .filter_map(|key| map.get_key_value(*key))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (Name::from(k.as_str()), Box::from(v.as_str())))
+        .collect()
+}
+
+fn entries(picked: &[(Name, Box<str>)]) -> BTreeMap<String, String> {
+    picked
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
