@@ -365,7 +365,11 @@ impl Core {
         }
     }
 
-    fn on_workload(&mut self, workload: Workload, now: Instant, out: &mut Vec<Effect>) {
+    fn on_workload(&mut self, mut workload: Workload, now: Instant, out: &mut Vec<Effect>) {
+        // Every event carries a new copy of the id; keep the one already known.
+        if let Some((known, _)) = self.records.get_key_value(&workload.id) {
+            workload.id = known.clone();
+        }
         let id = workload.id.clone();
         if !self.in_selection(&id) {
             if self.records.contains_key(&id) {
@@ -755,6 +759,13 @@ impl Core {
         out: &mut Vec<Effect>,
     ) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        let Some(id) = self
+            .records
+            .get_key_value(&id)
+            .map(|(known, _)| known.clone())
+        else {
+            return;
+        };
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
@@ -775,6 +786,8 @@ impl Core {
                 record.rollout = workload.rollout;
                 let changed = std::mem::take(&mut record.pending);
                 let specs = self.graph.specs(&id).unwrap_or_default();
+                let mut workload = workload;
+                workload.id = id.clone();
                 record.current = CurrentOutputs::new(&workload, specs.iter().map(|s| &s.output));
                 if record.full.is_some() {
                     record.full = Some(workload);

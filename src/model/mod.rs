@@ -196,6 +196,11 @@ impl WorkloadId {
             name: name.into(),
         }))
     }
+
+    /// Whether both handles point at the same copy (not only equal contents).
+    pub fn shares(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl std::ops::Deref for WorkloadId {
@@ -208,7 +213,7 @@ impl std::ops::Deref for WorkloadId {
 
 impl PartialEq for WorkloadId {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        self.shares(other) || self.0 == other.0
     }
 }
 

@@ -651,3 +651,26 @@ fn the_config_changed_notice_lists_every_changed_reference_sorted() {
     );
     assert_eq!(notices[0].related, Some(cfg), "the Event's related object");
 }
+
+/// Each event and each write result carries its own copy of the id; the core
+/// keeps one per workload (tables, graph and current outputs share it).
+#[test]
+fn a_workload_keeps_one_copy_of_its_id_across_events() {
+    let t0 = Instant::now();
+    let mut core = mk_core(mk_settings());
+    for _ in 0..2 {
+        let event = WorkloadEvent::Apply(mk_workload("web", "cfg", None));
+        core.handle(Input::workload(event), t0);
+    }
+    core.handle(observed("cfg", "sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(writes(&effects).len(), 1);
+    core.handle(
+        applied(stamped("web", "sha256-1", Rollout::Unknown)),
+        t0 + DEBOUNCE,
+    );
+    let (key, record) = core.records.get_key_value(&mk_id("web")).unwrap();
+    assert!(record.current.id().shares(key));
+    let dependent = core.graph.dependents(&mk_tracked("cfg")).next().unwrap();
+    assert!(dependent.shares(key));
+}
