@@ -160,6 +160,11 @@ impl<K: Ord, V> SmallMap<K, V> {
             .map(|at| remove_at(&mut self.0, at).1)
     }
 
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
     /// The values, in key order.
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.0.iter().map(|(_, v)| v)

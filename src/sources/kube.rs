@@ -31,7 +31,7 @@ use crate::health::WatchHealth;
 use crate::model::{Gate, Name, Scope, SourceName, Tracked};
 use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
-use crate::small::SmallSet;
+use crate::small::SmallMap;
 
 /// How many content GETs run at once.
 const FETCH_CONCURRENCY: usize = 16;
@@ -82,7 +82,9 @@ type ObjectKey = (Name, Name);
 /// What the source keeps per referenced object: no content.
 #[derive(Debug, Default)]
 struct Watched {
-    items: SmallSet<Tracked>,
+    /// Each tracked item, and whether it was reported once (match-gated items
+    /// keep that observation outside the gate).
+    items: SmallMap<Tracked, bool>,
     /// resourceVersion of the last content fetched (short: stored inline).
     fetched: Option<Name>,
     /// Sequence number of the newest fetch started and of the newest applied.
@@ -94,9 +96,6 @@ struct Watched {
     backoff: Option<Box<Backoff>>,
     /// The object carries `reloader.stakater.com/match: "true"` (last seen).
     matched: bool,
-    /// Match-gated items already reported once: outside the gate they keep that
-    /// observation.
-    gated_reported: SmallSet<Tracked>,
 }
 
 /// The result of one content GET.
@@ -269,7 +268,8 @@ impl<K: ContentObject> Runner<K> {
                     return;
                 };
                 let watched = self.watched.entry(key.clone()).or_default();
-                if watched.items.insert(tracked) {
+                if watched.items.get(&tracked).is_none() {
+                    watched.items.insert(tracked, false);
                     // Tracked during a relist, the object may have been listed
                     // before it was watched: the fetch says whether it exists.
                     mark_seen(&mut self.relisting, &key);
@@ -283,7 +283,6 @@ impl<K: ContentObject> Runner<K> {
                 };
                 if let Some(watched) = self.watched.get_mut(&key) {
                     watched.items.remove(&tracked);
-                    watched.gated_reported.remove(&tracked);
                     if watched.items.is_empty() {
                         self.watched.remove(&key);
                     }
@@ -367,15 +366,13 @@ impl<K: ContentObject> Runner<K> {
             .and_then(|o| o.meta().resource_version.as_deref())
             .map(Name::from);
         watched.reported = true;
-        let mut updates = Vec::with_capacity(watched.items.len());
-        for tracked in &watched.items {
-            if tracked.gate == Gate::ReloaderMatch {
-                // Outside the gate the first observation stays in force.
-                if !watched.matched && watched.gated_reported.contains(tracked) {
-                    continue;
-                }
-                watched.gated_reported.insert(tracked.clone());
+        let mut updates = Vec::new();
+        for (tracked, reported) in watched.items.iter_mut() {
+            // Outside the gate the first observation stays in force.
+            if tracked.gate == Gate::ReloaderMatch && !watched.matched && *reported {
+                continue;
             }
+            *reported = true;
             match self.source.observation(tracked, object.as_ref(), &self.cx) {
                 Ok(observation) => updates.push(SourceUpdate {
                     tracked: tracked.clone(),
@@ -447,7 +444,7 @@ impl<K: ContentObject> Runner<K> {
         watched.fetched = None;
         // Fetches started before the deletion must not resurrect it.
         watched.applied = watched.started;
-        let items: Vec<Tracked> = watched.items.iter().cloned().collect();
+        let items: Vec<Tracked> = watched.items.keys().cloned().collect();
         for tracked in items {
             let update = SourceUpdate {
                 tracked,

@@ -674,3 +674,10 @@ fn a_workload_keeps_one_copy_of_its_id_across_events() {
     let dependent = core.graph.dependents(&mk_tracked("cfg")).next().unwrap();
     assert!(dependent.shares(key));
 }
+
+/// There is a record per referencing workload (15,000 in the 10× benchmark):
+/// one past 256 bytes costs the next allocator size class, 320.
+#[test]
+fn a_record_fits_a_256_byte_allocation() {
+    assert!(size_of::<Record>() <= 256, "{} bytes", size_of::<Record>());
+}
