@@ -645,6 +645,31 @@ fn container_env_output_is_diffed_against_every_carrier() {
 
 // === CurrentOutputs ===
 
+/// Digests are kept as bytes; every value, digest-like or not, reads back as
+/// the same text.
+#[test]
+fn current_output_values_read_back_exactly() {
+    let key = "nudge.dev/checksum-db";
+    let output = mk_annotation(key);
+    let hex = "0123456789abcdef".repeat(4);
+    let values = [
+        format!("sha256-{hex}"),
+        format!("sha256-{}", hex.to_uppercase()),
+        format!("sha256-{}", &hex[1..]),
+        format!("sha256-{hex}0"),
+        format!("hmac-sha256-{hex}"),
+        "sha256-".to_owned(),
+        "sha256-db".to_owned(),
+        String::new(),
+        "é".to_owned(),
+    ];
+    for value in values {
+        let workload = mk_annotated(&[(key, &value)]);
+        let kept = CurrentOutputs::new(&workload, [&output]).to_workload();
+        assert_eq!(kept.template_annotations().get(key), Some(&value));
+    }
+}
+
 /// What the engine keeps is all `diff` and the apply body read: for workloads that
 /// carry much more than their outputs, both agree with the full workload.
 #[test]
