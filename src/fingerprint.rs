@@ -6,6 +6,7 @@
 //! timestamps. Secret content is never hashed in the clear by the native algorithm:
 //! it is keyed with the installation's [`FingerprintKey`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -26,9 +27,9 @@ use crate::model::{KeySelection, SourceName};
 #[derive(Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Fingerprint {
-    /// A digest string as written into annotations (`sha256-…`, `hmac-sha256-…`,
+    /// A digest as written into annotations (`sha256-…`, `hmac-sha256-…`,
     /// `md5-…`, or Reloader's bare hex).
-    Digest(Arc<str>),
+    Digest(DigestValue),
     /// Wave cannot combine per-object digests, so a Wave reference keeps its part of
     /// the hash document. It may carry (base64) secret content: it is never printed.
     Wave(WaveFragment),
@@ -36,14 +37,14 @@ pub enum Fingerprint {
 
 impl Fingerprint {
     /// Wraps a digest string.
-    pub fn digest(value: impl Into<Arc<str>>) -> Self {
-        Self::Digest(value.into())
+    pub fn digest(value: impl AsRef<str>) -> Self {
+        Self::Digest(DigestValue::new(value.as_ref()))
     }
 
     /// The digest string, or `None` for a Wave fragment.
-    pub fn as_digest(&self) -> Option<&str> {
+    pub fn as_digest(&self) -> Option<Cow<'_, str>> {
         match self {
-            Self::Digest(d) => Some(d),
+            Self::Digest(d) => Some(d.text()),
             Self::Wave(_) => None,
         }
     }
@@ -59,9 +60,81 @@ impl fmt::Display for Fingerprint {
     /// Digests print as themselves; Wave fragments print only their size.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Digest(d) => f.write_str(d),
+            Self::Digest(d) => fmt::Display::fmt(d, f),
             Self::Wave(w) => fmt::Debug::fmt(w, f),
         }
+    }
+}
+
+/// A digest's text, kept compactly: nudge's own `sha256-` and `hmac-sha256-`
+/// digests (one per tracked item: tens of thousands at scale) as their 32 bytes
+/// in a 48-byte allocation instead of 71–76 characters in a 96-byte one; any
+/// other digest as text. Equal exactly when the texts are; cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct DigestValue(Repr);
+
+/// Every variant is one pointer, so a [`Fingerprint`] stays 24 bytes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    Sha256(Arc<[u8; 32]>),
+    HmacSha256(Arc<[u8; 32]>),
+    Text(Arc<Box<str>>),
+}
+
+impl DigestValue {
+    /// The digest written as `text`: compact when it is a `sha256-` or
+    /// `hmac-sha256-` digest in lowercase hex (only those read back the same).
+    fn new(text: &str) -> Self {
+        let compact = [
+            (SHA256_PREFIX, Repr::Sha256 as fn(Arc<[u8; 32]>) -> Repr),
+            (HMAC_SHA256_PREFIX, Repr::HmacSha256),
+        ]
+        .into_iter()
+        .find_map(|(prefix, repr)| {
+            Some(repr(Arc::new(lowercase_hex_32(
+                text.strip_prefix(prefix)?,
+            )?)))
+        });
+        Self(compact.unwrap_or_else(|| Repr::Text(Arc::new(text.into()))))
+    }
+
+    /// The text, as written into annotations.
+    pub fn text(&self) -> Cow<'_, str> {
+        match &self.0 {
+            Repr::Text(text) => Cow::Borrowed(text),
+            _ => Cow::Owned(self.to_string()),
+        }
+    }
+}
+
+/// The 32 bytes `hex` spells, when it is exactly 64 lowercase hex digits.
+fn lowercase_hex_32(hex: &str) -> Option<[u8; 32]> {
+    if !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let mut bytes = [0; 32];
+    hex::decode_to_slice(hex, &mut bytes).ok()?;
+    Some(bytes)
+}
+
+impl fmt::Display for DigestValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (prefix, bytes) = match &self.0 {
+            Repr::Sha256(bytes) => (SHA256_PREFIX, bytes),
+            Repr::HmacSha256(bytes) => (HMAC_SHA256_PREFIX, bytes),
+            Repr::Text(text) => return f.write_str(text),
+        };
+        let mut hex = [0; 64];
+        hex::encode_to_slice(bytes.as_slice(), &mut hex).map_err(|_| fmt::Error)?;
+        f.write_str(prefix)?;
+        // Hex digits are ASCII.
+        f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl fmt::Debug for DigestValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -704,7 +777,7 @@ mod tests {
         assert!(!vectors.is_empty());
         for vector in vectors {
             let got = md5_value(vector.value_utf8.as_bytes());
-            assert_eq!(got.as_digest(), Some(vector.checksum.as_str()));
+            assert_eq!(got.as_digest().as_deref(), Some(vector.checksum.as_str()));
         }
         Ok(())
     }
@@ -723,7 +796,11 @@ mod tests {
                 "{what}"
             );
             let got = reloader_object(kind, &data);
-            assert_eq!(got.as_digest(), Some(vector.env_value.as_str()), "{what}");
+            assert_eq!(
+                got.as_digest().as_deref(),
+                Some(vector.env_value.as_str()),
+                "{what}"
+            );
         }
         Ok(())
     }
@@ -746,6 +823,39 @@ mod tests {
         Ok(())
     }
 
+    /// Digests read back as the text they were built from, equal exactly when
+    /// the texts are; nudge's own are kept as bytes.
+    #[test]
+    fn digests_read_back_exactly_and_compare_by_text() {
+        let hex = "0123456789abcdef".repeat(4);
+        let texts = [
+            format!("sha256-{hex}"),
+            format!("hmac-sha256-{hex}"),
+            format!("sha256-{}", hex.to_uppercase()),
+            format!("sha256-{}", &hex[2..]),
+            format!("hmac-sha256-{hex}00"),
+            format!("md5-{}", &hex[..32]),
+            hex.clone(),
+            "sha256-".to_owned(),
+            String::new(),
+        ];
+        for text in &texts {
+            let fingerprint = Fingerprint::digest(text);
+            assert_eq!(fingerprint.as_digest().as_deref(), Some(text.as_str()));
+            assert_eq!(fingerprint.to_string(), *text);
+            for other in &texts {
+                assert_eq!(fingerprint == Fingerprint::digest(other), text == other);
+            }
+        }
+        let compact = |text: &str| match Fingerprint::digest(text) {
+            Fingerprint::Digest(DigestValue(repr)) => !matches!(repr, Repr::Text(_)),
+            Fingerprint::Wave(_) => false,
+        };
+        assert!(compact(&texts[0]) && compact(&texts[1]));
+        assert!(!compact(&texts[2]) && !compact(&texts[5]));
+        assert!(size_of::<Fingerprint>() <= 24);
+    }
+
     // --- builders ---
 
     fn mk_key(byte: u8) -> Result<FingerprintKey> {
@@ -766,8 +876,11 @@ mod tests {
         ObjectData(data.collect())
     }
 
-    fn digest(fingerprint: &Fingerprint) -> Result<&str> {
-        fingerprint.as_digest().context("expected a digest")
+    fn digest(fingerprint: &Fingerprint) -> Result<String> {
+        Ok(fingerprint
+            .as_digest()
+            .context("expected a digest")?
+            .into_owned())
     }
 
     /// Collects what the native encoder feeds a hasher.
@@ -924,7 +1037,8 @@ mod tests {
         assert!(digest(&one)?.starts_with("hmac-sha256-"));
         assert_ne!(one, two);
         let plain = native_value(b"token");
-        let plain_hex = digest(&plain)?.trim_start_matches("sha256-");
+        let plain = digest(&plain)?;
+        let plain_hex = plain.trim_start_matches("sha256-");
         assert!(!digest(&one)?.contains(plain_hex));
         Ok(())
     }

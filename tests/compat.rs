@@ -74,7 +74,7 @@ async fn wave_workload_in_sync_is_not_patched_and_gets_the_wave_hash_after_a_cha
 async fn reloader_value(cluster: &TestCluster, configmap: &str) -> String {
     let cm = cluster.api::<ConfigMap>().get(configmap).await.unwrap();
     let fp = fingerprint::reloader_object(ObjectKind::ConfigMap, &ObjectData::from_config_map(&cm));
-    fp.as_digest().unwrap().to_owned()
+    fp.as_digest().unwrap().into_owned()
 }
 
 async fn env_value(cluster: &TestCluster, name: &str, var: &str) -> Option<String> {

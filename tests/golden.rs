@@ -43,8 +43,8 @@ fn object_data(entries: &Value) -> ObjectData {
     ObjectData(entries.collect::<BTreeMap<_, _>>())
 }
 
-fn digest(fingerprint: &Fingerprint) -> &str {
-    fingerprint.as_digest().expect("a digest")
+fn digest(fingerprint: &Fingerprint) -> String {
+    fingerprint.as_digest().expect("a digest").into_owned()
 }
 
 #[test]

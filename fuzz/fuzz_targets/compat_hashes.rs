@@ -119,7 +119,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         let data = object.data();
         let hash = fingerprint::reloader_object(kind, &data);
         assert_eq!(
-            hash.as_digest(),
+            hash.as_digest().as_deref(),
             Some(reloader_reference(kind, &data).as_str())
         );
         check_env_var(kind, &object.name);
@@ -129,7 +129,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             _ => secrets.insert(object.name.clone(), fragment),
         };
         let native = fingerprint::native_object(kind, &data, &key);
-        combined.push((object.name.clone(), native.as_digest().map(str::to_owned)));
+        combined.push((object.name.clone(), native.as_digest().map(|d| d.into_owned())));
     }
     // Order independence (names are unique per kind here, as callers ensure).
     let forward = fingerprint::wave_hash(

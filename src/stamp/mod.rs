@@ -625,7 +625,7 @@ where
         json(kind),
         json(&reference.name),
         json(reference.namespace.as_deref().unwrap_or("")),
-        json(&hash),
+        json(&hash.text()),
         refs.join(",")
     ))
 }
@@ -704,7 +704,7 @@ fn native_hash(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
     for (input, fingerprint) in inputs {
         let digest = match fingerprint {
             None => None,
-            Some(Fingerprint::Digest(digest)) => Some(&**digest),
+            Some(Fingerprint::Digest(digest)) => Some(digest.text()),
             Some(Fingerprint::Wave(_)) => {
                 reasons.push(wrong_shape(input, Combine::NativeHash, WAVE_FRAGMENT));
                 continue;
@@ -713,7 +713,12 @@ fn native_hash(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
         entries.push((input.tracked.reference.canonical_id(), digest));
     }
     finish(reasons, || {
-        combine_native(entries.iter().map(|(id, digest)| (id.as_str(), *digest))).to_string()
+        combine_native(
+            entries
+                .iter()
+                .map(|(id, digest)| (id.as_str(), digest.as_deref())),
+        )
+        .to_string()
     })
 }
 
