@@ -734,6 +734,14 @@ impl Nudge {
         memory(self.pid)
     }
 
+    /// Fails when nudge (or the wrapper given as `--nudge`) has exited.
+    fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            Some(status) => bail!("nudge exited during the run: {status}"),
+            None => Ok(()),
+        }
+    }
+
     /// SIGTERM, then a clean exit within 10 s.
     async fn stop(mut self) -> Result<()> {
         let _ = std::process::Command::new("kill")
@@ -802,9 +810,11 @@ fn stamps_since(double: &ApiServerDouble, since: SystemTime) -> Vec<RecordedRequ
         .collect()
 }
 
-/// Waits until `done(stamps so far)` holds, then until no stamp arrived for `quiet`.
+/// Waits until `done(stamps so far)` holds, then until no stamp arrived for `quiet`;
+/// fails at once when nudge exits meanwhile.
 async fn wait_for_stamps(
     double: &ApiServerDouble,
+    nudge: &mut Nudge,
     since: SystemTime,
     within: Duration,
     quiet: Duration,
@@ -812,6 +822,7 @@ async fn wait_for_stamps(
 ) -> Result<Vec<RecordedRequest>> {
     let deadline = Instant::now() + within;
     loop {
+        nudge.check_running()?;
         let stamps = stamps_since(double, since);
         if done(&stamps) {
             break;
@@ -985,11 +996,17 @@ pub async fn run(options: Options) -> Result<Report> {
     let ready = nudge.wait_ready(&http, Duration::from_secs(120)).await?;
     let (rss_ready, _) = nudge.memory()?;
     progress(&options, began, &format!("nudge ready in {ready:.2?}"));
-    let initial = wait_for_stamps(&double, t0, deadline_scale, Duration::from_secs(3), |s| {
-        s.iter().map(|r| &r.path).collect::<HashSet<_>>().len() >= referencing
-    })
+    let initial = wait_for_stamps(
+        &double,
+        &mut nudge,
+        t0,
+        deadline_scale,
+        Duration::from_secs(3),
+        |s| s.iter().map(|r| &r.path).collect::<HashSet<_>>().len() >= referencing,
+    )
     .await
     .unwrap_or_else(|_| stamps_since(&double, t0));
+    nudge.check_running()?;
     let initial_done = initial
         .iter()
         .map(|r| r.received_at)
@@ -1095,6 +1112,7 @@ pub async fn run(options: Options) -> Result<Report> {
         .sum();
     let change_stamps = wait_for_stamps(
         &double,
+        &mut nudge,
         changes_began,
         Duration::from_secs(120),
         Duration::from_secs(3),
@@ -1102,6 +1120,7 @@ pub async fn run(options: Options) -> Result<Report> {
     )
     .await
     .unwrap_or_else(|_| stamps_since(&double, changes_began));
+    nudge.check_running()?;
     let changes_ended = SystemTime::now();
     let (rss_after_changes, peak_run1) = nudge.memory()?;
     progress(
