@@ -1154,7 +1154,7 @@ impl Stamps {
                 },
             algorithm,
             gate,
-        } = c.tracked.into_item();
+        } = c.tracked.into_inner();
         let merged = group
             .objects
             .entry((source, namespace, name, algorithm, gate))

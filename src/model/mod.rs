@@ -167,13 +167,77 @@ impl fmt::Display for Slot {
 /// cost no allocation each. Derefs to `str`; build one with `.into()`.
 pub type Name = SmolStr;
 
-/// Identity of one workload.
-///
-/// A shared handle, like [`Tracked`]: the records, the graph's dependent sets and
-/// the queue hold one copy between them. The fields are read through
-/// [`WorkloadIdParts`]: `id.kind`, `id.namespace`, `id.name`.
+/// A value held by many structures at once, as one shared copy: clones point at
+/// it, and equality, hashing, order, `Debug`, `Display` and serialization are
+/// those of the contents. Fields are read through `Deref`. What the graph, the
+/// fingerprint store, the sources and the queues hold tens of thousands of at
+/// scale ([`Tracked`], [`WorkloadId`]) is held this way.
 #[derive(Clone, Eq, PartialOrd, Ord)]
-pub struct WorkloadId(Arc<WorkloadIdParts>);
+pub struct Shared<T>(Arc<T>);
+
+impl<T> Shared<T> {
+    /// Shares `value`.
+    pub fn new_shared(value: T) -> Self {
+        Self(Arc::new(value))
+    }
+
+    /// Whether both handles point at the same copy (not only equal contents).
+    pub fn shares(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl<T: Clone> Shared<T> {
+    /// The contents, without a copy when this is the only handle.
+    pub fn into_inner(self) -> T {
+        Arc::unwrap_or_clone(self.0)
+    }
+}
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: PartialEq> PartialEq for Shared<T> {
+    fn eq(&self, other: &Self) -> bool {
+        // Shared copies are the common case.
+        self.shares(other) || self.0 == other.0
+    }
+}
+
+impl<T: std::hash::Hash> std::hash::Hash for Shared<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // The contents, as equality compares them.
+        self.0.hash(state);
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T: fmt::Display> fmt::Display for Shared<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T: Serialize> Serialize for Shared<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+/// Identity of one workload: a [`Shared`] handle, so the records, the graph's
+/// dependent sets and the queue hold one copy between them. Fields: `id.kind`,
+/// `id.namespace`, `id.name`.
+pub type WorkloadId = Shared<WorkloadIdParts>;
 
 /// The contents of a [`WorkloadId`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -190,53 +254,15 @@ pub struct WorkloadIdParts {
 impl WorkloadId {
     /// Builds an id.
     pub fn new(kind: WorkloadKind, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
-        Self(Arc::new(WorkloadIdParts {
+        Self::new_shared(WorkloadIdParts {
             kind,
             namespace: namespace.into(),
             name: name.into(),
-        }))
-    }
-
-    /// Whether both handles point at the same copy (not only equal contents).
-    pub fn shares(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        })
     }
 }
 
-impl std::ops::Deref for WorkloadId {
-    type Target = WorkloadIdParts;
-
-    fn deref(&self) -> &WorkloadIdParts {
-        &self.0
-    }
-}
-
-impl PartialEq for WorkloadId {
-    fn eq(&self, other: &Self) -> bool {
-        self.shares(other) || self.0 == other.0
-    }
-}
-
-impl std::hash::Hash for WorkloadId {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // The contents, as equality compares them.
-        self.0.hash(state);
-    }
-}
-
-impl fmt::Debug for WorkloadId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl Serialize for WorkloadId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
-impl fmt::Display for WorkloadId {
+impl fmt::Display for WorkloadIdParts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
     }
@@ -388,12 +414,11 @@ impl fmt::Display for Algorithm {
 /// What a source must fingerprint: a reference and the algorithm to use on it.
 /// This is the unit sources track and the fingerprint store is keyed by.
 ///
-/// A shared handle: clones point at one copy, so the graph, the fingerprint
-/// store and the sources hold one item between them (at 10× scale there are
-/// tens of thousands, each held five times). The fields are read through
-/// [`TrackedItem`]: `tracked.reference`, `tracked.algorithm`, `tracked.gate`.
-#[derive(Clone, Eq, PartialOrd, Ord)]
-pub struct Tracked(Arc<TrackedItem>);
+/// A [`Shared`] handle: the graph, the fingerprint store and the sources hold
+/// one copy between them (at 10× scale there are tens of thousands, each held
+/// in five places). Fields: `tracked.reference`, `tracked.algorithm`,
+/// `tracked.gate`.
+pub type Tracked = Shared<TrackedItem>;
 
 /// The contents of a [`Tracked`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -423,11 +448,11 @@ pub enum Gate {
 impl Tracked {
     /// Builds a tracked item whose changes always count.
     pub fn new(reference: Reference, algorithm: Algorithm) -> Self {
-        Self(Arc::new(TrackedItem {
+        Self::new_shared(TrackedItem {
             reference,
             algorithm,
             gate: Gate::Always,
-        }))
+        })
     }
 
     /// The same item, counting changes only inside `gate`.
@@ -435,53 +460,9 @@ impl Tracked {
         Arc::make_mut(&mut self.0).gate = gate;
         self
     }
-
-    /// The contents, without a copy when this is the only handle.
-    pub fn into_item(self) -> TrackedItem {
-        Arc::unwrap_or_clone(self.0)
-    }
-
-    /// Whether both handles point at the same copy (not only equal contents).
-    pub fn shares(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
 }
 
-impl std::ops::Deref for Tracked {
-    type Target = TrackedItem;
-
-    fn deref(&self) -> &TrackedItem {
-        &self.0
-    }
-}
-
-impl PartialEq for Tracked {
-    fn eq(&self, other: &Self) -> bool {
-        // Shared copies are the common case (graph, store and sources hold one).
-        self.shares(other) || self.0 == other.0
-    }
-}
-
-impl std::hash::Hash for Tracked {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // The contents, as equality compares them.
-        self.0.hash(state);
-    }
-}
-
-impl fmt::Debug for Tracked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl Serialize for Tracked {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
-impl fmt::Display for Tracked {
+impl fmt::Display for TrackedItem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({})", self.reference, self.algorithm)?;
         if self.gate == Gate::ReloaderMatch {
