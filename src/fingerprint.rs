@@ -85,17 +85,14 @@ impl DigestValue {
     /// The digest written as `text`: compact when it is a `sha256-` or
     /// `hmac-sha256-` digest in lowercase hex (only those read back the same).
     fn new(text: &str) -> Self {
-        let compact = [
-            (SHA256_PREFIX, Repr::Sha256 as fn(Arc<[u8; 32]>) -> Repr),
-            (HMAC_SHA256_PREFIX, Repr::HmacSha256),
-        ]
-        .into_iter()
-        .find_map(|(prefix, repr)| {
-            Some(repr(Arc::new(lowercase_hex_32(
-                text.strip_prefix(prefix)?,
-            )?)))
-        });
-        Self(compact.unwrap_or_else(|| Repr::Text(Arc::new(text.into()))))
+        let repr = if let Some(bytes) = sha256_bytes(text) {
+            Repr::Sha256(Arc::new(bytes))
+        } else if let Some(bytes) = prefixed_hex_32(HMAC_SHA256_PREFIX, text) {
+            Repr::HmacSha256(Arc::new(bytes))
+        } else {
+            Repr::Text(Arc::new(text.into()))
+        };
+        Self(repr)
     }
 
     /// The text, as written into annotations.
@@ -107,8 +104,21 @@ impl DigestValue {
     }
 }
 
-/// The 32 bytes `hex` spells, when it is exactly 64 lowercase hex digits.
-fn lowercase_hex_32(hex: &str) -> Option<[u8; 32]> {
+/// The 32 bytes of a `sha256-` digest written in lowercase hex (the only form
+/// that renders back to the same text), or `None` for any other text.
+pub(crate) fn sha256_bytes(text: &str) -> Option<[u8; 32]> {
+    prefixed_hex_32(SHA256_PREFIX, text)
+}
+
+/// The text of the `sha256-` digest `bytes`, as [`sha256_bytes`] reads it.
+pub(crate) fn sha256_text(bytes: &[u8; 32]) -> String {
+    PrefixedHex(SHA256_PREFIX, bytes).to_string()
+}
+
+/// The 32 bytes `text` spells after `prefix`, when that is exactly 64 lowercase
+/// hex digits.
+fn prefixed_hex_32(prefix: &str, text: &str) -> Option<[u8; 32]> {
+    let hex = text.strip_prefix(prefix)?;
     if !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
@@ -117,18 +127,26 @@ fn lowercase_hex_32(hex: &str) -> Option<[u8; 32]> {
     Some(bytes)
 }
 
-impl fmt::Display for DigestValue {
+/// A 32-byte digest written as `<prefix><lowercase hex>`, without allocating.
+struct PrefixedHex<'a>(&'static str, &'a [u8; 32]);
+
+impl fmt::Display for PrefixedHex<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (prefix, bytes) = match &self.0 {
-            Repr::Sha256(bytes) => (SHA256_PREFIX, bytes),
-            Repr::HmacSha256(bytes) => (HMAC_SHA256_PREFIX, bytes),
-            Repr::Text(text) => return f.write_str(text),
-        };
         let mut hex = [0; 64];
-        hex::encode_to_slice(bytes.as_slice(), &mut hex).map_err(|_| fmt::Error)?;
-        f.write_str(prefix)?;
+        hex::encode_to_slice(self.1, &mut hex).map_err(|_| fmt::Error)?;
+        f.write_str(self.0)?;
         // Hex digits are ASCII.
         f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl fmt::Display for DigestValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Repr::Sha256(bytes) => PrefixedHex(SHA256_PREFIX, bytes).fmt(f),
+            Repr::HmacSha256(bytes) => PrefixedHex(HMAC_SHA256_PREFIX, bytes).fmt(f),
+            Repr::Text(text) => f.write_str(text),
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSchedulingGate, PodSpec, 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::annotations::RELOADER_LAST_RELOADED_FROM;
+use crate::fingerprint;
 use crate::model::{Name, Output, Rollout, WAVE_SCHEDULING_DISABLED, Workload, WorkloadId};
 
 /// The current values of a workload's outputs, and nothing else.
@@ -38,19 +39,9 @@ enum Value {
     Text(Box<str>),
 }
 
-const SHA256_PREFIX: &str = "sha256-";
-
 impl Value {
     fn new(text: &str) -> Self {
-        let digest = text
-            .strip_prefix(SHA256_PREFIX)
-            // Only lowercase hex renders back to the same text.
-            .filter(|hex| hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-            .and_then(|hex| {
-                let mut bytes = [0; 32];
-                hex::decode_to_slice(hex, &mut bytes).ok().map(|()| bytes)
-            });
-        match digest {
+        match fingerprint::sha256_bytes(text) {
             Some(bytes) => Self::Sha256(bytes),
             None => Self::Text(text.into()),
         }
@@ -58,7 +49,7 @@ impl Value {
 
     fn to_text(&self) -> String {
         match self {
-            Self::Sha256(bytes) => format!("{SHA256_PREFIX}{}", hex::encode(bytes)),
+            Self::Sha256(bytes) => fingerprint::sha256_text(bytes),
             Self::Text(text) => text.to_string(),
         }
     }
