@@ -154,7 +154,7 @@ struct Record {
 }
 
 /// A workload's timing annotations (each `None`: the `[engine]` setting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Timing {
     debounce: Option<Duration>,
     min_interval: Option<Duration>,
@@ -169,19 +169,13 @@ impl Timing {
             min_interval: deps.min_interval,
             max_delay: deps.max_delay,
         };
-        (timing != Self::NONE).then(|| Box::new(timing))
+        (timing != Self::default()).then(|| Box::new(timing))
     }
-
-    const NONE: Self = Self {
-        debounce: None,
-        min_interval: None,
-        max_delay: None,
-    };
 }
 
 impl Record {
     fn timing(&self) -> Timing {
-        self.timing.as_deref().copied().unwrap_or(Timing::NONE)
+        self.timing.as_deref().copied().unwrap_or_default()
     }
 }
 
@@ -372,9 +366,8 @@ impl Core {
     }
 
     fn on_workload(&mut self, mut workload: Workload, now: Instant, out: &mut Vec<Effect>) {
-        // Every event carries a new copy of the id; keep the one already known.
-        if let Some((known, _)) = self.records.get_key_value(&workload.id) {
-            workload.id = known.clone();
+        if let Some(known) = self.known_id(&workload.id) {
+            workload.id = known;
         }
         let id = workload.id.clone();
         if !self.in_selection(&id) {
@@ -429,6 +422,14 @@ impl Core {
             self.queue.rehold(&id, |since| since);
         }
         self.evaluate(&id, now);
+    }
+
+    /// The copy of `id` the core already keeps: every event and write result
+    /// carries a new one, and one per workload is kept.
+    fn known_id(&self, id: &WorkloadId) -> Option<WorkloadId> {
+        self.records
+            .get_key_value(id)
+            .map(|(known, _)| known.clone())
     }
 
     fn on_delete(&mut self, id: &WorkloadId, out: &mut Vec<Effect>) {
@@ -620,10 +621,13 @@ impl Core {
         };
         let (window, ceiling) = match delay {
             Some(delay) => (delay, delay),
-            None => (
-                record.timing().debounce.unwrap_or(self.engine.debounce),
-                record.timing().max_delay.unwrap_or(self.engine.max_delay),
-            ),
+            None => {
+                let timing = record.timing();
+                (
+                    timing.debounce.unwrap_or(self.engine.debounce),
+                    timing.max_delay.unwrap_or(self.engine.max_delay),
+                )
+            }
         };
         let eligible = self.eligibility(&id);
         if !self.queue.touch(id.clone(), now, window, ceiling) {
@@ -765,11 +769,7 @@ impl Core {
         out: &mut Vec<Effect>,
     ) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        let Some(id) = self
-            .records
-            .get_key_value(&id)
-            .map(|(known, _)| known.clone())
-        else {
+        let Some(id) = self.known_id(&id) else {
             return;
         };
         let Some(record) = self.records.get_mut(&id) else {
