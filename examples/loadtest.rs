@@ -811,7 +811,7 @@ fn stamps_since(double: &ApiServerDouble, since: SystemTime) -> Vec<RecordedRequ
 }
 
 /// Waits until `done(stamps so far)` holds, then until no stamp arrived for `quiet`;
-/// fails at once when nudge exits meanwhile.
+/// at `within`, returns what arrived. Fails at once when nudge exits meanwhile.
 async fn wait_for_stamps(
     double: &ApiServerDouble,
     nudge: &mut Nudge,
@@ -828,10 +828,8 @@ async fn wait_for_stamps(
             break;
         }
         if Instant::now() > deadline {
-            bail!(
-                "stamps incomplete after {within:?} ({} so far)",
-                stamps.len()
-            );
+            // The count checks report what is missing.
+            return Ok(stamps);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -1004,9 +1002,7 @@ pub async fn run(options: Options) -> Result<Report> {
         Duration::from_secs(3),
         |s| s.iter().map(|r| &r.path).collect::<HashSet<_>>().len() >= referencing,
     )
-    .await
-    .unwrap_or_else(|_| stamps_since(&double, t0));
-    nudge.check_running()?;
+    .await?;
     let initial_done = initial
         .iter()
         .map(|r| r.received_at)
@@ -1118,9 +1114,7 @@ pub async fn run(options: Options) -> Result<Report> {
         Duration::from_secs(3),
         |s| s.len() >= expected_total,
     )
-    .await
-    .unwrap_or_else(|_| stamps_since(&double, changes_began));
-    nudge.check_running()?;
+    .await?;
     let changes_ended = SystemTime::now();
     let (rss_after_changes, peak_run1) = nudge.memory()?;
     progress(

@@ -208,6 +208,11 @@ impl<K: ContentObject> ObjectSource<K> {
     }
 }
 
+/// The object's resourceVersion, stored inline (it is short).
+fn resource_version<M: Resource>(object: &M) -> Option<Name> {
+    object.meta().resource_version.as_deref().map(Name::from)
+}
+
 fn object_key<M: Resource>(meta: &M) -> Option<ObjectKey> {
     let meta = meta.meta();
     Some((
@@ -224,7 +229,7 @@ fn to_meta_event<K: Resource>(
     let seen = |meta: &PartialObjectMeta<K>, initial: bool| {
         Some(MetaEvent::Seen {
             key: object_key(meta)?,
-            version: meta.meta().resource_version.as_deref().map(Name::from),
+            version: resource_version(meta),
             ignored: is_ignored(meta.annotations(), scheme),
             matched: meta
                 .annotations()
@@ -361,10 +366,7 @@ impl<K: ContentObject> Runner<K> {
             return true;
         }
         watched.applied = seq;
-        watched.fetched = object
-            .as_ref()
-            .and_then(|o| o.meta().resource_version.as_deref())
-            .map(Name::from);
+        watched.fetched = object.as_ref().and_then(resource_version);
         watched.reported = true;
         let mut updates = Vec::new();
         for (tracked, reported) in watched.items.iter_mut() {
