@@ -9,7 +9,7 @@
 //!
 //! One `Record` per workload holds everything the core knows about it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -21,12 +21,15 @@ use super::queue::Queue;
 use crate::annotations::{self, AnnotationError, AnnotationScheme, Dependencies};
 use crate::config::EngineConfig;
 use crate::events::{Notice, Reason};
+use crate::fingerprint::Observation;
 use crate::model::{
     Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload, WorkloadId,
 };
 use crate::rate::{Backoff, PacingError, TokenBucket};
 use crate::sources::SourceUpdate;
-use crate::stamp::{self, BlockReason, CurrentOutputs, FingerprintStore, StampPatch};
+use crate::stamp::{
+    self, BlockReason, CurrentOutputs, FingerprintLookup, FingerprintStore, StampPatch,
+};
 use crate::targets::{ApplyOutcome, TargetError, WatchScope, WorkloadEvent};
 
 /// Stamps written at once. Each write in flight is a connection to the API server;
@@ -151,6 +154,41 @@ struct Record {
     )]
     reported_missing: Option<Box<BTreeSet<Reference>>>,
     reported_invalid: Box<[String]>,
+    /// While the workload has an output still to adopt: its inputs as first
+    /// seen (see [`FirstSight`]).
+    first_sight: Option<Box<FirstSight>>,
+}
+
+/// What a workload's inputs were when nudge first saw it with an output still
+/// to adopt (an input no source had reported yet: its first report). Adoption
+/// takes over exactly that without a rollout; content that changed after it
+/// is a change, and rolls the workload once (design §5, adoption).
+#[derive(Debug, Default)]
+struct FirstSight(HashMap<Tracked, Observation>);
+
+impl FirstSight {
+    /// Adds the inputs of `specs` not seen yet, as `store` knows them now.
+    fn see(&mut self, specs: &[StampSpec], store: &FingerprintStore) {
+        for tracked in specs.iter().flat_map(|s| &s.inputs).map(|i| &i.tracked) {
+            if !self.0.contains_key(tracked)
+                && let Some(observation) = store.observation(tracked)
+            {
+                self.0.insert(tracked.clone(), observation.clone());
+            }
+        }
+    }
+
+    /// The values `specs`' outputs had at first sight (those whose inputs were
+    /// all known).
+    fn values(&self, specs: &[StampSpec], stamp_on_delete: bool) -> BTreeMap<Output, String> {
+        stamp::desired(specs, self, stamp_on_delete).values
+    }
+}
+
+impl FingerprintLookup for FirstSight {
+    fn observation(&self, tracked: &Tracked) -> Option<&Observation> {
+        self.0.get(tracked)
+    }
 }
 
 /// A workload's timing annotations (each `None`: the `[engine]` setting).
@@ -186,13 +224,21 @@ enum WriteState {
     InFlight(Box<InFlight>),
 }
 
-/// A write in flight; `again` when the workload became due meanwhile.
+/// A write in flight; `again` when the workload became due meanwhile. It
+/// carries the changes observed up to its dispatch; those observed while it is
+/// in flight stay pending for the next write.
 #[derive(Debug)]
 struct InFlight {
     again: bool,
     sources: BTreeSet<SourceName>,
-    /// The outputs the write changes (for the Event when no reference changed).
-    outputs: Vec<Output>,
+    /// The references whose change this write carries.
+    changed: BTreeSet<Reference>,
+    /// When the first of them was observed.
+    observed_at: Option<Instant>,
+    /// What the write sets, for the log and the Event.
+    carries: String,
+    /// Whether it changes the pod template (starts a rollout), not only metadata.
+    rolls: bool,
 }
 
 /// Which namespaces workloads may be stamped in.
@@ -407,8 +453,18 @@ impl Core {
                 last_stamp: None,
                 reported_missing: None,
                 reported_invalid: Box::default(),
+                first_sight: None,
             })
         });
+        let specs = self.graph.specs(&id).unwrap_or_default();
+        if !stamp::adopting(&workload, specs) {
+            record.first_sight = None;
+        } else {
+            let store = self.store.read().unwrap_or_else(|e| e.into_inner());
+            let seen = record.first_sight.get_or_insert_default();
+            // A reference added since first sight: seen now.
+            seen.see(specs, &store);
+        }
         record.current = current;
         record.full = full;
         record.timing = timing;
@@ -567,11 +623,22 @@ impl Core {
             return;
         };
         let dependents: Vec<WorkloadId> = self.graph.dependents(&tracked).cloned().collect();
-        let changed = self
-            .store
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .set(tracked.clone(), observation);
+        let mut store = self.store.write().unwrap_or_else(|e| e.into_inner());
+        // A workload seen before this input's first report takes that report as
+        // what it saw first (or the one before it, when it was seen since).
+        for id in &dependents {
+            if let Some(seen) = self
+                .records
+                .get_mut(id)
+                .and_then(|r| r.first_sight.as_deref_mut())
+            {
+                seen.0
+                    .entry(tracked.clone())
+                    .or_insert_with(|| store.observation(&tracked).unwrap_or(&observation).clone());
+            }
+        }
+        let changed = store.set(tracked.clone(), observation);
+        drop(store);
         if !changed {
             return;
         }
@@ -594,6 +661,7 @@ impl Core {
         let store = self.store.read().unwrap_or_else(|e| e.into_inner());
         let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
         drop(store);
+        let first_sight = first_sight_values(record, specs, self.engine.stamp_on_delete);
         let missing = desired
             .blocked
             .iter()
@@ -603,7 +671,8 @@ impl Core {
             // new problem to report.
             record.reported_missing = None;
         }
-        if missing || stamp::diff(&record.current.to_workload(), specs, &desired).is_some() {
+        let current = record.current.to_workload();
+        if missing || stamp::diff_since(&current, specs, &desired, &first_sight).is_some() {
             self.touch(id.clone(), now, None);
         } else if matches!(record.write, WriteState::Idle) {
             // In sync again (e.g. reverted within the debounce window). While a stamp
@@ -708,7 +777,8 @@ impl Core {
         }
         record.unknown_since = None;
         let workload = record.current.to_workload();
-        let patch = stamp::diff(&workload, specs, &desired);
+        let first_sight = first_sight_values(record, specs, self.engine.stamp_on_delete);
+        let patch = stamp::diff_since(&workload, specs, &desired, &first_sight);
         let sources = patch
             .as_ref()
             .map(|patch| change_sources(record, specs, patch))
@@ -729,10 +799,22 @@ impl Core {
             count(&self.metrics, &id, &sources, StampResult::SkippedFollower);
             return;
         }
+        let rolls = stamp::changes_pod_template(&workload, &patch);
+        let mut changed = std::mem::take(&mut record.pending);
+        let mut observed_at = record.observed_at.take();
+        if !rolls {
+            // An adoption takes over what was there when nudge first saw the
+            // workload: it carries no change, whatever was reported meanwhile.
+            changed.clear();
+            observed_at = None;
+        }
         record.write = WriteState::InFlight(Box::new(InFlight {
             again: false,
             sources,
-            outputs: patch.changed.clone(),
+            changed,
+            observed_at,
+            carries: carried(&patch),
+            rolls,
         }));
         self.in_flight += 1;
         out.push(Effect::Write(Box::new(StampWrite { workload, patch })));
@@ -775,30 +857,57 @@ impl Core {
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
-        let (again, sources, outputs) = match std::mem::replace(&mut record.write, WriteState::Idle)
-        {
-            WriteState::InFlight(write) => (write.again, write.sources, write.outputs),
-            WriteState::Idle => (false, BTreeSet::new(), Vec::new()),
+        let write = match std::mem::replace(&mut record.write, WriteState::Idle) {
+            WriteState::InFlight(write) => *write,
+            WriteState::Idle => InFlight {
+                again: false,
+                sources: BTreeSet::new(),
+                changed: BTreeSet::new(),
+                observed_at: None,
+                carries: String::new(),
+                rolls: false,
+            },
         };
+        let InFlight {
+            again,
+            sources,
+            changed,
+            observed_at,
+            carries,
+            rolls,
+        } = write;
+        if !matches!(outcome, WriteOutcome::Applied(_) | WriteOutcome::Gone) {
+            // Not written: its changes are still to be written.
+            record.pending.extend(changed.iter().cloned());
+            if let Some(at) = observed_at {
+                record.observed_at = Some(record.observed_at.map_or(at, |o| o.min(at)));
+            }
+        }
         match outcome {
             WriteOutcome::Applied(workload) => {
                 count(&self.metrics, &id, &sources, StampResult::Applied);
-                if let Some(observed) = record.observed_at.take() {
+                if let Some(observed) = observed_at {
                     self.metrics
                         .stamp_latency(now.saturating_duration_since(observed));
                 }
                 record.retry = None;
-                record.last_stamp = Some(now);
-                record.rollout = workload.rollout;
-                let changed = std::mem::take(&mut record.pending);
+                if rolls {
+                    // A metadata-only write (an adoption) starts no rollout,
+                    // though it bumps a Deployment's generation.
+                    record.last_stamp = Some(now);
+                    record.rollout = workload.rollout;
+                }
                 let specs = self.graph.specs(&id).unwrap_or_default();
                 let mut workload = workload;
                 workload.id = id.clone();
+                if !stamp::adopting(&workload, specs) {
+                    record.first_sight = None;
+                }
                 record.current = CurrentOutputs::new(&workload, specs.iter().map(|s| &s.output));
                 if record.full.is_some() {
                     record.full = Some(workload);
                 }
-                let note = change_note(&outputs, &changed);
+                let note = change_note(&changed, &carries, rolls);
                 tracing::info!(workload = %id, %note, "stamped");
                 let notice = Notice::new(id.clone(), Reason::ConfigChanged, note)
                     .with_changed(changed.into_iter().collect());
@@ -853,6 +962,20 @@ fn count(
     }
 }
 
+/// The values `record`'s outputs had when nudge first saw it, while it has an
+/// output still to adopt; empty otherwise.
+fn first_sight_values(
+    record: &Record,
+    specs: &[StampSpec],
+    stamp_on_delete: bool,
+) -> BTreeMap<Output, String> {
+    record
+        .first_sight
+        .as_deref()
+        .map(|seen| seen.values(specs, stamp_on_delete))
+        .unwrap_or_default()
+}
+
 /// Until when pacing holds a re-stamp of `record`: its min-interval since the last
 /// stamp, unless that stamp's rollout has completed (design §5).
 fn hold_until(record: &Record, default_interval: Duration) -> Option<Instant> {
@@ -884,15 +1007,46 @@ fn change_sources(
         .collect()
 }
 
-/// The `ConfigChanged` note: which references changed, never their content.
-fn change_note(outputs: &[Output], changed: &BTreeSet<Reference>) -> String {
+/// The `ConfigChanged` note: which references changed (never their content)
+/// and what the write carried, so that a write made while a change was on its
+/// way never names a change it does not carry.
+fn change_note(changed: &BTreeSet<Reference>, carries: &str, rolls: bool) -> String {
+    let what = if rolls {
+        format!("wrote {carries}")
+    } else {
+        format!("adopted {carries} on the workload's metadata (no rollout)")
+    };
     if changed.is_empty() {
-        let outputs: Vec<&str> = outputs.iter().map(Output::key).collect();
-        return format!("stamped {}", outputs.join(", "));
+        return what;
     }
     let refs: Vec<String> = changed.iter().map(ToString::to_string).collect();
-    format!("{} changed", refs.join(", "))
+    format!("{} changed; {what}", refs.join(", "))
 }
 
+/// The values a patch changes, each shortened: fingerprints, never content.
+fn carried(patch: &StampPatch) -> String {
+    const SHOWN: usize = 19; // `sha256-` and 12 hex digits
+    let shown: Vec<String> = patch
+        .changed
+        .iter()
+        .map(|output| {
+            let key = output.key();
+            let value = patch
+                .values
+                .iter()
+                .find(|(written, _)| written.key() == key)
+                .map(|(_, value)| value.as_str())
+                .unwrap_or("lifted");
+            match value.char_indices().nth(SHOWN) {
+                Some((end, _)) => format!("{key}={}…", &value[..end]),
+                None => format!("{key}={value}"),
+            }
+        })
+        .collect();
+    shown.join(", ")
+}
+
+#[cfg(test)]
+mod adoption_tests;
 #[cfg(test)]
 mod tests;

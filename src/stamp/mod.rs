@@ -263,11 +263,31 @@ pub fn diff(
     specs: &[StampSpec],
     desired: &DesiredStamp,
 ) -> Option<StampPatch> {
+    diff_since(workload, specs, desired, &BTreeMap::new())
+}
+
+/// [`diff`] for a workload whose outputs still to adopt (see [`adopting`]) had
+/// the values `first_sight` when nudge first saw it. Adoption takes over what
+/// was already there without a rollout; an output whose desired value differs
+/// from its first-sight value changed while nudge was watching, so it is
+/// written to the pod template (and rolls the pods) instead of adopted.
+pub fn diff_since(
+    workload: &Workload,
+    specs: &[StampSpec],
+    desired: &DesiredStamp,
+    first_sight: &BTreeMap<Output, String>,
+) -> Option<StampPatch> {
     let Plan {
         changed,
         values,
         releases,
-    } = plan(workload, None, specs, desired, true);
+    } = plan(
+        workload,
+        None,
+        specs,
+        desired,
+        Adoption::Controller(first_sight),
+    );
     (!changed.is_empty()).then(|| StampPatch {
         id: workload.id.clone(),
         changed,
@@ -324,10 +344,16 @@ pub fn decide_admission(
     desired: &DesiredStamp,
 ) -> AdmissionDecision {
     // A new workload's pods start with the stamp on their template: adopting it
-    // into metadata would only roll them later.
-    let adopt = stored.is_some();
-    let values = plan(incoming, stored, specs, desired, adopt).values;
-    let changed = plan(stored.unwrap_or(incoming), None, specs, desired, adopt).changed;
+    // into metadata would only roll them later. An update leaves adoption to the
+    // controller, which knows what the content was when it first saw the
+    // workload (the webhook would adopt whatever the content is now).
+    let adoption = if stored.is_some() {
+        Adoption::LeftToController
+    } else {
+        Adoption::Never
+    };
+    let values = plan(incoming, stored, specs, desired, adoption).values;
+    let changed = plan(stored.unwrap_or(incoming), None, specs, desired, adoption).changed;
     let mut outputs: Vec<Output> = Vec::new();
     for spec in specs {
         if !outputs.contains(&spec.output) {
@@ -360,18 +386,58 @@ pub fn decide_admission(
     }
 }
 
+/// Whether `workload` has an output still to adopt: an [`Output::Adopted`]
+/// output with its annotation neither on the pod template nor on the workload,
+/// or an [`Output::ReloaderSource`] output without its state annotation.
+pub fn adopting(workload: &Workload, specs: &[StampSpec]) -> bool {
+    specs.iter().any(|spec| match &spec.output {
+        Output::Adopted(key) => {
+            !workload.template_annotations().contains_key(key)
+                && !workload.annotations.contains_key(key)
+        }
+        Output::ReloaderSource(key) => !workload.annotations.contains_key(key),
+        _ => false,
+    })
+}
+
+/// How outputs still to adopt are decided.
+#[derive(Debug, Clone, Copy)]
+enum Adoption<'a> {
+    /// The controller: adopt into metadata when the desired value is the one
+    /// first seen (in the map; an output missing from it adopts what is there).
+    Controller(&'a BTreeMap<Output, String>),
+    /// An UPDATE under admission: leave adoption to the controller.
+    LeftToController,
+    /// A CREATE under admission: a new workload's pods start with the stamp.
+    Never,
+}
+
+impl Adoption<'_> {
+    /// Whether the desired value `want` of `output` may be adopted without a
+    /// rollout; `None`: not decided here (left to the controller).
+    fn allows(&self, output: &Output, want: &str) -> Option<bool> {
+        match self {
+            Self::Controller(first_sight) => {
+                Some(first_sight.get(output).is_none_or(|first| first == want))
+            }
+            Self::LeftToController => None,
+            Self::Never => Some(false),
+        }
+    }
+}
+
 /// The one decision both renderers rest on: for each output, its value after the
 /// stamp (the desired one; for a blocked output the value `workload` holds, else
 /// `fallback`'s), and which outputs change on `workload`. The values are keyed by
 /// where they are written: an [`Output::Adopted`] output resolves to
-/// [`Output::WorkloadAnnotation`] while it adopts (when `adopt`: the controller,
-/// an UPDATE) and to [`Output::PodTemplateAndWorkloadAnnotation`] otherwise.
+/// [`Output::WorkloadAnnotation`] while it adopts and to
+/// [`Output::PodTemplateAndWorkloadAnnotation`] otherwise (see [`Adoption`]).
 fn plan(
     workload: &Workload,
     fallback: Option<&Workload>,
     specs: &[StampSpec],
     desired: &DesiredStamp,
-    adopt: bool,
+    adoption: Adoption<'_>,
 ) -> Plan {
     let mut changed = Vec::new();
     let mut values = BTreeMap::new();
@@ -383,9 +449,17 @@ fn plan(
         }
         seen.push(output);
         let want = desired.values.get(output).map(String::as_str);
-        if let Output::ReloaderSource(key) = output {
+        if let Output::ReloaderSource(_) = output {
             let source = desired.reloader_sources.get(output).map(String::as_str);
-            if plan_reloader_source(workload, key, want, source, &mut values) {
+            if plan_reloader_source(
+                workload,
+                fallback,
+                output,
+                want,
+                source,
+                adoption,
+                &mut values,
+            ) {
                 changed.push(output.clone());
             }
             continue;
@@ -402,7 +476,7 @@ fn plan(
             continue;
         }
         let (target, value, differs) = match output {
-            Output::Adopted(key) => plan_adopted(workload, fallback, key, want, adopt),
+            Output::Adopted(key) => plan_adopted(workload, fallback, key, want, adoption),
             _ => plan_in_place(workload, fallback, output, want),
         };
         if differs {
@@ -485,12 +559,20 @@ fn plan_in_place<'a>(
 /// apply does not drop it). Returns whether the output changes.
 fn plan_reloader_source(
     workload: &Workload,
-    key: &str,
+    fallback: Option<&Workload>,
+    output: &Output,
     want: Option<&str>,
     source: Option<&str>,
+    adoption: Adoption<'_>,
     values: &mut BTreeMap<Output, String>,
 ) -> bool {
-    let own = workload.annotations.get(key).map(String::as_str);
+    let key = output.key();
+    // A request that dropped the state is decided on the stored object's.
+    let own = [Some(workload), fallback]
+        .into_iter()
+        .flatten()
+        .find_map(|w| w.annotations.get(key))
+        .map(String::as_str);
     let template_key = crate::annotations::RELOADER_LAST_RELOADED_FROM.to_owned();
     let template = workload.template_annotations().get(&template_key);
     let state = Output::WorkloadAnnotation(key.to_owned());
@@ -500,30 +582,31 @@ fn plan_reloader_source(
             values.insert(document.clone(), current.clone());
         }
     };
-    match (want, own) {
-        (Some(want), Some(own)) if own != want => {
-            values.insert(state, want.to_owned());
-            match source {
-                Some(source) => {
-                    values.insert(document, source.to_owned());
-                }
-                None => keep_document(values),
-            }
-            true
+    let Some(want) = want else {
+        if let Some(own) = own {
+            values.insert(state, own.to_owned());
         }
-        (Some(want), own) => {
-            values.insert(state, want.to_owned());
+        keep_document(values);
+        return false;
+    };
+    let rolls = match (own, adoption) {
+        (Some(own), _) => own != want,
+        // A new workload keeps the document it was created with.
+        (None, Adoption::Never) => false,
+        (None, Adoption::LeftToController) => {
             keep_document(values);
-            own.is_none()
+            return false;
         }
-        (None, own) => {
-            if let Some(own) = own {
-                values.insert(state, own.to_owned());
-            }
-            keep_document(values);
-            false
+        (None, Adoption::Controller(_)) => adoption.allows(output, want) == Some(false),
+    };
+    values.insert(state, want.to_owned());
+    match source {
+        Some(source) if rolls => {
+            values.insert(document, source.to_owned());
         }
+        _ => keep_document(values),
     }
+    rolls || own.is_none()
 }
 
 /// An [`Output::Adopted`] output: on the pod template once it is there; until
@@ -534,7 +617,7 @@ fn plan_adopted<'a>(
     fallback: Option<&'a Workload>,
     key: &str,
     want: Option<&'a str>,
-    adopt: bool,
+    adoption: Adoption<'_>,
 ) -> (Output, Option<&'a str>, bool) {
     let both = Output::PodTemplateAndWorkloadAnnotation(key.to_owned());
     let metadata = Output::WorkloadAnnotation(key.to_owned());
@@ -549,7 +632,25 @@ fn plan_adopted<'a>(
         Some(want) => match (template, own) {
             (Some(t), o) => (both, Some(want), t != want || o != Some(want)),
             (None, Some(o)) if o == want => (metadata, Some(want), false),
-            (None, None) if adopt => (metadata, Some(want), true),
+            (None, None) => {
+                let output = Output::Adopted(key.to_owned());
+                match adoption.allows(&output, want) {
+                    Some(true) => (metadata, Some(want), true),
+                    Some(false) => (both, Some(want), true),
+                    None => match fallback.map(held) {
+                        // The request dropped what the stored object holds:
+                        // decide on that.
+                        Some((t, o)) if t.is_some() || o.is_some() => plan_adopted(
+                            fallback.unwrap_or(workload),
+                            None,
+                            key,
+                            Some(want),
+                            adoption,
+                        ),
+                        _ => (metadata, None, false),
+                    },
+                }
+            }
             (None, _) => (both, Some(want), true),
         },
         None => {

@@ -838,13 +838,69 @@ fn a_new_workload_under_admission_gets_an_adopted_output_on_its_template() {
         created.values,
         BTreeMap::from([(both, "sha256-1".to_owned())])
     );
+    // An update leaves adoption to the controller, which knows the content it
+    // first saw; the webhook would adopt whatever the content is now.
     let updated = decide_admission(&incoming, Some(&incoming), &specs, &stamp);
+    assert_eq!(updated.values, BTreeMap::new());
+    assert!(!updated.stamp_changed);
+    // Once adopted, an update that drops the annotation gets it back.
+    let adopted = mk_workload(&[], &[(HASH, "sha256-1")], Vec::new(), Vec::new());
+    let reapplied = decide_admission(&incoming, Some(&adopted), &specs, &stamp);
     assert_eq!(
-        updated.values,
+        reapplied.values,
         BTreeMap::from([(
             Output::WorkloadAnnotation(HASH.to_owned()),
             "sha256-1".to_owned()
         )])
+    );
+    // And a change since the adoption reaches the template in the same request.
+    let changed = desired(&specs, &mk_store(&[(&cm, present("sha256-2"))]), false);
+    let rolled = decide_admission(&incoming, Some(&adopted), &specs, &changed);
+    assert_eq!(
+        rolled.values,
+        BTreeMap::from([(
+            Output::PodTemplateAndWorkloadAnnotation(HASH.to_owned()),
+            "sha256-2".to_owned()
+        )])
+    );
+}
+
+#[test]
+fn an_output_changed_since_first_sight_is_written_to_the_template_not_adopted() {
+    let cm = mk_cm("cfg");
+    let specs = [adopted_spec(&cm)];
+    let unadopted = mk_annotated(&[]);
+    assert!(adopting(&unadopted, &specs));
+    let now = desired(&specs, &mk_store(&[(&cm, present("sha256-2"))]), false);
+    let adopted = Output::Adopted(HASH.to_owned());
+    let first_seen = |value: &str| BTreeMap::from([(adopted.clone(), value.to_owned())]);
+
+    // Seen as it is now: adopted on metadata, no rollout.
+    let patch = diff_since(&unadopted, &specs, &now, &first_seen("sha256-2")).unwrap();
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([(
+            Output::WorkloadAnnotation(HASH.to_owned()),
+            "sha256-2".to_owned()
+        )])
+    );
+    assert!(!changes_pod_template(&unadopted, &patch));
+
+    // Changed since: the new content goes to the template and rolls.
+    let patch = diff_since(&unadopted, &specs, &now, &first_seen("sha256-1")).unwrap();
+    let both = Output::PodTemplateAndWorkloadAnnotation(HASH.to_owned());
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([(both, "sha256-2".to_owned())])
+    );
+    assert!(changes_pod_template(&unadopted, &patch));
+
+    // Once adopted, the metadata value is the baseline.
+    let done = mk_workload(&[], &[(HASH, "sha256-2")], Vec::new(), Vec::new());
+    assert!(!adopting(&done, &specs));
+    assert_eq!(
+        diff_since(&done, &specs, &now, &first_seen("sha256-1")),
+        None
     );
 }
 
