@@ -484,7 +484,8 @@ pub(crate) fn after_uid(rt: &ResourceType, obj: &mut Value) {
 }
 
 /// Update-time preparation (`PrepareForUpdate`): keeps what the endpoint
-/// may not change and bumps `metadata.generation` on spec changes.
+/// may not change and bumps `metadata.generation` as the kind's strategy
+/// does (see [`bumps_generation`]).
 pub(crate) fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value, sub: Subresource) {
     for k in [
         "uid",
@@ -538,18 +539,44 @@ pub(crate) fn prepare_update(rt: &ResourceType, old: &Value, new: &mut Value, su
             .and_then(|m| m.get("generation"))
             .and_then(Value::as_i64)
             .unwrap_or(1);
-        let field = if rt.family == Family::MutatingWebhookConfiguration {
-            "webhooks"
-        } else {
-            "spec"
-        };
-        let bumped = if sub == Subresource::Main && old.get(field) != new.get(field) {
+        let bumped = if sub == Subresource::Main && bumps_generation(rt.family, old, new) {
             generation + 1
         } else {
             generation
         };
         meta::set_meta(new, "generation", bumped);
     }
+}
+
+/// Whether an update through the main resource bumps `metadata.generation`,
+/// as each kind's `PrepareForUpdate` in kubernetes/kubernetes decides (the
+/// `/status` strategies never bump it; custom resources have their own rule
+/// in [`custom::prepare_update`]):
+///
+/// - Deployment (`pkg/registry/apps/deployment/strategy.go`): a change of
+///   `spec` or of `metadata.annotations` ("annotation updates bump the
+///   generation because annotations are copied from deployments to their
+///   replica sets"); labels do not;
+/// - StatefulSet, DaemonSet, Job, CronJob (`pkg/registry/apps/statefulset/`,
+///   `apps/daemonset/`, `batch/job/`, `batch/cronjob/` `strategy.go`) and
+///   CustomResourceDefinition (`staging/src/k8s.io/apiextensions-apiserver/
+///   pkg/registry/customresourcedefinition/strategy.go`): a change of `spec`
+///   only, metadata (annotations included) never;
+/// - MutatingWebhookConfiguration (`pkg/registry/admissionregistration/
+///   mutatingwebhookconfiguration/strategy.go`): a change of `webhooks`.
+fn bumps_generation(family: Family, old: &Value, new: &Value) -> bool {
+    let differs = |field: &str| old.get(field) != new.get(field);
+    match family {
+        Family::Deployment => differs("spec") || annotations(old) != annotations(new),
+        Family::MutatingWebhookConfiguration => differs("webhooks"),
+        _ => differs("spec"),
+    }
+}
+
+/// `metadata.annotations`, where missing, `null` and `{}` are one value, as
+/// for `apiequality.Semantic.DeepEqual` (nil and empty maps are equal).
+fn annotations(obj: &Value) -> Option<&Map<String, Value>> {
+    meta::string_map(obj, "annotations").filter(|m| !m.is_empty())
 }
 
 #[cfg(test)]
@@ -586,6 +613,124 @@ mod tests {
         );
         assert_eq!(d["status"], json!({}));
         assert_eq!(d["metadata"]["generation"], json!(1));
+    }
+
+    /// The built-in resource type of `kind`.
+    fn builtin_kind(kind: &str) -> ResourceType {
+        (0..crate::resources::BUILTINS.len())
+            .map(builtin)
+            .find(|rt| rt.kind == kind)
+            .unwrap_or_else(|| panic!("{kind} is served"))
+    }
+
+    /// A stored object at generation 3 with an annotation, a label, a spec
+    /// and a status.
+    fn stored() -> Value {
+        json!({
+            "metadata": {"name": "w", "namespace": "t", "generation": 3,
+                "annotations": {"a": "1"}, "labels": {"l": "1"}},
+            "spec": {"replicas": 1},
+            "webhooks": [{"name": "w.example.com"}],
+            "status": {"observedGeneration": 3}
+        })
+    }
+
+    /// `metadata.generation` after `change` is written to [`stored`] through `sub`.
+    fn generation_after(kind: &str, sub: Subresource, change: impl Fn(&mut Value)) -> i64 {
+        let old = stored();
+        let mut new = old.clone();
+        change(&mut new);
+        prepare_update(&builtin_kind(kind), &old, &mut new, sub);
+        new["metadata"]["generation"].as_i64().unwrap()
+    }
+
+    fn set_annotation(o: &mut Value) {
+        o["metadata"]["annotations"]["nudge.dev/config-hash"] = json!("sha256-x");
+    }
+    fn set_label(o: &mut Value) {
+        o["metadata"]["labels"]["team"] = json!("a");
+    }
+    fn set_spec(o: &mut Value) {
+        o["spec"]["replicas"] = json!(2);
+    }
+    fn set_status(o: &mut Value) {
+        o["status"]["observedGeneration"] = json!(4);
+    }
+
+    /// `pkg/registry/apps/deployment/strategy.go`, `PrepareForUpdate`: "annotation
+    /// updates bump the generation because annotations are copied from deployments
+    /// to their replica sets"; the spec bumps it too, labels do not (as
+    /// `tests/transcripts/deployment_generation.json` shows for the spec and labels).
+    #[test]
+    fn deployment_generation_follows_the_spec_and_the_annotations_not_the_labels() {
+        let main = Subresource::Main;
+        assert_eq!(generation_after("Deployment", main, set_spec), 4);
+        assert_eq!(generation_after("Deployment", main, set_annotation), 4);
+        let removed = |o: &mut Value| {
+            meta::metadata_mut(o).remove("annotations");
+        };
+        assert_eq!(generation_after("Deployment", main, removed), 4);
+        assert_eq!(generation_after("Deployment", main, set_label), 3);
+        assert_eq!(generation_after("Deployment", main, |_| {}), 3);
+        // apiequality.Semantic.DeepEqual: a nil and an empty map are equal.
+        let empty = |o: &mut Value| o["metadata"]["annotations"] = json!({});
+        let old = json!({"metadata": {"name": "w", "generation": 1}, "spec": {}});
+        let mut new = old.clone();
+        empty(&mut new);
+        prepare_update(&builtin_kind("Deployment"), &old, &mut new, main);
+        assert_eq!(new["metadata"]["generation"], json!(1));
+    }
+
+    /// The `/status` strategies (`deploymentStatusStrategy` and the others) keep
+    /// the stored spec and never bump the generation.
+    #[test]
+    fn status_writes_never_bump_the_generation() {
+        for kind in ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"] {
+            let all = |o: &mut Value| {
+                set_status(o);
+                set_spec(o);
+                set_annotation(o);
+            };
+            assert_eq!(
+                generation_after(kind, Subresource::Status, all),
+                3,
+                "{kind}"
+            );
+        }
+    }
+
+    /// `pkg/registry/apps/statefulset/strategy.go`, `apps/daemonset/strategy.go`,
+    /// `batch/job/strategy.go` and `batch/cronjob/strategy.go`, `PrepareForUpdate`:
+    /// "Any changes to the spec increment the generation number"; metadata,
+    /// annotations included, does not (DaemonSet: "TODO: Any changes to a part of
+    /// the object that represents desired state (labels, annotations etc) should
+    /// also increment the generation").
+    #[test]
+    fn statefulset_daemonset_job_and_cronjob_generation_follows_the_spec_only() {
+        for kind in ["StatefulSet", "DaemonSet", "Job", "CronJob"] {
+            let main = Subresource::Main;
+            assert_eq!(generation_after(kind, main, set_spec), 4, "{kind}");
+            assert_eq!(generation_after(kind, main, set_annotation), 3, "{kind}");
+            assert_eq!(generation_after(kind, main, set_label), 3, "{kind}");
+            assert_eq!(generation_after(kind, main, set_status), 3, "{kind}");
+        }
+    }
+
+    /// `staging/src/k8s.io/apiextensions-apiserver/pkg/registry/
+    /// customresourcedefinition/strategy.go`: the spec only;
+    /// `pkg/registry/admissionregistration/mutatingwebhookconfiguration/strategy.go`:
+    /// `webhooks` only.
+    #[test]
+    fn crd_and_webhook_configuration_generation_follow_their_desired_state_only() {
+        let main = Subresource::Main;
+        let crd = "CustomResourceDefinition";
+        assert_eq!(generation_after(crd, main, set_spec), 4);
+        assert_eq!(generation_after(crd, main, set_annotation), 3);
+        let mwc = "MutatingWebhookConfiguration";
+        let webhooks = |o: &mut Value| o["webhooks"][0]["name"] = json!("v.example.com");
+        assert_eq!(generation_after(mwc, main, webhooks), 4);
+        assert_eq!(generation_after(mwc, main, set_annotation), 3);
+        assert_eq!(generation_after(mwc, main, set_label), 3);
     }
 
     #[test]

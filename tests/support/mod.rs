@@ -22,9 +22,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use apiserver_double::ApiServerDouble;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Resource, ResourceExt};
@@ -347,10 +350,72 @@ impl TestCluster {
             .unwrap_or_default()
     }
 
+    /// What decides, now, whether the workload's pods roll: see [`RolloutMarker`].
+    /// Where the server serves the workload's revisions, waits first until its
+    /// controller has observed its latest generation (and so made the revision
+    /// for it).
+    pub async fn rollout_marker(&self, kind: &str, name: &str) -> RolloutMarker {
+        let revisions = match kind {
+            "Deployment" => "replicasets",
+            _ => "controllerrevisions",
+        };
+        if !self.serves("apps/v1", revisions).await {
+            let workload = self.workload(kind, name).await;
+            return RolloutMarker {
+                template: workload["spec"]["template"].clone(),
+                revisions: None,
+            };
+        }
+        let what = format!("the {kind} controller to observe {name}'s generation");
+        let workload = wait_for(&what, WAIT, || async {
+            let workload = self.workload(kind, name).await;
+            let generation = workload["metadata"]["generation"].as_i64();
+            (workload["status"]["observedGeneration"].as_i64() >= generation).then_some(workload)
+        })
+        .await;
+        let uid = workload["metadata"]["uid"].as_str().unwrap_or_default();
+        let owned_by_it = |owners: Option<Vec<OwnerReference>>| {
+            owners
+                .unwrap_or_default()
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true))
+        };
+        let lp = ListParams::default();
+        let count = if kind == "Deployment" {
+            let list = self.api::<ReplicaSet>().list(&lp).await.unwrap();
+            list.items
+                .into_iter()
+                .filter(|r| owned_by_it(r.metadata.owner_references.clone()))
+                .count()
+        } else {
+            let list = self.api::<ControllerRevision>().list(&lp).await.unwrap();
+            list.items
+                .into_iter()
+                .filter(|r| owned_by_it(r.metadata.owner_references.clone()))
+                .count()
+        };
+        RolloutMarker {
+            template: workload["spec"]["template"].clone(),
+            revisions: Some(count),
+        }
+    }
+
+    /// Whether discovery lists `resource` in `api_version` (`group/version`).
+    async fn serves(&self, api_version: &str, resource: &str) -> bool {
+        self.client
+            .list_api_group_resources(api_version)
+            .await
+            .is_ok_and(|list| list.resources.iter().any(|r| r.name == resource))
+    }
+
     /// Counts nudge's writes to a workload from now on. On the double it counts
     /// PATCH requests by field manager `nudge`; on an external cluster it counts
-    /// `metadata.generation` bumps, which every nudge stamp causes (nudge never
-    /// writes without changing the pod template).
+    /// `metadata.generation` bumps, which every nudge stamp causes, and so does a
+    /// write to a Deployment's own annotations (an adoption), though not one to a
+    /// StatefulSet's or DaemonSet's. Whether pods rolled is [`rollout_marker`]'s
+    /// business.
+    ///
+    /// [`rollout_marker`]: Self::rollout_marker
     pub async fn patch_counter(&self, kind: &str, name: &str) -> PatchCounter {
         let generation = self.workload(kind, name).await["metadata"]["generation"]
             .as_i64()
@@ -738,6 +803,34 @@ where
         });
     });
     let _ = cleanup.join();
+}
+
+/// What rolls a workload's pods, at one moment ([`TestCluster::rollout_marker`]):
+/// its pod template and, where the server serves them, the revisions its
+/// controller made (a Deployment's ReplicaSets, a StatefulSet's or DaemonSet's
+/// ControllerRevisions). Not `metadata.generation`: a kube-apiserver bumps a
+/// Deployment's generation for an annotation on its own metadata, which rolls
+/// no pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RolloutMarker {
+    /// `spec.template`.
+    pub template: Value,
+    /// Revisions controlled by the workload; `None` where the server does not
+    /// serve them (the API server double has no controllers).
+    pub revisions: Option<usize>,
+}
+
+/// Asserts that nothing between two markers of one workload rolled its pods.
+#[track_caller]
+pub fn assert_no_rollout(before: &RolloutMarker, after: &RolloutMarker) {
+    assert_eq!(
+        after.template, before.template,
+        "the pod template changed: a rollout"
+    );
+    assert_eq!(
+        after.revisions, before.revisions,
+        "the workload's controller made a new revision: a rollout"
+    );
 }
 
 /// nudge's writes to one workload since a point in time.
