@@ -202,3 +202,41 @@ async fn a_targets_entry_stamps_its_kind_at_its_template_path() {
     assert!(stamp.starts_with("sha256-"), "{stamp}");
     nudge.stop().await;
 }
+
+/// Whether the cluster serves Argo Rollouts now.
+async fn argo_served(cluster: &TestCluster) -> bool {
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_argo_rollouts_one_line_names_the_kind_and_ready_notes_nothing() {
+    let cluster = TestCluster::start("no-argo").await;
+    let served_before = argo_served(&cluster).await;
+    let mut config = cluster.nudge_config();
+    let admin = free_port();
+    config.admin.bind = admin;
+    let log = std::env::temp_dir().join(format!("{}-nudge.log", cluster.namespace()));
+    let nudge = cluster.spawn_nudge_binary(&config, &log);
+    let body = wait_ready(admin).await;
+    if served_before || argo_served(&cluster).await {
+        // A cluster with Argo (or a shared one where another test installed
+        // its CRD meanwhile): nothing to see here.
+        eprintln!("Argo Rollouts are served by this cluster; not checked");
+        nudge.stop().await;
+        return;
+    }
+    assert!(!body.contains("Rollout"), "no /ready note: {body}");
+    nudge.stop().await;
+    let logs = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("Rollout")).collect();
+    assert_eq!(lines.len(), 1, "one line about Argo Rollouts: {lines:#?}");
+    assert!(
+        lines[0].contains("argoproj.io/v1alpha1 Rollout is not served by this cluster")
+            && !lines[0].contains("Failed to parse"),
+        "{}",
+        lines[0]
+    );
+}

@@ -524,24 +524,34 @@ pub async fn targets(
                 seen.insert(kind);
                 targets.push(Arc::new(target));
             }
-            Err(error) => report_unserved(&error, required, readiness),
+            Err(error) => report_unserved(&kind, &error, required, readiness),
         }
     }
     targets.extend(custom);
     targets
 }
 
-/// A kind that cannot be stamped: a warning (configured) or an info line (Argo
-/// Rollouts without their CRD), and a note in `/ready`.
-fn report_unserved(error: &TargetSetupError, required: bool, readiness: &Readiness) {
-    let text = crate::error_chain(error);
-    if required {
-        tracing::warn!(error = %text, "not stamping this kind; install its CRD (or fix the [[targets]] entry) and restart nudge");
-        readiness.note(format!("not stamping: {text}"));
-    } else {
-        tracing::info!(error = %text, "not stamping this kind");
-        readiness.note(format!("not stamping: {error}"));
+/// A kind that cannot be stamped. A configured one: a warning and a note in
+/// `/ready`. A built-in optional one (Argo Rollouts) the cluster does not serve:
+/// one line naming it, nothing in `/ready` (most clusters have no Argo); any
+/// other failure to discover it is reported like a configured kind's.
+fn report_unserved(
+    kind: &WorkloadKind,
+    error: &TargetSetupError,
+    required: bool,
+    readiness: &Readiness,
+) {
+    if !required && error.is_absent() {
+        tracing::info!(
+            "{} {} is not served by this cluster (its CRD is not installed): not stamping it; restart nudge after installing it",
+            kind.api_version(),
+            kind.as_str(),
+        );
+        return;
     }
+    let text = crate::error_chain(error);
+    tracing::warn!(error = %text, "not stamping this kind; install its CRD (or fix the [[targets]] entry) and restart nudge");
+    readiness.note(format!("not stamping: {text}"));
 }
 
 fn scope_description(namespaces: &[String]) -> String {

@@ -74,6 +74,21 @@ pub enum TargetSetupError {
     },
 }
 
+impl TargetSetupError {
+    /// Whether the API server answered that it does not serve the kind (no CRD
+    /// installed), as opposed to failing to answer.
+    pub fn is_absent(&self) -> bool {
+        match self {
+            Self::NotServed { source, .. } => match source {
+                kube::Error::Api(status) => status.is_not_found(),
+                kube::Error::Discovery(_) => true,
+                _ => false,
+            },
+            Self::ClusterScoped { .. } => false,
+        }
+    }
+}
+
 /// The built-in kinds nudge stamps without configuration, with their plurals:
 /// Deployment, StatefulSet and DaemonSet (`apps/v1`, `spec.template`).
 pub fn builtin_kinds() -> Vec<(WorkloadKind, &'static str)> {
