@@ -293,3 +293,34 @@ async fn cron_job_a_change_in_the_first_window_reaches_its_job_template_once() {
     );
     nudge.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloader_auto_a_change_while_nudge_is_stopped_rolls_once_after_the_adoption() {
+    let cluster = TestCluster::start("adopt-restart").await;
+    cluster.put_configmap("acfg", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "app",
+            &[RELOADER_AUTO],
+            &[],
+            pod_mounting_configmap("acfg"),
+        )
+        .await;
+    let template = history(&cluster, "app", CONFIG_HASH);
+    // The adoption is written at once, whatever the debounce.
+    let nudge = cluster.start_nudge(config_with_debounce(&cluster, WINDOW));
+    let adopted = own_annotation(&cluster, "app", CONFIG_HASH).await;
+    nudge.stop().await;
+
+    cluster.put_configmap("acfg", &[("a", "2")]).await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let rolled = wait_for_stamp(&cluster, "Deployment", "app", CONFIG_HASH, None).await;
+    assert_ne!(rolled, adopted);
+    let witness = adopted_now(&cluster, "witness", "acfg", &[], CONFIG_HASH).await;
+    assert_eq!(rolled, witness);
+    cluster.put_configmap("acfg", &[("a", "3")]).await;
+    let again = wait_for_stamp(&cluster, "Deployment", "app", CONFIG_HASH, Some(&rolled)).await;
+    assert_eq!(template.first(3).await, [None, Some(rolled), Some(again)]);
+    nudge.stop().await;
+}

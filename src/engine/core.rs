@@ -672,8 +672,16 @@ impl Core {
             record.reported_missing = None;
         }
         let current = record.current.to_workload();
-        if missing || stamp::diff_since(&current, specs, &desired, &first_sight).is_some() {
-            self.touch(id.clone(), now, None);
+        let patch = stamp::diff_since(&current, specs, &desired, &first_sight);
+        if missing || patch.is_some() {
+            // An adoption rolls nothing and there is nothing to debounce: it is
+            // written at once, so that what nudge first saw is kept in the
+            // cluster and survives a restart.
+            let adoption = record.first_sight.is_some()
+                && patch
+                    .as_ref()
+                    .is_some_and(|patch| !stamp::changes_pod_template(&current, patch));
+            self.touch(id.clone(), now, adoption.then_some(Duration::ZERO));
         } else if matches!(record.write, WriteState::Idle) {
             // In sync again (e.g. reverted within the debounce window). While a stamp
             // is in flight, the watch may echo it before the write returns: the

@@ -398,6 +398,26 @@ fn reloader_auto_content_changed_before_first_sight_is_adopted_without_a_rollout
 }
 
 #[test]
+fn the_adoption_is_written_at_once_not_after_the_debounce() {
+    let mut h = Harness::new(reloader_auto_paused("15s"));
+    h.see();
+    h.content("A");
+    h.advance(Duration::ZERO);
+    assert_eq!(h.writes.len(), 1, "what nudge first saw is kept at once");
+    assert_eq!(h.rollouts(), 0);
+    assert_eq!(
+        h.metadata(CONFIG_HASH),
+        Some(adoption_of(reloader_auto, "A", CONFIG_HASH).as_str())
+    );
+    // A later change waits for the period, then rolls once.
+    h.content("B");
+    h.advance(Duration::from_secs(14));
+    assert_eq!(h.rollouts(), 0);
+    h.settle();
+    assert_eq!(h.rollouts(), 1);
+}
+
+#[test]
 fn reloader_auto_a_change_reverted_within_the_window_rolls_nothing() {
     let mut h = Harness::new(reloader_auto());
     h.see();
@@ -423,7 +443,7 @@ fn reloader_pause_period_changes_after_first_sight_roll_once_at_its_end() {
     for (i, content) in ["B", "C", "D"].into_iter().enumerate() {
         h.advance(Duration::from_secs(4));
         h.content(content);
-        assert!(h.writes.is_empty(), "nothing before the period ends ({i})");
+        assert_eq!(h.rollouts(), 0, "no rollout before the period ends ({i})");
     }
     h.settle();
     assert_eq!(h.rollouts(), 1, "{:#?}", h.writes);
