@@ -5,6 +5,9 @@
 //! content fingerprint into the workload's pod-template annotations, so the
 //! workload controller performs an ordinary rolling update.
 //!
+//! "design §N" in the code's comments refers to section N of `docs/design.md`,
+//! the design of record in the repository.
+//!
 //! # Embedding
 //!
 //! [`Controller`] runs everything `nudge run` runs; add custom sources and targets
