@@ -12,8 +12,7 @@
 
 use std::sync::Arc;
 
-use nudge::model::{TemplatePath, WorkloadKind};
-use nudge::targets::TargetSettings;
+use nudge::target::{TargetSettings, TemplatePath, WorkloadKind};
 use nudge::{Config, Controller, KubeTarget};
 
 /// `example.com/v1` Widget, its pod template at `spec.podTemplate`.
@@ -26,7 +25,9 @@ pub fn widget_kind() -> WorkloadKind {
 pub fn controller(config: Config, client: kube::Client) -> Controller {
     let settings = TargetSettings::from_config(&config);
     let widgets = KubeTarget::new(client.clone(), widget_kind(), "widgets", settings);
-    Controller::from_config(config, client).with_target(Arc::new(widgets))
+    Controller::from_config(config, client)
+        .operate_as_configured()
+        .with_target(Arc::new(widgets))
 }
 
 #[tokio::main]
@@ -37,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = std::env::args().nth(1).map(std::path::PathBuf::from);
     let config = Config::load(file.as_deref(), &Default::default())?;
     let client = kube::Client::try_default().await?;
-    let shutdown = nudge::runtime::shutdown::on_signal();
+    let shutdown = nudge::shutdown::on_signal();
     controller(config, client).run(shutdown).await?;
     Ok(())
 }

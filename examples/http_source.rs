@@ -20,9 +20,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nudge::fingerprint::Observation;
-use nudge::model::{SourceName, Tracked};
-use nudge::sources::{ObserveContext, PollSource, SourceError, poll};
+use nudge::source::{
+    Observation, ObserveContext, PollSource, SourceError, SourceName, Tracked, poll,
+};
 
 /// Fingerprints the body of each referenced URL, read every `interval`.
 pub struct HttpSource {
@@ -90,8 +90,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = nudge::config::Config::load(file.as_deref(), &Default::default())?;
     let client = kube::Client::try_default().await?;
     let http = HttpSource::new(SourceName::new("http")?, Duration::from_secs(30));
-    let shutdown = nudge::runtime::shutdown::on_signal();
-    nudge::runtime::Controller::from_config(config, client)
+    let shutdown = nudge::shutdown::on_signal();
+    nudge::Controller::from_config(config, client)
+        .operate_as_configured()
         .with_source(poll(http))
         .run(shutdown)
         .await?;
@@ -102,13 +103,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use nudge::fingerprint::{Algorithm, FingerprintKey};
-    use nudge::health::{Readiness, WatchHealth};
-    use nudge::model::Reference;
-    use nudge::sources::{Interest, SourceContext, SourceUpdate};
+    use nudge::source::{Algorithm, FingerprintKey, Reference, SourceContext};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::sync::mpsc;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
 
@@ -186,34 +182,23 @@ mod tests {
         let body = Arc::new(Mutex::new(Some("v1")));
         let url = serve(body.clone()).await;
         let interval = Duration::from_millis(200);
-        let (updates_tx, mut updates) = mpsc::channel::<SourceUpdate>(8);
-        let shutdown = CancellationToken::new();
-        let readiness = Readiness::new(CancellationToken::new());
-        let (ctx, interest) = SourceContext::new(
-            SourceName::new("http").unwrap(),
-            updates_tx,
-            cx(),
-            readiness.register("source http"),
-            WatchHealth::default(),
-            shutdown.clone(),
-        );
+        let (ctx, mut engine) = SourceContext::harness(SourceName::new("http").unwrap(), cx(), 8);
         let task = tokio::spawn(poll(mk_source(interval)).run(ctx));
         let started = tokio::time::Instant::now();
-        interest.send(Interest::Track(mk_tracked(&url))).unwrap();
-        let first = updates.recv().await.unwrap();
+        engine.track(mk_tracked(&url));
+        let first = engine.next_update().await.unwrap();
         assert!(started.elapsed() < interval, "first read waits for no tick");
         // Several polls of the same body: nothing new.
-        let quiet = tokio::time::timeout(interval * 3, updates.recv()).await;
+        let quiet = tokio::time::timeout(interval * 3, engine.next_update()).await;
         assert!(quiet.is_err(), "unchanged body reported again: {quiet:?}");
         *body.lock().unwrap() = Some("v2");
-        let second = tokio::time::timeout(interval * 5, updates.recv())
+        let second = tokio::time::timeout(interval * 5, engine.next_update())
             .await
             .expect("the change is reported at the next poll")
             .unwrap();
         assert_ne!(second.observation, first.observation);
-        readiness.seal();
-        assert!(readiness.is_ready());
-        shutdown.cancel();
+        assert!(engine.is_ready());
+        engine.shutdown();
         task.await.unwrap().unwrap();
     }
 }

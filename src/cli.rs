@@ -1,17 +1,36 @@
-//! The `nudge` command line: `run`, `explain`, `version`.
+//! The `nudge` command line, for the `nudge` binary and for an embedder's own
+//! binary: [`run`] gives it `run`, `explain`, `check-config` and `version`, with
+//! the embedder's sources and targets in every command.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # fn my_source() -> Arc<dyn nudge::Source> { unimplemented!() }
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     nudge::cli::run(|controller| controller.with_source(my_source())).await
+//! }
+//! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use nudge::config::{Config, LogFormat, Overrides};
+use crate::config::{Config, LogFormat, Overrides};
+use crate::runtime::Controller;
+
+/// Runs the command line of `std::env::args()`: the controller (`run`),
+/// `explain`, `check-config` or `version`. `customize` adds the embedder's
+/// sources and targets to the controller every command builds.
+pub async fn run(customize: impl FnOnce(Controller) -> Controller) -> ExitCode {
+    Cli::parse().run(customize).await
+}
 
 /// Rolls Kubernetes workloads when the ConfigMaps, Secrets or Consul keys they
 /// depend on change.
 #[derive(Debug, Parser)]
 #[command(name = "nudge", version, about, long_about = None)]
-pub struct Cli {
+struct Cli {
     /// TOML config file (see config.example.toml).
     #[arg(long, global = true, env = "NUDGE_CONFIG", value_name = "PATH")]
     config: Option<PathBuf>,
@@ -44,6 +63,9 @@ enum Command {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
     },
+    /// Validate the configuration (file, `NUDGE_*` variables, flags) and print
+    /// the effective configuration, secrets redacted. Reads no cluster.
+    CheckConfig,
     /// Print the version.
     Version,
 }
@@ -59,7 +81,7 @@ enum ExplainFormat {
 
 impl Cli {
     /// Runs the chosen subcommand; the exit code says whether it succeeded.
-    pub async fn run(self) -> ExitCode {
+    async fn run(self, customize: impl FnOnce(Controller) -> Controller) -> ExitCode {
         let Cli {
             config,
             log_format,
@@ -81,36 +103,77 @@ impl Cli {
                 return ExitCode::from(2);
             }
         };
+        if let Command::CheckConfig = command {
+            return check_config(&config);
+        }
         crate::telemetry::init_logging(&config.log);
+        let client = match kube::Client::try_default().await {
+            Ok(client) => client,
+            Err(error) => {
+                eprintln!(
+                    "nudge: cannot configure the Kubernetes client: {}. To fix: point KUBECONFIG at a cluster (or run in a pod with a service account).",
+                    crate::errors::error_chain(&error)
+                );
+                return ExitCode::FAILURE;
+            }
+        };
+        let controller = customize(Controller::from_config(config, client).operate_as_configured());
         match command {
-            Command::Run => run(config).await,
+            Command::Run => run_controller(controller).await,
             Command::Explain {
                 workload,
                 namespace,
                 output,
                 timeout,
-            } => explain(&config, &workload, namespace.as_deref(), output, timeout).await,
-            Command::Version => unreachable!("handled above"),
+            } => {
+                explain(
+                    &controller,
+                    &workload,
+                    namespace.as_deref(),
+                    output,
+                    timeout,
+                )
+                .await
+            }
+            Command::Version | Command::CheckConfig => unreachable!("handled above"),
+        }
+    }
+}
+
+/// `nudge check-config`: the effective configuration as TOML, secrets redacted.
+fn check_config(config: &Config) -> ExitCode {
+    match toml::to_string(&config.redacted()) {
+        Ok(text) => {
+            println!(
+                "# nudge {}: configuration is valid",
+                env!("CARGO_PKG_VERSION")
+            );
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("nudge check-config: cannot print the configuration: {error}");
+            ExitCode::FAILURE
         }
     }
 }
 
 /// `nudge version` output.
-pub fn version() -> String {
+fn version() -> String {
     format!(
         "nudge {} (Kubernetes API {}+)",
         env!("CARGO_PKG_VERSION"),
-        nudge::KUBERNETES_MIN_VERSION
+        crate::KUBERNETES_MIN_VERSION
     )
 }
 
-async fn run(config: Config) -> ExitCode {
+async fn run_controller(controller: Controller) -> ExitCode {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting");
-    let shutdown = nudge::runtime::shutdown::on_signal();
-    match nudge::runtime::run(config, shutdown).await {
+    let shutdown = crate::runtime::shutdown::on_signal();
+    match controller.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            let text = nudge::error_chain(&error);
+            let text = crate::errors::error_chain(&error);
             let hint = error.hint();
             tracing::error!(error = %text, hint = hint.as_deref().unwrap_or(""), "nudge stopped");
             eprintln!("nudge: {}", one_line(&text, hint.as_deref()));
@@ -128,41 +191,27 @@ fn one_line(error: &str, hint: Option<&str>) -> String {
 }
 
 async fn explain(
-    config: &Config,
+    controller: &Controller,
     workload: &str,
     namespace: Option<&str>,
     output: ExplainFormat,
     timeout: std::time::Duration,
 ) -> ExitCode {
-    let Some((kind_name, name)) = workload.split_once('/') else {
+    let Some((kind, name)) = workload.split_once('/') else {
         eprintln!("nudge explain: expected <kind>/<name>, got {workload:?}");
         return ExitCode::from(2);
     };
-    let Some(kind) = nudge::explain::resolve_kind(kind_name, config) else {
-        eprintln!(
-            "nudge explain: unknown kind {kind_name:?} (deployment, statefulset, daemonset, cronjob, job, rollout, or a [[targets]] kind)"
-        );
-        return ExitCode::from(2);
-    };
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
+    let report = match controller.explain(kind, namespace, name, timeout).await {
+        Ok(report) => report,
+        Err(error @ crate::explain::ExplainError::UnknownKind(_)) => {
+            eprintln!("nudge explain: {error}");
+            return ExitCode::from(2);
+        }
         Err(error) => {
-            eprintln!(
-                "nudge explain: cannot configure the Kubernetes client: {}",
-                nudge::error_chain(&error)
-            );
+            eprintln!("nudge explain: {}", crate::errors::error_chain(&error));
             return ExitCode::FAILURE;
         }
     };
-    let namespace = namespace.unwrap_or(client.default_namespace()).to_owned();
-    let report =
-        match nudge::explain::explain(client, config, &kind, &namespace, name, timeout).await {
-            Ok(report) => report,
-            Err(error) => {
-                eprintln!("nudge explain: {}", nudge::error_chain(&error));
-                return ExitCode::FAILURE;
-            }
-        };
     match output {
         ExplainFormat::Table => print!("{}", report.to_table()),
         ExplainFormat::Json => match serde_json::to_string_pretty(&report) {

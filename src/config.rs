@@ -696,7 +696,28 @@ impl Overrides {
 
 // === impl Config ===
 
+/// What secret settings read as in printed configuration.
+const REDACTED: &str = "<redacted>";
+
 impl Config {
+    /// The same configuration with every secret value (Consul tokens, the
+    /// notification URL, which carries its token) replaced by `<redacted>`,
+    /// for printing. Empty values stay empty.
+    pub fn redacted(&self) -> Self {
+        fn redact_consul(consul: &mut ConsulConfig) {
+            if !consul.token.is_empty() {
+                consul.token = ConsulToken(REDACTED.to_owned());
+            }
+            consul.instances.values_mut().for_each(redact_consul);
+        }
+        let mut config = self.clone();
+        redact_consul(&mut config.sources.consul);
+        if !config.notify.url.is_empty() {
+            config.notify.url = WebhookUrl(REDACTED.to_owned());
+        }
+        config
+    }
+
     /// Loads defaults, then `file` (if given it must exist), then `NUDGE_*`
     /// environment variables, then `overrides`, and validates the result.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {

@@ -41,7 +41,7 @@ use serde::Serialize;
 use crate::annotations::{self, AnnotationScheme, Dependencies, MUTATOR_LAST_UPDATED};
 use crate::config::Config;
 use crate::config::TargetConfig;
-use crate::error_chain;
+use crate::errors::error_chain;
 use crate::fingerprint::{Algorithm, FingerprintKey, ObjectKind, Observation};
 use crate::model::TemplatePath;
 use crate::model::{
@@ -859,6 +859,25 @@ pub async fn explain(
     name: &str,
     timeout: Duration,
 ) -> Result<Report, ExplainError> {
+    explain_with(client, config, kind, namespace, name, timeout, &[], None).await
+}
+
+/// [`explain`] with an embedder's sources besides the built-in ones, and its
+/// target for `kind` when it registered one.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the report's inputs, each needed"
+)]
+pub(crate) async fn explain_with(
+    client: kube::Client,
+    config: &Config,
+    kind: &TargetConfig,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    custom_sources: &[Arc<dyn Source>],
+    custom_target: Option<Arc<dyn Target>>,
+) -> Result<Report, ExplainError> {
     let settings = ExplainSettings::from_config(config);
     let target_settings = TargetSettings {
         field_manager: config.kubernetes.field_manager.clone(),
@@ -874,11 +893,15 @@ pub async fn explain(
             (crate::targets::job_kind(), "jobs"),
         ])
         .find(|(k, _)| k.group() == kind.group && k.as_str() == kind.kind);
-    let target = match builtin {
-        Some((builtin, plural)) => {
-            KubeTarget::new(client.clone(), builtin, plural, target_settings)
-        }
-        None => {
+    let target: Arc<dyn Target> = match (custom_target, builtin) {
+        (Some(custom), _) => custom,
+        (None, Some((builtin, plural))) => Arc::new(KubeTarget::new(
+            client.clone(),
+            builtin,
+            plural,
+            target_settings,
+        )),
+        (None, None) => Arc::new(
             KubeTarget::discover(
                 client.clone(),
                 &kind.group,
@@ -887,8 +910,8 @@ pub async fn explain(
                 template,
                 target_settings,
             )
-            .await?
-        }
+            .await?,
+        ),
     };
     let id = WorkloadId::new(target.kind().clone(), namespace, name);
     let workload = target
@@ -923,6 +946,7 @@ pub async fn explain(
         &ConsulMetrics::default(),
     )?
     .into_iter()
+    .chain(custom_sources.iter().cloned())
     .map(|s| (s.name().clone(), s))
     .collect();
     let catalog = SourceCatalog(

@@ -11,17 +11,16 @@
 //! # Embedding
 //!
 //! [`Controller`] runs everything `nudge run` runs; add custom sources and targets
-//! to it:
+//! to it. [`cli::run`] gives an embedder's binary nudge's whole command line
+//! (`run`, `explain`, `check-config`, `version`) with them:
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use nudge::fingerprint::Observation;
-//! use nudge::model::{SourceName, Tracked};
-//! use nudge::{Controller, ObserveContext, PollSource, SourceError, poll};
+//! use nudge::source::{ObserveContext, Observation, PollSource, SourceError, SourceName, Tracked, poll};
 //!
 //! struct Motd(SourceName);
 //!
-//! #[async_trait::async_trait]
+//! #[nudge::async_trait]
 //! impl PollSource for Motd {
 //!     fn name(&self) -> &SourceName { &self.0 }
 //!     fn interval(&self) -> Duration { Duration::from_secs(30) }
@@ -32,47 +31,65 @@
 //!     }
 //! }
 //!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = kube::Client::try_default().await?;
-//! Controller::new(client)
-//!     .with_source(poll(Motd(SourceName::new("motd")?)))
-//!     .run(nudge::runtime::shutdown::on_signal())
-//!     .await?;
-//! # Ok(()) }
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     let motd = SourceName::new("motd").expect("a valid source name");
+//!     nudge::cli::run(|controller| controller.with_source(poll(Motd(motd)))).await
+//! }
 //! ```
+//!
+//! A [`Controller`] built by hand opens no port and takes no Lease unless asked
+//! ([`Controller::admin`], [`Controller::leader_election`],
+//! [`Controller::operate_as_configured`]).
+//!
+//! # Public API
+//!
+//! The root re-exports what most embedders need; [`source`] and [`target`] hold
+//! the two contracts and the types they use; [`config`] the configuration,
+//! [`explain`] the `nudge explain` report. `kube` and `k8s_openapi` are
+//! re-exported so an embedder's client types match nudge's. Everything else is
+//! crate-private (`__private` exists for nudge's own tests and is not API).
 //!
 //! # Layers
 //!
-//! Each layer imports only the layers below it (`tests/layers.rs` checks this):
+//! Each layer imports only the layers below it (`tests/layers.rs` checks this;
+//! `docs/design.md` §1a says what each module owns):
 //!
-//! 1. Contracts, pure and kube-client-free: [`model`], [`fingerprint`],
-//!    [`annotations`], [`discovery`], [`stamp`], plus the shared utilities
-//!    [`health`], [`rate`], [`scope`], [`config`].
-//! 2. Adapters: [`sources`], [`targets`], [`webhook`], [`events`]; none imports
+//! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
+//!    `annotations`, `discovery`, `stamp`, plus the shared utilities
+//!    `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
+//! 2. Adapters: `sources`, `targets`, `webhook`, `events`; none imports
 //!    another adapter, the engine or the runtime.
-//! 3. [`engine`]: the synchronous core and its async driver.
-//! 4. [`runtime`] (the [`Controller`], admin server, leader election) and
-//!    [`explain`]: composition.
+//! 3. `engine`: the synchronous core and its async driver; [`explain`]: the
+//!    same decisions, read once for one workload.
+//! 4. `runtime`: the [`Controller`], admin server, leader election.
+//! 5. [`cli`]: the command line over the runtime.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod annotations;
-pub mod config;
-pub mod discovery;
-pub mod engine;
-pub mod events;
-pub mod explain;
-pub mod fingerprint;
-pub mod health;
-pub mod model;
-pub mod rate;
-pub mod runtime;
-pub mod scope;
+// Internals: crate-private, so they can change without breaking embedders.
+mod annotations;
+mod discovery;
+mod engine;
+mod errors;
+mod events;
+mod fingerprint;
+mod health;
+mod model;
+mod rate;
+mod runtime;
+mod scope;
 mod small;
-pub mod sources;
-pub mod stamp;
-pub mod targets;
-pub mod webhook;
+mod sources;
+mod stamp;
+mod targets;
+mod telemetry;
+mod webhook;
+
+// The public API.
+pub mod cli;
+pub mod config;
+pub mod explain;
 
 pub use config::Config;
 pub use runtime::{Controller, RunError};
@@ -81,26 +98,101 @@ pub use sources::{
 };
 pub use targets::{KubeTarget, Target, TargetContext, TargetError};
 
+/// The source contract: what a custom source implements and the types it
+/// works with. See [`Source`] for the guarantees every source gives.
+pub mod source {
+    pub use crate::fingerprint::{
+        DigestValue, Fingerprint, FingerprintError, FingerprintKey, Observation, WaveFragment,
+    };
+    pub use crate::model::{
+        Algorithm, KeySelection, Name, NameError, Reference, Scope, Shared, SourceName, Tracked,
+        TrackedItem,
+    };
+    pub use crate::sources::{
+        Interest, ObservationStream, ObserveContext, PollSource, Polled, Source, SourceContext,
+        SourceError, SourceHarness, SourceUpdate, WatchSource, Watched, poll, watch,
+    };
+}
+
+/// The target contract: what a custom target implements (a workload kind
+/// nudge stamps) and the types it works with.
+pub mod target {
+    pub use crate::model::{
+        Output, Rollout, Shared, TemplatePath, TemplatePathError, Workload, WorkloadError,
+        WorkloadId, WorkloadIdParts, WorkloadKind,
+    };
+    pub use crate::stamp::{Release, StampPatch};
+    pub use crate::targets::{
+        ApplyOutcome, KubeTarget, Target, TargetContext, TargetError, TargetSettings,
+        TargetSetupError, WatchScope, WorkloadEvent,
+    };
+}
+
+/// `#[async_trait]`, which the [`Source`], [`PollSource`], [`WatchSource`] and
+/// [`Target`] traits are written with.
+pub use async_trait::async_trait;
+
+/// The kube crate nudge is built with: embedders use this one, so their
+/// `kube::Client` is the type nudge takes.
+pub use kube;
+
+/// The k8s-openapi crate nudge is built with (feature `v1_33`).
+pub use k8s_openapi;
+
+/// Shutting down on SIGTERM or SIGINT.
+pub mod shutdown {
+    pub use crate::runtime::shutdown::on_signal;
+}
+
 /// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).
 pub const KUBERNETES_MIN_VERSION: &str = "1.33";
 
-/// An error and its causes on one line (`outer: cause: root cause`), for logs and
-/// Event notes.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        cause = inner.source();
-        // kube's `Error::Api` displays its Status twice, once as a `Debug` dump
-        // (`ApiError: … (Status { … })`); its source, the Status, says it once.
-        if cause.is_some() && matches!(inner.downcast_ref(), Some(kube::Error::Api(_))) {
-            continue;
-        }
-        let next = inner.to_string();
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
+/// Internals for nudge's own tests, benchmark and fuzz targets. **Not public API**:
+/// anything here may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    #![allow(missing_docs)]
+    pub mod annotations {
+        pub use crate::annotations::*;
     }
-    text
+    pub mod discovery {
+        pub use crate::discovery::*;
+    }
+    pub mod engine {
+        pub use crate::engine::*;
+    }
+    pub mod events {
+        pub use crate::events::*;
+    }
+    pub mod fingerprint {
+        pub use crate::fingerprint::*;
+    }
+    pub mod health {
+        pub use crate::health::*;
+    }
+    pub mod model {
+        pub use crate::model::*;
+    }
+    pub mod rate {
+        pub use crate::rate::*;
+    }
+    pub mod runtime {
+        pub use crate::runtime::*;
+    }
+    pub mod scope {
+        pub use crate::scope::*;
+    }
+    pub mod sources {
+        pub use crate::sources::*;
+    }
+    pub mod stamp {
+        pub use crate::stamp::*;
+    }
+    pub mod targets {
+        pub use crate::targets::*;
+    }
+    pub mod webhook {
+        pub use crate::webhook::*;
+    }
+    pub use crate::errors::error_chain;
 }

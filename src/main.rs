@@ -1,10 +1,5 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-
-mod cli;
-mod telemetry;
-
 /// jemalloc, not glibc's malloc: with glibc, memory freed after nudge's start-up
 /// and change bursts stayed in per-thread arenas (the large benchmark: about
 /// 100 MiB resident for 40 MiB of live heap). jemalloc's background thread hands
@@ -36,5 +31,5 @@ unsafe impl Sync for MallocConf {}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    cli::Cli::parse().run().await
+    nudge::cli::run(|controller| controller).await
 }

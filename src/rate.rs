@@ -113,6 +113,7 @@ impl Backoff {
     }
 
     /// Like [`new`](Self::new), with a fixed jitter seed (reproducible tests).
+    #[cfg(test)]
     pub fn seeded(first: Duration, cap: Duration, seed: u64) -> Self {
         Self::build(first, cap, Some(seed))
     }

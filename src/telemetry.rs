@@ -4,7 +4,7 @@ use std::io::IsTerminal as _;
 
 use tracing_subscriber::EnvFilter;
 
-use nudge::config::{LogConfig, LogFormat};
+use crate::config::{LogConfig, LogFormat};
 
 /// Installs the global `tracing` subscriber. The filter was validated with the
 /// config; a second call (tests) is ignored.

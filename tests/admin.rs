@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use nudge::runtime::metrics::Metrics;
+use nudge::__private::runtime::metrics::Metrics;
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +20,7 @@ async fn ready_after_every_watch_listed_and_metrics_show_tracked_workloads() {
     config.admin.bind = addr;
     let metrics = Metrics::new();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(nudge::runtime::run_with_metrics(
+    let task = tokio::spawn(nudge::__private::runtime::run_with_metrics(
         config,
         cluster.client(),
         shutdown.clone(),
@@ -91,7 +91,7 @@ async fn double_only_not_ready_while_an_initial_list_keeps_failing() {
     let addr = free_port();
     config.admin.bind = addr;
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(nudge::runtime::run_with_metrics(
+    let task = tokio::spawn(nudge::__private::runtime::run_with_metrics(
         config,
         cluster.client(),
         shutdown.clone(),

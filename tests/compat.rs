@@ -5,7 +5,7 @@
 mod support;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use nudge::fingerprint::{self, ObjectData, ObjectKind};
+use nudge::__private::fingerprint::{self, ObjectData, ObjectKind};
 use serde_json::json;
 use support::*;
 

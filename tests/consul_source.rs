@@ -10,9 +10,11 @@ use anyhow::Result;
 use consul_support::{
     ConnectionSampler, ConsulAgent, Driver, cx, fast_watch, put_at, source, source_with, tracked,
 };
-use nudge::fingerprint::{Algorithm, Observation, md5_value, native_value};
-use nudge::sources::consul::{ClientSettings, ONE_OFF_READS, TlsSettings, WatchSettings};
-use nudge::sources::{Source, SourceError, SourceUpdate};
+use nudge::__private::fingerprint::{Algorithm, Observation, md5_value, native_value};
+use nudge::__private::sources::consul::{
+    ClientSettings, ONE_OFF_READS, TlsSettings, WatchSettings,
+};
+use nudge::source::{Source, SourceError, SourceUpdate};
 
 /// Generous bound for a change to show up (min_query_interval is 50 ms in tests).
 const SOON: Duration = Duration::from_secs(5);

@@ -24,9 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use consul_support::{ConnectionSampler, ConsulAgent, SAMPLING_SLACK, put_at};
+use nudge::__private::sources::consul::ONE_OFF_READS;
+use nudge::__private::sources::consul::plan::Plan;
 use nudge::config::Config;
-use nudge::sources::consul::ONE_OFF_READS;
-use nudge::sources::consul::plan::Plan;
 use support::*;
 
 const CHECKSUM_CONFIG: &str = "nudge.dev/checksum-config";
@@ -278,7 +278,7 @@ async fn double_only_five_thousand_keys_stay_within_the_query_limit_and_stamp_ex
     .await;
     let initial = started.elapsed();
     let queries = {
-        let mut keys: Vec<nudge::model::Name> =
+        let mut keys: Vec<nudge::__private::model::Name> =
             entries.iter().map(|(k, _)| k.as_str().into()).collect();
         keys.sort();
         Plan::new(&keys, MAX).0.len()

@@ -4,13 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use nudge::fingerprint::{
+use nudge::__private::fingerprint::{
     self, DataValue, Fingerprint, FingerprintKey, ObjectData, ObjectKind, Observation,
 };
-use nudge::model::{
+use nudge::__private::model::{
     Combine, Input, KeySelection, Output, Reference, SourceName, StampSpec, Tracked,
 };
-use nudge::stamp::{FingerprintStore, desired};
+use nudge::__private::stamp::{FingerprintStore, desired};
 use serde_json::Value;
 
 fn vectors() -> Value {
@@ -123,7 +123,7 @@ fn the_combined_config_hash_matches_the_golden_vectors() {
         let mut inputs = Vec::new();
         for entry in combined["entries"].as_array().unwrap() {
             let reference = references[entry["id"].as_str().unwrap()].clone();
-            let tracked = Tracked::new(reference, nudge::fingerprint::Algorithm::Native);
+            let tracked = Tracked::new(reference, nudge::__private::fingerprint::Algorithm::Native);
             let observation = match entry["digest"].as_str() {
                 Some(digest) => Observation::Present(Fingerprint::digest(digest)),
                 None => Observation::Absent,

@@ -10,10 +10,12 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u8)] = &[
     ("model", 0),
     ("small", 0),
+    ("errors", 0),
     ("fingerprint", 1),
     ("rate", 1),
     ("health", 1),
     ("config", 1),
+    ("telemetry", 1),
     ("scope", 1),
     ("discovery", 1),
     ("annotations", 1),
@@ -24,11 +26,12 @@ const LAYERS: &[(&str, u8)] = &[
     ("events", 2),
     ("engine", 3),
     ("runtime", 4),
-    ("explain", 4),
+    ("explain", 3),
+    ("cli", 5),
 ];
 
 /// Files of the binary, not the library: they use `nudge::…`, never `crate::…`.
-const BINARY: &[&str] = &["main", "cli", "telemetry"];
+const BINARY: &[&str] = &["main"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

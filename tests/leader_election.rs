@@ -8,8 +8,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use nudge::runtime::lease::{LeaderElector, LeaseSettings};
-use nudge::runtime::metrics::Metrics;
+use nudge::__private::runtime::lease::{LeaderElector, LeaseSettings};
+use nudge::__private::runtime::metrics::Metrics;
 use support::*;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -184,7 +184,7 @@ fn fast_election(cluster: &TestCluster) -> nudge::config::Config {
 
 fn start_nudge(cluster: &TestCluster, metrics: &Metrics) -> (CancellationToken, JoinHandle<()>) {
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(nudge::runtime::run_with_metrics(
+    let task = tokio::spawn(nudge::__private::runtime::run_with_metrics(
         fast_election(cluster),
         cluster.client(),
         shutdown.clone(),

@@ -301,7 +301,7 @@ async fn an_unreadable_url_file_stops_nudge_at_start_up_saying_what_to_do() {
     };
     let result = tokio::time::timeout(
         Duration::from_secs(10),
-        nudge::runtime::run_with_client(
+        nudge::__private::runtime::run_with_client(
             config,
             cluster.client(),
             tokio_util::sync::CancellationToken::new(),
@@ -310,7 +310,7 @@ async fn an_unreadable_url_file_stops_nudge_at_start_up_saying_what_to_do() {
     .await
     .expect("nudge stops at once");
     let error = result.expect_err("an unreadable url_file is fatal");
-    let text = nudge::error_chain(&error);
+    let text = nudge::__private::error_chain(&error);
     assert!(text.contains("notify.url_file"), "{text}");
     assert!(text.contains(&path.display().to_string()), "{text}");
     let hint = error.hint().expect("a hint");

@@ -155,7 +155,7 @@ async fn pause_period_turns_changes_within_it_into_one_rollout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn annotations_strategy_workloads_are_adopted_and_later_changes_use_reloaders_format() {
-    use nudge::fingerprint::{self, ObjectData, ObjectKind};
+    use nudge::__private::fingerprint::{self, ObjectData, ObjectKind};
     const LAST_RELOADED: &str = "reloader.stakater.com/last-reloaded-from";
     let cluster = TestCluster::start("reloader-annotations").await;
     cluster

@@ -26,9 +26,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+use nudge::__private::webhook::CertificateBundle;
+use nudge::__private::webhook::generate_certificate as generate;
 use nudge::config::Config;
-use nudge::webhook::CertificateBundle;
-use nudge::webhook::generate_certificate as generate;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
@@ -205,11 +205,12 @@ async fn try_connect(
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.ok()?).ok()?;
     }
-    let config = rustls::ClientConfig::builder_with_provider(nudge::webhook::crypto_provider())
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config =
+        rustls::ClientConfig::builder_with_provider(nudge::__private::webhook::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
     connector

@@ -5,7 +5,7 @@
 use std::sync::{Arc, LazyLock};
 
 use libfuzzer_sys::fuzz_target;
-use nudge::webhook::Admission;
+use nudge::__private::webhook::Admission;
 use nudge_fuzz::admission;
 
 static HANDLER: LazyLock<Arc<Admission>> = LazyLock::new(|| admission::handler("nudge.dev", false));

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use nudge::webhook::Admission;
+use nudge::__private::webhook::Admission;
 use nudge_fuzz::{admission, pick};
 use serde_json::{Value, json};
 

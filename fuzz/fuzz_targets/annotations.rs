@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use nudge::annotations;
-use nudge::model::Output;
+use nudge::__private::annotations;
+use nudge::__private::model::Output;
 
 fn run(u: &mut Unstructured<'_>) -> Result<()> {
     let scheme = nudge_fuzz::scheme(u)?;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use arbitrary::{Arbitrary, Result, Unstructured};
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use nudge::fingerprint::{self, DataValue, FingerprintKey, ObjectData, ObjectKind};
+use nudge::__private::fingerprint::{self, DataValue, FingerprintKey, ObjectData, ObjectKind};
 use sha1::{Digest, Sha1};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;

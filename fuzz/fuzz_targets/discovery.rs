@@ -7,7 +7,7 @@
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use nudge::discovery::{self, Discovered};
+use nudge::__private::discovery::{self, Discovered};
 
 fn check(found: &[Discovered]) {
     for pair in found.windows(2) {

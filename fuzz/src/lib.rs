@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
     SecretVolumeSource, Volume, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nudge::annotations::{self, AnnotationScheme};
-use nudge::model::{
+use nudge::__private::annotations::{self, AnnotationScheme};
+use nudge::__private::model::{
     Rollout, Scope, SourceCatalog, SourceName, WAVE_SCHEDULING_DISABLED, Workload, WorkloadId,
     WorkloadKind,
 };
@@ -386,8 +386,8 @@ pub fn kinds() -> Vec<WorkloadKind> {
         WorkloadKind::deployment(),
         WorkloadKind::stateful_set(),
         WorkloadKind::daemon_set(),
-        nudge::targets::cron_job_kind(),
-        nudge::targets::job_kind(),
+        nudge::__private::targets::cron_job_kind(),
+        nudge::__private::targets::job_kind(),
     ]
 }
 
@@ -531,11 +531,11 @@ pub mod admission {
     use std::sync::{Arc, OnceLock};
     use std::time::Duration;
 
-    use nudge::annotations::AnnotationScheme;
-    use nudge::fingerprint::{self, DataValue, ObjectData, ObjectKind, Observation};
-    use nudge::model::{Algorithm, Tracked};
-    use nudge::stamp::{InputReader, ReadError};
-    use nudge::webhook::{Admission, AdmissionParts, AdmissionSettings, ReviewAnswer};
+    use nudge::__private::annotations::AnnotationScheme;
+    use nudge::__private::fingerprint::{self, DataValue, ObjectData, ObjectKind, Observation};
+    use nudge::__private::model::{Algorithm, Tracked};
+    use nudge::__private::stamp::{InputReader, ReadError};
+    use nudge::__private::webhook::{Admission, AdmissionParts, AdmissionSettings, ReviewAnswer};
 
     /// Answers at once: `db` is absent, `a` cannot be read, anything else exists
     /// with content derived from its name, fingerprinted by the algorithm asked.
@@ -579,7 +579,7 @@ pub mod admission {
             AdmissionSettings {
                 scheme: AnnotationScheme::new(prefix),
                 stamp_on_delete,
-                scope: nudge::scope::NamespaceScope {
+                scope: nudge::__private::scope::NamespaceScope {
                     namespaces: Vec::new(),
                     ignore: vec!["kube-system".to_owned()],
                 },
@@ -614,7 +614,7 @@ pub mod admission {
         use base64::Engine as _;
         assert_ne!(
             answer.result,
-            nudge::webhook::ReviewResult::Error,
+            nudge::__private::webhook::ReviewResult::Error,
             "internal error (a panic in the handler?): {}",
             answer.body
         );

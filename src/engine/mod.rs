@@ -224,7 +224,7 @@ impl InputReader for SourceReader {
             .await
             .map_err(|error| ReadError {
                 category: error.category(),
-                message: crate::error_chain(&error),
+                message: crate::errors::error_chain(&error),
             })
     }
 }

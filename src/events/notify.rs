@@ -591,7 +591,7 @@ async fn deliver(
         Err(error) => {
             metrics.record(format, NotifyResult::Failed);
             let category = transport_category(&error);
-            let error = crate::error_chain(&error.without_url());
+            let error = crate::errors::error_chain(&error.without_url());
             tracing::warn!(%workload, category, %error, "cannot send the notification; not retried");
         }
     }

@@ -88,22 +88,26 @@ impl RunError {
     }
 }
 
-/// Runs the controller until `shutdown` is cancelled, with the in-cluster
+/// Runs the controller as the `nudge` binary does (admin server and leader
+/// election as configured) until `shutdown` is cancelled, with the in-cluster
 /// configuration or the current kubeconfig context.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
-    Controller::from_config(config, client).run(shutdown).await
+    run_with_client(config, client, shutdown).await
 }
 
-/// Runs the controller with `client` until `shutdown` is cancelled.
+/// [`run`] with `client`.
 pub async fn run_with_client(
     config: Config,
     client: kube::Client,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    Controller::from_config(config, client).run(shutdown).await
+    Controller::from_config(config, client)
+        .operate_as_configured()
+        .run(shutdown)
+        .await
 }
 
 /// Like [`run_with_client`], recording into `metrics` (which the admin server
@@ -115,6 +119,7 @@ pub async fn run_with_metrics(
     metrics: Metrics,
 ) -> Result<(), RunError> {
     Controller::from_config(config, client)
+        .operate_as_configured()
         .with_metrics(metrics)
         .run(shutdown)
         .await
@@ -128,20 +133,28 @@ pub async fn run_with_client_reporting(
     shutdown: CancellationToken,
     webhook_addr: Option<oneshot::Sender<SocketAddr>>,
 ) -> Result<(), RunError> {
-    let mut controller = Controller::from_config(config, client);
+    let mut controller = Controller::from_config(config, client).operate_as_configured();
     controller.webhook_addr = webhook_addr;
     controller.run(shutdown).await
 }
 
 /// The controller: the built-in sources and targets plus any a library user adds.
 ///
+/// A library opens nothing its caller did not ask for: a `Controller` serves no
+/// admin endpoint and takes no Lease until [`admin`](Self::admin),
+/// [`leader_election`](Self::leader_election) or
+/// [`operate_as_configured`](Self::operate_as_configured) (what the `nudge`
+/// binary and [`cli::run`](crate::cli::run) do) ask for them. The admission
+/// webhook runs only when `webhook.enabled` says so.
+///
 /// ```no_run
-/// # async fn demo(client: kube::Client, my_source: std::sync::Arc<dyn nudge::sources::Source>)
-/// # -> Result<(), nudge::runtime::RunError> {
-/// use nudge::runtime::Controller;
-/// let shutdown = nudge::runtime::shutdown::on_signal();
+/// # async fn demo(client: nudge::kube::Client, my_source: std::sync::Arc<dyn nudge::Source>)
+/// # -> Result<(), nudge::RunError> {
+/// use nudge::Controller;
+/// let shutdown = nudge::shutdown::on_signal();
 /// Controller::new(client)
 ///     .with_source(my_source)
+///     .admin(([127, 0, 0, 1], 9090).into())
 ///     .run(shutdown)
 ///     .await
 /// # }
@@ -153,17 +166,22 @@ pub struct Controller {
     targets: Vec<Arc<dyn Target>>,
     key: Option<FingerprintKey>,
     metrics: Metrics,
+    /// Where the admin server listens; `None`: no admin server.
+    admin: Option<SocketAddr>,
+    /// Whether to take the Lease (`config.leader_election` says how).
+    elect: bool,
     webhook_addr: Option<oneshot::Sender<SocketAddr>>,
 }
 
 impl Controller {
     /// A controller with the default settings (see `config.example.toml`)
-    /// talking to the cluster through `client`.
+    /// talking to the cluster through `client`; no admin server, no Lease.
     pub fn new(client: kube::Client) -> Self {
         Self::from_config(Config::default(), client)
     }
 
-    /// A controller with every setting from `config`.
+    /// A controller with every setting from `config`, but still no admin server
+    /// and no Lease: see [`operate_as_configured`](Self::operate_as_configured).
     pub fn from_config(config: Config, client: kube::Client) -> Self {
         Self {
             config,
@@ -172,8 +190,23 @@ impl Controller {
             targets: Vec::new(),
             key: None,
             metrics: Metrics::new(),
+            admin: None,
+            elect: false,
             webhook_addr: None,
         }
+    }
+
+    /// Serves the admin endpoint at `admin.bind` and takes the Lease when
+    /// `leader_election.enabled`, as the `nudge` binary does.
+    pub fn operate_as_configured(mut self) -> Self {
+        self.admin = Some(self.config.admin.bind);
+        self.elect = self.config.leader_election.enabled;
+        self
+    }
+
+    /// The configuration the controller runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Timing and pacing of stamps (`[engine]`).
@@ -194,8 +227,10 @@ impl Controller {
         self
     }
 
-    /// Leader election (`[leader_election]`).
+    /// Takes a `coordination.k8s.io` Lease as `election` says, so that only one
+    /// replica stamps (when `election.enabled`; off by default).
     pub fn leader_election(mut self, election: crate::config::LeaderElectionConfig) -> Self {
+        self.elect = election.enabled;
         self.config.leader_election = election;
         self
     }
@@ -206,9 +241,10 @@ impl Controller {
         self
     }
 
-    /// Where `/live`, `/ready` and `/metrics` are served.
-    pub fn admin_bind(mut self, addr: SocketAddr) -> Self {
+    /// Serves `/live`, `/ready` and `/metrics` at `addr` (off by default).
+    pub fn admin(mut self, addr: SocketAddr) -> Self {
         self.config.admin.bind = addr;
+        self.admin = Some(addr);
         self
     }
 
@@ -236,21 +272,62 @@ impl Controller {
     }
 
     /// Records into `metrics` instead of a private registry.
-    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// What `nudge explain <kind>/<name>` reports: what the workload tracks, with
+    /// this controller's sources (custom ones included) and targets. `kind` is
+    /// a kind name as `nudge explain` takes it (`deployment`, `sts`, a
+    /// `[[targets]]` kind, a custom target's kind); `namespace` defaults to the
+    /// client's.
+    pub async fn explain(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        timeout: std::time::Duration,
+    ) -> Result<crate::explain::Report, crate::explain::ExplainError> {
+        let custom = self
+            .targets
+            .iter()
+            .find(|t| t.kind().as_str().eq_ignore_ascii_case(kind))
+            .cloned();
+        let resolved = match &custom {
+            Some(target) => TargetConfig {
+                group: target.kind().group().to_owned(),
+                version: target.kind().version().to_owned(),
+                kind: target.kind().as_str().to_owned(),
+                template: target.kind().template_path().to_string(),
+            },
+            None => crate::explain::resolve_kind(kind, &self.config)
+                .ok_or_else(|| crate::explain::ExplainError::UnknownKind(kind.to_owned()))?,
+        };
+        let namespace = namespace.unwrap_or(self.client.default_namespace());
+        crate::explain::explain_with(
+            self.client.clone(),
+            &self.config,
+            &resolved,
+            namespace,
+            name,
+            timeout,
+            &self.sources,
+            custom,
+        )
+        .await
     }
 
     /// Runs until `shutdown` is cancelled. The admin server answers (`/ready`:
     /// 503) until everything else has drained.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
         let readiness = Readiness::new(shutdown.clone());
-        let admin = AdminServer::bind(
-            self.config.admin.bind,
-            readiness.clone(),
-            self.metrics.clone(),
-        )
-        .await?;
+        let Some(bind) = self.admin else {
+            self.assemble_and_run(readiness, shutdown).await?;
+            tracing::info!("stopped");
+            return Ok(());
+        };
+        let admin = AdminServer::bind(bind, readiness.clone(), self.metrics.clone()).await?;
         tracing::info!(addr = %admin.local_addr()?, "admin server listening");
         let admin_stop = CancellationToken::new();
         let admin_task = tokio::spawn(
@@ -281,6 +358,8 @@ impl Controller {
             targets: custom_targets,
             key,
             metrics,
+            admin: _,
+            elect,
             webhook_addr,
         } = self;
         let Config {
@@ -374,7 +453,7 @@ impl Controller {
             let feed = selected_namespaces(client.clone(), &kubernetes.namespace_selector);
             engine = engine.with_namespace_feed(feed.boxed());
         }
-        let election = if leader_election.enabled {
+        let election = if elect {
             let settings = LeaseSettings::from_config(&leader_election);
             let span =
                 tracing::info_span!("lease", lease = %settings.name, identity = %settings.identity);
@@ -549,7 +628,7 @@ fn report_unserved(
         );
         return;
     }
-    let text = crate::error_chain(error);
+    let text = crate::errors::error_chain(error);
     tracing::warn!(error = %text, "not stamping this kind; install its CRD (or fix the [[targets]] entry) and restart nudge");
     readiness.note(format!("not stamping: {text}"));
 }

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use crate::config::ConsulConfig;
 use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
-use crate::health::{WatchHealth, WatchReady};
+use crate::health::{Readiness, ReadyStatus, WatchHealth, WatchReady};
 use crate::model::{Scope, SourceName, Tracked};
 
 mod configmap;
@@ -121,9 +121,8 @@ pub(crate) struct ContextParts {
 
 impl SourceContext {
     /// A context for source `name`: the engine sends interest on the returned
-    /// sender and reads observations from `updates`. Built by the engine; public
-    /// so that a source can be driven in its own tests.
-    pub fn new(
+    /// sender and reads observations from `updates`.
+    pub(crate) fn new(
         name: SourceName,
         updates: mpsc::Sender<SourceUpdate>,
         observe: ObserveContext,
@@ -199,6 +198,36 @@ impl SourceContext {
         self.shutdown.is_cancelled()
     }
 
+    /// A context for source `name` outside the engine, and the engine's side of
+    /// it: how a source is driven in its own tests. Up to `capacity` reports
+    /// wait unread before [`report`](Self::report) waits.
+    pub fn harness(
+        name: SourceName,
+        observe: ObserveContext,
+        capacity: usize,
+    ) -> (Self, SourceHarness) {
+        let (updates_tx, updates) = mpsc::channel(capacity.max(1));
+        let shutdown = CancellationToken::new();
+        let readiness = Readiness::new(CancellationToken::new());
+        let ready = readiness.register(format!("source {name}"));
+        readiness.seal();
+        let (ctx, interest) = Self::new(
+            name,
+            updates_tx,
+            observe,
+            ready,
+            WatchHealth::default(),
+            shutdown.clone(),
+        );
+        let harness = SourceHarness {
+            interest,
+            updates,
+            readiness,
+            shutdown,
+        };
+        (ctx, harness)
+    }
+
     pub(crate) fn into_parts(self) -> (ContextParts, WatchHealth) {
         (
             ContextParts {
@@ -210,6 +239,50 @@ impl SourceContext {
             },
             self.health,
         )
+    }
+}
+
+/// The engine's side of a [`SourceContext`] made by [`SourceContext::harness`]:
+/// tell the source what to track, read what it reports, see whether it is
+/// ready, shut it down.
+#[derive(Debug)]
+pub struct SourceHarness {
+    interest: mpsc::UnboundedSender<Interest>,
+    updates: mpsc::Receiver<SourceUpdate>,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+}
+
+impl SourceHarness {
+    /// Asks the source to track `tracked` (as when a workload references it).
+    pub fn track(&self, tracked: Tracked) {
+        let _ = self.interest.send(Interest::Track(tracked));
+    }
+
+    /// Asks the source to stop tracking `tracked`.
+    pub fn untrack(&self, tracked: Tracked) {
+        let _ = self.interest.send(Interest::Untrack(tracked));
+    }
+
+    /// The next observation the source reports; `None` once it has stopped.
+    pub async fn next_update(&mut self) -> Option<SourceUpdate> {
+        self.updates.recv().await
+    }
+
+    /// The next observation if one is waiting.
+    pub fn try_next_update(&mut self) -> Option<SourceUpdate> {
+        self.updates.try_recv().ok()
+    }
+
+    /// Whether the source said it has its initial state
+    /// ([`SourceContext::ready`]).
+    pub fn is_ready(&self) -> bool {
+        self.readiness.status() == ReadyStatus::Ready
+    }
+
+    /// Shuts the source down, as nudge does on SIGTERM.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
     }
 }
 

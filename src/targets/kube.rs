@@ -26,11 +26,11 @@ use crate::stamp::{self, StampPatch};
 #[derive(Debug, Clone)]
 pub struct TargetSettings {
     /// Server-side apply field manager (`nudge`).
-    pub field_manager: String,
+    pub(crate) field_manager: String,
     /// nudge's annotation names, for the `last-updated` annotations.
-    pub scheme: AnnotationScheme,
+    pub(crate) scheme: AnnotationScheme,
     /// Which namespaces are watched.
-    pub scope: NamespaceScope,
+    pub(crate) scope: NamespaceScope,
 }
 
 impl TargetSettings {
@@ -255,7 +255,7 @@ impl KubeTarget {
             // The test of resourceVersion failed: changed meanwhile; read again.
             Err(error) if is_status(&error, 422) => Err(TargetError::Conflict {
                 id: id.clone(),
-                message: crate::error_chain(&error),
+                message: crate::errors::error_chain(&error),
             }),
             Err(error) => Err(classify(id, error)),
         }

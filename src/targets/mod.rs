@@ -129,9 +129,8 @@ pub struct TargetContext {
 }
 
 impl TargetContext {
-    /// A context sending events to `events`. Built by the engine; public so that
-    /// a target can be driven in its own tests.
-    pub fn new(
+    /// A context sending events to `events`.
+    pub(crate) fn new(
         events: mpsc::Sender<WorkloadEvent>,
         ready: WatchReady,
         health: WatchHealth,

@@ -13,14 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use base64::Engine as _;
-use nudge::fingerprint::{Algorithm, FingerprintKey};
-use nudge::health::{Readiness, WatchHealth};
-use nudge::model::{Reference, SourceName, Tracked};
-use nudge::sources::consul::{ClientSettings, ConsulSource, WatchSettings};
-use nudge::sources::{Interest, ObserveContext, Source, SourceContext, SourceError, SourceUpdate};
-use tokio::sync::mpsc;
+use nudge::__private::fingerprint::{Algorithm, FingerprintKey};
+use nudge::__private::model::{Reference, SourceName, Tracked};
+use nudge::__private::sources::consul::{ClientSettings, ConsulSource, WatchSettings};
+use nudge::source::{
+    ObserveContext, Source, SourceContext, SourceError, SourceHarness, SourceUpdate,
+};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// How long an agent may take to answer with a leader.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -484,57 +483,43 @@ pub fn tracked(key: &str, algorithm: Algorithm) -> Tracked {
     Tracked::new(Reference::key(SourceName::consul(), key), algorithm)
 }
 
-/// A running source driven through its [`SourceContext`] channels.
+/// A running source driven through its [`SourceContext`]'s harness.
 pub struct Driver {
     /// The source.
     pub source: Arc<ConsulSource>,
-    interest: mpsc::UnboundedSender<Interest>,
-    updates: mpsc::Receiver<SourceUpdate>,
-    shutdown: CancellationToken,
+    engine: SourceHarness,
     task: Option<JoinHandle<Result<(), SourceError>>>,
 }
 
 impl Driver {
     /// Runs `source` with an updates channel of `capacity`.
     pub fn run(source: Arc<ConsulSource>, capacity: usize) -> Self {
-        let (updates_tx, updates_rx) = mpsc::channel(capacity);
-        let shutdown = CancellationToken::new();
-        let readiness = Readiness::new(CancellationToken::new());
-        let (ctx, interest_tx) = SourceContext::new(
+        let (ctx, engine) = SourceContext::harness(
             source.name().clone(),
-            updates_tx,
             ObserveContext::new(FingerprintKey::generate()),
-            readiness.register("source consul"),
-            WatchHealth::default(),
-            shutdown.clone(),
+            capacity,
         );
         let task = tokio::spawn(source.clone().run(ctx));
         Self {
             source,
-            interest: interest_tx,
-            updates: updates_rx,
-            shutdown,
+            engine,
             task: Some(task),
         }
     }
 
     /// Sends `Track`.
     pub fn track(&self, tracked: Tracked) {
-        self.interest
-            .send(Interest::Track(tracked))
-            .expect("source running");
+        self.engine.track(tracked);
     }
 
     /// Sends `Untrack`.
     pub fn untrack(&self, tracked: Tracked) {
-        self.interest
-            .send(Interest::Untrack(tracked))
-            .expect("source running");
+        self.engine.untrack(tracked);
     }
 
     /// The next update, or an error after `within`.
     pub async fn next(&mut self, within: Duration) -> Result<SourceUpdate> {
-        match tokio::time::timeout(within, self.updates.recv()).await {
+        match tokio::time::timeout(within, self.engine.next_update()).await {
             Ok(Some(update)) => Ok(update),
             Ok(None) => bail!("the source closed its updates channel"),
             Err(_) => bail!("no update within {within:?}"),
@@ -545,7 +530,9 @@ impl Driver {
     pub async fn collect_for(&mut self, window: Duration) -> Vec<SourceUpdate> {
         let deadline = tokio::time::Instant::now() + window;
         let mut seen = Vec::new();
-        while let Ok(Some(update)) = tokio::time::timeout_at(deadline, self.updates.recv()).await {
+        while let Ok(Some(update)) =
+            tokio::time::timeout_at(deadline, self.engine.next_update()).await
+        {
             seen.push(update);
         }
         seen
@@ -570,7 +557,7 @@ impl Driver {
 
     /// Cancels the source and checks that `run` returns `Ok` promptly.
     pub async fn shutdown(mut self) -> Result<()> {
-        self.shutdown.cancel();
+        self.engine.shutdown();
         let task = self.task.take().expect("running");
         tokio::time::timeout(Duration::from_secs(2), task)
             .await
@@ -581,6 +568,6 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        self.shutdown.cancel();
+        self.engine.shutdown();
     }
 }

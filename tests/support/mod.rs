@@ -466,7 +466,7 @@ impl TestCluster {
         let client = self.client.clone();
         let token = shutdown.clone();
         let task = tokio::spawn(async move {
-            nudge::runtime::run_with_client(config, client, token)
+            nudge::__private::runtime::run_with_client(config, client, token)
                 .await
                 .expect("nudge runs");
         });
@@ -494,9 +494,14 @@ impl TestCluster {
         let token = shutdown.clone();
         let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
-            nudge::runtime::run_with_client_reporting(config, client, token, Some(addr_tx))
-                .await
-                .expect("nudge runs");
+            nudge::__private::runtime::run_with_client_reporting(
+                config,
+                client,
+                token,
+                Some(addr_tx),
+            )
+            .await
+            .expect("nudge runs");
         });
         let addr = tokio::time::timeout(WAIT, addr_rx)
             .await

@@ -200,7 +200,7 @@ fn an_unreadable_url_file_is_a_start_up_error_naming_the_file() {
         matches!(error, NotifyError::ReadUrlFile { .. }),
         "{error:?}"
     );
-    let text = crate::error_chain(&error);
+    let text = crate::errors::error_chain(&error);
     assert!(text.contains("notify.url_file"), "{text}");
     assert!(text.contains("nudge-notify-does-not-exist/url"), "{text}");
     assert!(error.hint().unwrap().contains("NUDGE_NOTIFY__URL_FILE"));
@@ -495,10 +495,10 @@ async fn transport_errors_are_logged_without_the_url() {
         .await
         .unwrap_err();
     assert!(
-        crate::error_chain(&error).contains("s3cr3t"),
+        crate::errors::error_chain(&error).contains("s3cr3t"),
         "reqwest names the URL"
     );
     assert_eq!(transport_category(&error), "connect");
-    let text = crate::error_chain(&error.without_url());
+    let text = crate::errors::error_chain(&error.without_url());
     assert!(!text.contains("s3cr3t"), "{text}");
 }
