@@ -13,9 +13,12 @@ use harness::{
     pod_mounting, reloader_annotations_strategy, reloader_auto, settings, workload,
 };
 
-// Declared here rather than in core.rs, which this change leaves alone.
+// The harness and the property tests are declared here rather than in
+// core.rs, which this change leaves alone; they are siblings in spirit.
 #[path = "harness.rs"]
 mod harness;
+#[path = "proptests.rs"]
+mod proptests;
 
 // === the adoption paths ===
 

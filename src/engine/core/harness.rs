@@ -1,5 +1,8 @@
 //! A small cluster for the core's tests: one workload as stored, the core and
-//! its clock, and a target that applies every write.
+//! its clock, sources that report what they hold, and a target whose writes
+//! either apply at once or stay in flight until a test ends them (applied,
+//! retried, or refused for good). Leadership changes and restarts (a new core
+//! with an empty store) are driven from here too.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,19 +21,64 @@ use crate::model::{
 };
 use crate::sources::SourceUpdate;
 use crate::stamp::{self, Release, StampPatch};
-use crate::targets::WorkloadEvent;
+use crate::targets::{TargetError, WorkloadEvent};
 
-/// One workload under one core, with a target that applies every write.
+/// How a write held in flight ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WriteEnd {
+    /// Applied to the stored workload.
+    Applied,
+    /// A retryable failure (a conflict): nothing written.
+    Retry,
+    /// Refused for good: nothing written.
+    Failed,
+}
+
+/// A write the target applied to the stored workload.
+#[derive(Debug)]
+pub(super) struct AppliedWrite {
+    /// Whether it changed the pod template (rolled the pods).
+    pub(super) rolls: bool,
+    /// The process (see [`Harness::epoch`]) that requested it.
+    pub(super) epoch: u32,
+    /// The stored workload before and after.
+    pub(super) before: Workload,
+    pub(super) after: Workload,
+}
+
+/// A write requested and not answered yet.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) write: StampWrite,
+    pub(super) epoch: u32,
+}
+
+/// One workload under one core, with a target that applies every write (or
+/// holds them in flight, see [`Harness::hold_writes`]).
 pub(super) struct Harness {
     pub(super) core: Core,
     pub(super) now: Instant,
+    /// The workload as stored in the cluster.
     pub(super) workload: Workload,
+    /// What the current core tracks.
     pub(super) tracked: Vec<Tracked>,
-    /// Every write applied, with whether it changed the pod template.
-    pub(super) writes: Vec<(StampWrite, bool)>,
+    /// What every tracked input holds (`None`: nothing said yet); a source
+    /// reports it when the core starts tracking an input.
+    pub(super) source: Option<String>,
+    /// Every write applied.
+    pub(super) writes: Vec<AppliedWrite>,
     /// When each write that changed the pod template went out.
     pub(super) rolled_at: Vec<Instant>,
     pub(super) notes: Vec<String>,
+    /// Whether writes stay in flight until [`Harness::finish`] ends them.
+    pub(super) hold_writes: bool,
+    /// Writes in flight, oldest first.
+    pub(super) in_flight: Vec<Pending>,
+    /// Every observation reported to a core: the process and the content.
+    pub(super) reports: Vec<(u32, String)>,
+    /// Which process this is: 0, then one more at each restart.
+    pub(super) epoch: u32,
+    pub(super) leader: bool,
 }
 
 impl Harness {
@@ -39,45 +87,68 @@ impl Harness {
     }
 
     pub(super) fn with_leader(workload: Workload, leader: bool) -> Self {
-        let mut settings = settings();
-        settings.leader = leader;
         Self {
-            core: Core::new(settings, Arc::default(), EngineMetrics::default()).unwrap(),
+            core: new_core(leader),
             now: Instant::now(),
             workload,
             tracked: Vec::new(),
+            source: None,
             writes: Vec::new(),
             rolled_at: Vec::new(),
             notes: Vec::new(),
+            hold_writes: false,
+            in_flight: Vec::new(),
+            reports: Vec::new(),
+            epoch: 0,
+            leader,
         }
     }
 
-    /// The core's first sight of the workload.
+    /// A watch event of the workload as stored. The first is the core's first
+    /// sight of it; the sources then report what they hold.
     pub(super) fn see(&mut self) {
         let workload = self.workload.clone();
         self.input(Input::workload(WorkloadEvent::Apply(workload)));
         assert!(!self.tracked.is_empty(), "the workload tracks something");
     }
 
-    /// Every input of the workload now has `content`.
+    /// Every input of the workload now has `content`; the sources report it to
+    /// the core when it tracks them.
     pub(super) fn content(&mut self, content: &str) {
+        self.source = Some(content.to_owned());
         for tracked in self.tracked.clone() {
-            let observation = Observation::Present(fingerprint_of(&tracked, content));
-            self.input(Input::Observation(SourceUpdate {
-                tracked,
-                observation,
-            }));
+            self.report(tracked);
         }
+    }
+
+    /// The source of `tracked` reports what it holds, if anything.
+    fn report(&mut self, tracked: Tracked) {
+        let Some(content) = self.source.clone() else {
+            return;
+        };
+        let observation = Observation::Present(fingerprint_of(&tracked, &content));
+        self.reports.push((self.epoch, content));
+        self.input(Input::Observation(SourceUpdate {
+            tracked,
+            observation,
+        }));
     }
 
     pub(super) fn advance(&mut self, by: Duration) {
         self.run_until(self.now + by);
     }
 
-    /// Ticks at every wake-up up to `until`, applying each write.
+    /// Ticks at every wake-up up to `until`, as the driver does.
     pub(super) fn run_until(&mut self, until: Instant) {
         let mut wake = Some(self.now);
+        let mut ticks_now = 0;
         while let Some(at) = wake.filter(|at| *at <= until) {
+            if at <= self.now {
+                ticks_now += 1;
+                assert!(ticks_now < 1_000, "the core wakes at {at:?} without end");
+            } else {
+                ticks_now = 0;
+            }
             self.now = self.now.max(at);
             wake = self.input(Input::Tick);
         }
@@ -89,37 +160,114 @@ impl Harness {
         self.advance(Duration::from_secs(600));
     }
 
+    /// This replica gains or loses leadership.
+    pub(super) fn lead(&mut self, leader: bool) {
+        self.leader = leader;
+        self.input(Input::Leadership(leader));
+    }
+
+    /// Ends the oldest write in flight; `false` when none is.
+    pub(super) fn finish(&mut self, end: WriteEnd) -> bool {
+        if self.in_flight.is_empty() {
+            return false;
+        }
+        let Pending { write, epoch } = self.in_flight.remove(0);
+        let id = write.workload.id.clone();
+        let outcome = match end {
+            WriteEnd::Applied => {
+                self.apply(write, epoch);
+                WriteOutcome::Applied(Box::new(self.workload.clone()))
+            }
+            WriteEnd::Retry => WriteOutcome::Retry(TargetError::Conflict {
+                id: id.clone(),
+                message: "the object has been modified".to_owned(),
+            }),
+            WriteEnd::Failed => WriteOutcome::Failed(TargetError::Rejected {
+                id: id.clone(),
+                message: "forbidden".to_owned(),
+            }),
+        };
+        self.input(Input::WriteFinished { id, outcome });
+        true
+    }
+
+    /// The process stops and a new one starts: a new core with an empty
+    /// store, leading as this replica did, sees the workload as stored, and
+    /// the sources report to it what they hold. A write in flight either
+    /// reached the API server (`in_flight_applied`) or was lost.
+    pub(super) fn restart(&mut self, in_flight_applied: bool) {
+        for Pending { write, epoch } in std::mem::take(&mut self.in_flight) {
+            if in_flight_applied {
+                self.apply(write, epoch);
+            }
+        }
+        self.core = new_core(self.leader);
+        self.tracked.clear();
+        self.epoch += 1;
+        self.see();
+    }
+
+    /// The target writes `write` to the stored workload.
+    fn apply(&mut self, write: StampWrite, epoch: u32) {
+        let before = self.workload.clone();
+        let rolls = stamp::changes_pod_template(&before, &write.patch);
+        self.workload = applied(&before, &write.patch);
+        if rolls {
+            self.rolled_at.push(self.now);
+        }
+        self.writes.push(AppliedWrite {
+            rolls,
+            epoch,
+            before,
+            after: self.workload.clone(),
+        });
+    }
+
+    /// Handles `input` and performs its effects: the sources report what they
+    /// hold for what is newly tracked, writes apply (or stay in flight).
+    /// Returns when the core asks to be woken.
     pub(super) fn input(&mut self, input: Input) -> Option<Instant> {
         let effects = self.core.handle(input, self.now);
         let mut wake = None;
+        let mut earliest = |at: Instant| wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
+        let mut newly_tracked = Vec::new();
         for effect in effects {
             match effect {
-                Effect::Track(tracked) => self.tracked.push(tracked),
+                Effect::Track(tracked) => {
+                    self.tracked.push(tracked.clone());
+                    newly_tracked.push(tracked);
+                }
                 Effect::Write(write) => {
-                    let rolls = stamp::changes_pod_template(&self.workload, &write.patch);
-                    self.workload = applied(&self.workload, &write.patch);
-                    self.writes.push((*write, rolls));
-                    if rolls {
-                        self.rolled_at.push(self.now);
+                    let epoch = self.epoch;
+                    if self.hold_writes {
+                        self.in_flight.push(Pending {
+                            write: *write,
+                            epoch,
+                        });
+                        continue;
                     }
+                    self.apply(*write, epoch);
                     let stored = self.workload.clone();
                     if let Some(at) = self.input(Input::WriteFinished {
                         id: stored.id.clone(),
                         outcome: WriteOutcome::Applied(Box::new(stored)),
                     }) {
-                        wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
+                        earliest(at);
                     }
                 }
                 Effect::Publish(notice) => self.notes.push(notice.note),
-                Effect::WakeAt(at) => wake = Some(wake.map_or(at, |w: Instant| w.min(at))),
+                Effect::WakeAt(at) => earliest(at),
                 Effect::Untrack(_) => {}
             }
+        }
+        for tracked in newly_tracked {
+            self.report(tracked);
         }
         wake
     }
 
     pub(super) fn rollouts(&self) -> usize {
-        self.writes.iter().filter(|(_, rolls)| *rolls).count()
+        self.writes.iter().filter(|w| w.rolls).count()
     }
 
     pub(super) fn template(&self, key: &str) -> Option<&str> {
@@ -134,6 +282,14 @@ impl Harness {
     }
 }
 
+fn new_core(leader: bool) -> Core {
+    let mut settings = settings();
+    settings.leader = leader;
+    Core::new(settings, Arc::default(), EngineMetrics::default()).unwrap()
+}
+
+/// A 5 s debounce, a 60 s max-delay and a 30 s min-interval; pacing that never
+/// holds a single workload.
 pub(super) fn settings() -> CoreSettings {
     CoreSettings {
         engine: EngineConfig {
@@ -260,6 +416,7 @@ pub(super) fn reloader_annotations_strategy() -> Workload {
     )
 }
 
+/// A workload naming its ConfigMap in nudge's own annotation.
 pub(super) fn batch(kind: WorkloadKind) -> Workload {
     workload(
         kind,
@@ -275,4 +432,10 @@ pub(super) fn cron_job() -> Workload {
 
 pub(super) fn job() -> Workload {
     batch(crate::targets::job_kind())
+}
+
+/// A Deployment naming its ConfigMap in nudge's own annotation: stamped on its
+/// pod template from the start (nothing to adopt).
+pub(super) fn native_deployment() -> Workload {
+    batch(WorkloadKind::deployment())
 }
