@@ -4,7 +4,7 @@
 //! retried, or refused for good). Leadership changes and restarts (a new core
 //! with an empty store) are driven from here too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,6 +76,9 @@ pub(super) struct Harness {
     pub(super) in_flight: Vec<Pending>,
     /// Every observation reported to a core: the process and the content.
     pub(super) reports: Vec<(u32, String)>,
+    /// Watch events not delivered yet: the stored workload after each write
+    /// and [`Harness::status_update`], in order (see [`Harness::deliver`]).
+    pub(super) watch: VecDeque<Workload>,
     /// Which process this is: 0, then one more at each restart.
     pub(super) epoch: u32,
     pub(super) leader: bool,
@@ -99,6 +102,7 @@ impl Harness {
             hold_writes: false,
             in_flight: Vec::new(),
             reports: Vec::new(),
+            watch: VecDeque::new(),
             epoch: 0,
             leader,
         }
@@ -110,6 +114,24 @@ impl Harness {
         let workload = self.workload.clone();
         self.input(Input::workload(WorkloadEvent::Apply(workload)));
         assert!(!self.tracked.is_empty(), "the workload tracks something");
+    }
+
+    /// Delivers the oldest watch event not delivered yet; `false` when none is.
+    /// The driver handles a finished write before the workload events already
+    /// queued, so the core may get a workload as it was before a write it
+    /// knows to be applied.
+    pub(super) fn deliver(&mut self) -> bool {
+        let Some(workload) = self.watch.pop_front() else {
+            return false;
+        };
+        self.input(Input::workload(WorkloadEvent::Apply(workload)));
+        true
+    }
+
+    /// Another writer (the workload's own controller, updating its status)
+    /// makes a new version of the workload: one more watch event to deliver.
+    pub(super) fn status_update(&mut self) {
+        self.watch.push_back(self.workload.clone());
     }
 
     /// Every input of the workload now has `content`; the sources report it to
@@ -201,6 +223,8 @@ impl Harness {
                 self.apply(write, epoch);
             }
         }
+        // The new process's watch starts with a list of what is stored.
+        self.watch.clear();
         self.core = new_core(self.leader);
         self.tracked.clear();
         self.epoch += 1;
@@ -215,6 +239,7 @@ impl Harness {
         if rolls {
             self.rolled_at.push(self.now);
         }
+        self.watch.push_back(self.workload.clone());
         self.writes.push(AppliedWrite {
             rolls,
             epoch,

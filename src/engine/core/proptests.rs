@@ -156,8 +156,12 @@ impl Reference {
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// A watch event of the workload as stored.
+    /// A watch event of the workload as stored; with `watch_events`, the
+    /// oldest event not delivered yet, else the workload as stored.
     See,
+    /// With `watch_events`: the workload's controller updates its status (a
+    /// new version, one more watch event).
+    StatusUpdate,
     /// The sources' content becomes this one.
     Content(usize),
     /// Time passes (the core ticks at every wake-up).
@@ -171,7 +175,7 @@ enum Op {
     Leader(bool),
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn op(watch_events: bool) -> impl Strategy<Value = Op> {
     let ms = Duration::from_millis;
     let delays = vec![
         ms(100),
@@ -198,6 +202,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Finish(WriteEnd::Failed)),
         1 => any::<bool>().prop_map(|in_flight_applied| Op::Restart { in_flight_applied }),
         1 => any::<bool>().prop_map(Op::Leader),
+        if watch_events { 2 } else { 0 } => Just(Op::StatusUpdate),
     ]
 }
 
@@ -260,7 +265,12 @@ impl Model {
     }
 }
 
-fn run(kind: Kind, ops: &[Op], reference: &Reference) -> Result<(), TestCaseError> {
+fn run(
+    kind: Kind,
+    ops: &[Op],
+    reference: &Reference,
+    watch_events: bool,
+) -> Result<(), TestCaseError> {
     let mut h = Harness::new(kind.make());
     h.hold_writes = true;
     // The sources hold A from the start; nothing tracks it yet.
@@ -268,7 +278,12 @@ fn run(kind: Kind, ops: &[Op], reference: &Reference) -> Result<(), TestCaseErro
     let mut model = Model::new();
     for op in ops {
         match op {
-            Op::See => h.see(),
+            Op::See => {
+                if !(watch_events && h.deliver()) {
+                    h.see();
+                }
+            }
+            Op::StatusUpdate => h.status_update(),
             Op::Content(content) => {
                 model.change(*content);
                 h.content(CONTENTS[*content]);
@@ -290,6 +305,7 @@ fn run(kind: Kind, ops: &[Op], reference: &Reference) -> Result<(), TestCaseErro
         h.lead(true);
     }
     while h.finish(WriteEnd::Applied) {}
+    while watch_events && h.deliver() {}
     h.see();
     model.observe(&h, kind);
     h.settle();
@@ -415,9 +431,22 @@ proptest! {
     #[test]
     fn the_core_converges_on_the_latest_content_without_spurious_rollouts(
         kind in prop::sample::select(Kind::ALL.to_vec()),
-        ops in prop::collection::vec(op(), 0..40),
+        ops in prop::collection::vec(op(false), 0..40),
     ) {
         let reference = Reference::of(kind);
-        run(kind, &ops, &reference)?;
+        run(kind, &ops, &reference, false)?;
+    }
+
+    /// The same, with the watch delivering every version of the workload in
+    /// order, late: a version from before a write may reach the core after
+    /// the write's result (the driver handles finished writes first).
+    #[test]
+    #[ignore = "core bug: stale watch events, see the ignored adoption tests"]
+    fn the_same_holds_when_watch_events_arrive_after_the_write_results(
+        kind in prop::sample::select(Kind::ALL.to_vec()),
+        ops in prop::collection::vec(op(true), 0..40),
+    ) {
+        let reference = Reference::of(kind);
+        run(kind, &ops, &reference, true)?;
     }
 }
