@@ -3,243 +3,27 @@
 //! (debounce, pause-period, pacing) stands between first sight and the write;
 //! content that changed before first sight is adopted without a rollout.
 
-use std::collections::BTreeMap;
-
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::*;
-use crate::fingerprint::{self, DataValue, Fingerprint, ObjectData, Observation};
-use crate::model::{Algorithm, Scope, WorkloadKind};
-use crate::stamp::Release;
+use crate::fingerprint;
+use crate::model::WorkloadKind;
+use harness::{
+    CHECKSUM, CONFIG_HASH, Harness, LAST_RELOADED_FROM, RELOADER_STATE, WriteEnd, applied,
+    cron_job, job, pod_mounting, reloader_annotations_strategy, reloader_auto, settings, workload,
+};
 
-// === a small cluster: the core, its clock, and the workload as stored ===
-
-/// One workload under one core, with a target that applies every write.
-struct Harness {
-    core: Core,
-    now: Instant,
-    workload: Workload,
-    tracked: Vec<Tracked>,
-    /// Every write applied, with whether it changed the pod template.
-    writes: Vec<(StampWrite, bool)>,
-    /// When each write that changed the pod template went out.
-    rolled_at: Vec<Instant>,
-    notes: Vec<String>,
-}
-
-impl Harness {
-    fn new(workload: Workload) -> Self {
-        Self::with_leader(workload, true)
-    }
-
-    fn with_leader(workload: Workload, leader: bool) -> Self {
-        let mut settings = settings();
-        settings.leader = leader;
-        Self {
-            core: Core::new(settings, Arc::default(), EngineMetrics::default()).unwrap(),
-            now: Instant::now(),
-            workload,
-            tracked: Vec::new(),
-            writes: Vec::new(),
-            rolled_at: Vec::new(),
-            notes: Vec::new(),
-        }
-    }
-
-    /// The core's first sight of the workload.
-    fn see(&mut self) {
-        let workload = self.workload.clone();
-        self.input(Input::workload(WorkloadEvent::Apply(workload)));
-        assert!(!self.tracked.is_empty(), "the workload tracks something");
-    }
-
-    /// Every input of the workload now has `content`.
-    fn content(&mut self, content: &str) {
-        for tracked in self.tracked.clone() {
-            let observation = Observation::Present(fingerprint_of(&tracked, content));
-            self.input(Input::Observation(SourceUpdate {
-                tracked,
-                observation,
-            }));
-        }
-    }
-
-    fn advance(&mut self, by: Duration) {
-        self.run_until(self.now + by);
-    }
-
-    /// Ticks at every wake-up up to `until`, applying each write.
-    fn run_until(&mut self, until: Instant) {
-        let mut wake = Some(self.now);
-        while let Some(at) = wake.filter(|at| *at <= until) {
-            self.now = self.now.max(at);
-            wake = self.input(Input::Tick);
-        }
-        self.now = until;
-    }
-
-    /// Runs for long enough for every delay to pass (ten minutes).
-    fn settle(&mut self) {
-        self.advance(Duration::from_secs(600));
-    }
-
-    fn input(&mut self, input: Input) -> Option<Instant> {
-        let effects = self.core.handle(input, self.now);
-        let mut wake = None;
-        for effect in effects {
-            match effect {
-                Effect::Track(tracked) => self.tracked.push(tracked),
-                Effect::Write(write) => {
-                    let rolls = stamp::changes_pod_template(&self.workload, &write.patch);
-                    self.workload = applied(&self.workload, &write.patch);
-                    self.writes.push((*write, rolls));
-                    if rolls {
-                        self.rolled_at.push(self.now);
-                    }
-                    let stored = self.workload.clone();
-                    if let Some(at) = self.input(Input::WriteFinished {
-                        id: stored.id.clone(),
-                        outcome: WriteOutcome::Applied(Box::new(stored)),
-                    }) {
-                        wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
-                    }
-                }
-                Effect::Publish(notice) => self.notes.push(notice.note),
-                Effect::WakeAt(at) => wake = Some(wake.map_or(at, |w: Instant| w.min(at))),
-                Effect::Untrack(_) => {}
-            }
-        }
-        wake
-    }
-
-    fn rollouts(&self) -> usize {
-        self.writes.iter().filter(|(_, rolls)| *rolls).count()
-    }
-
-    fn template(&self, key: &str) -> Option<&str> {
-        self.workload
-            .template_annotations()
-            .get(key)
-            .map(String::as_str)
-    }
-
-    fn metadata(&self, key: &str) -> Option<&str> {
-        self.workload.annotations.get(key).map(String::as_str)
-    }
-}
-
-fn settings() -> CoreSettings {
-    CoreSettings {
-        engine: EngineConfig {
-            debounce: Duration::from_secs(5),
-            max_delay: Duration::from_secs(60),
-            stamps_per_second: 1000.0,
-            burst: 1000,
-            min_interval: Duration::from_secs(30),
-            stamp_on_delete: false,
-        },
-        scheme: AnnotationScheme::default(),
-        catalog: SourceCatalog(BTreeMap::from([
-            (SourceName::configmap(), Scope::Namespaced),
-            (SourceName::secret(), Scope::Namespaced),
-            (SourceName::consul(), Scope::External),
-        ])),
-        namespace_selector: false,
-        leader: true,
-    }
-}
-
-/// The fingerprint a source reports for `tracked` holding `content`.
-fn fingerprint_of(tracked: &Tracked, content: &str) -> Fingerprint {
-    let data = ObjectData(BTreeMap::from([(
-        "k".to_owned(),
-        DataValue::Text(content.to_owned()),
-    )]));
-    match tracked.algorithm {
-        Algorithm::Wave => Fingerprint::Wave(fingerprint::wave_fragment(&data)),
-        Algorithm::Md5 => fingerprint::md5_value(content.as_bytes()),
-        _ => fingerprint::native_value(content.as_bytes()),
-    }
-}
-
-/// `workload` after a target wrote `patch` (annotations, env is not used here,
-/// and the holds it lifts).
-fn applied(workload: &Workload, patch: &StampPatch) -> Workload {
-    let mut next = workload.clone();
-    let meta = next.template.metadata.get_or_insert_default();
-    let template = meta.annotations.get_or_insert_default();
-    for (output, value) in &patch.values {
-        match output {
-            Output::PodTemplateAnnotation(key) => {
-                template.insert(key.clone(), value.clone());
-            }
-            Output::PodTemplateAndWorkloadAnnotation(key) => {
-                template.insert(key.clone(), value.clone());
-                next.annotations.insert(key.clone(), value.clone());
-            }
-            Output::WorkloadAnnotation(key) => {
-                next.annotations.insert(key.clone(), value.clone());
-            }
-            other => panic!("not resolved for a writer: {other:?}"),
-        }
-    }
-    for release in &patch.releases {
-        let spec = next.template.spec.get_or_insert_default();
-        match release {
-            Release::SchedulingGate(name) => {
-                if let Some(gates) = spec.scheduling_gates.as_mut() {
-                    gates.retain(|gate| &gate.name != name);
-                }
-            }
-            Release::WaveScheduler { scheduler_name } => {
-                spec.scheduler_name = Some(scheduler_name.clone());
-                next.annotations
-                    .remove(crate::model::WAVE_SCHEDULING_DISABLED);
-            }
-        }
-    }
-    next
-}
+// The harness and the property tests are declared here rather than in
+// core.rs, which this change leaves alone; they are siblings in spirit.
+#[path = "harness.rs"]
+mod harness;
+#[path = "proptests.rs"]
+mod proptests;
 
 // === the adoption paths ===
 
-const CONFIG_HASH: &str = "nudge.dev/config-hash";
-const RELOADER_STATE: &str = "nudge.dev/reloader-state";
-const LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
-const CHECKSUM: &str = "nudge.dev/checksum-cfg";
 const MUTATOR_CHECKSUM: &str = "k8s-consul-mutator.io/checksum-app";
 const WAVE_HASH: &str = "wave.pusher.com/config-hash";
-
-fn pod_mounting(configmap: &str) -> Value {
-    json!({
-        "containers": [{"name": "app", "image": "busybox",
-                        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]}],
-        "volumes": [{"name": "cfg", "configMap": {"name": configmap}}],
-    })
-}
-
-fn workload(kind: WorkloadKind, meta: Value, template_meta: Value, pod: Value) -> Workload {
-    let mut object = json!({
-        "metadata": {"namespace": "ns", "name": "app", "annotations": meta},
-    });
-    let template = json!({"metadata": {"annotations": template_meta}, "spec": pod});
-    let mut at = &mut object;
-    for segment in kind.template_path().segments() {
-        at = &mut at[segment];
-    }
-    *at = template;
-    Workload::from_object(&kind, object).unwrap()
-}
-
-/// Reloader's `auto` on a workload without a `STAKATER_*` env var.
-fn reloader_auto() -> Workload {
-    workload(
-        WorkloadKind::deployment(),
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!({}),
-        pod_mounting("cfg"),
-    )
-}
 
 /// The same with Reloader's pause-period.
 fn reloader_auto_paused(period: &str) -> Workload {
@@ -250,33 +34,6 @@ fn reloader_auto_paused(period: &str) -> Workload {
         json!({}),
         pod_mounting("cfg"),
     )
-}
-
-/// Reloader's annotations strategy: its document on the pod template.
-fn reloader_annotations_strategy() -> Workload {
-    workload(
-        WorkloadKind::deployment(),
-        json!({"reloader.stakater.com/auto": "true"}),
-        json!({LAST_RELOADED_FROM: "{\"type\":\"CONFIGMAP\",\"name\":\"old\"}"}),
-        pod_mounting("cfg"),
-    )
-}
-
-fn batch(kind: WorkloadKind) -> Workload {
-    workload(
-        kind,
-        json!({"nudge.dev/configmap-cfg": "cfg"}),
-        json!({}),
-        json!({"containers": [{"name": "job", "image": "busybox"}]}),
-    )
-}
-
-fn cron_job() -> Workload {
-    batch(crate::targets::cron_job_kind())
-}
-
-fn job() -> Workload {
-    batch(crate::targets::job_kind())
 }
 
 /// k8s-consul-mutator's key annotation, its checksum of `stamped` content on
@@ -632,4 +389,90 @@ fn an_adoption_write_does_not_count_as_a_rollout_for_pacing() {
     assert_eq!(h.rollouts(), 1);
     // Written after the debounce alone: no min-interval hold (30 s) behind it.
     assert_eq!(h.rolled_at, [changed_at + Duration::from_secs(5)]);
+}
+
+#[test]
+#[ignore = "core bug: a stale watch event adopts a change made after the adoption"]
+fn a_stale_watch_event_after_the_adoption_does_not_adopt_a_change_seen_since() {
+    let mut h = Harness::new(reloader_auto());
+    h.hold_writes = true;
+    h.see();
+    h.content("A");
+    h.advance(Duration::from_secs(5));
+    let unadopted = h.workload.clone();
+    assert!(h.finish(WriteEnd::Applied), "the adoption of A");
+    assert_eq!(h.rollouts(), 0);
+    // A change after the adoption…
+    h.content("B");
+    // …then a watch event sent before the adoption was written (the driver
+    // handles a finished write before the workload events already queued).
+    h.input(Input::workload(WorkloadEvent::Apply(unadopted)));
+    h.hold_writes = false;
+    h.settle();
+    let b = adoption_of(reloader_auto, "B", CONFIG_HASH);
+    assert_eq!(h.metadata(CONFIG_HASH), Some(b.as_str()));
+    assert_eq!(
+        h.rollouts(),
+        1,
+        "B came after the adoption of A: it rolls ({:#?})",
+        h.writes
+    );
+    assert_eq!(h.template(CONFIG_HASH), Some(b.as_str()));
+}
+
+#[test]
+#[ignore = "core bug: a stale watch event rewrites the pod template with older content"]
+fn a_stale_watch_event_after_a_rollout_never_puts_older_content_back_on_the_template() {
+    // Found by the property test with late watch events (minimised).
+    let mut h = Harness::new(reloader_annotations_strategy());
+    h.hold_writes = true;
+    h.see();
+    h.content("A");
+    let unadopted = h.workload.clone();
+    h.content("B");
+    h.advance(Duration::from_secs(5));
+    assert!(
+        h.finish(WriteEnd::Applied),
+        "B rolls: its document on the template"
+    );
+    assert_eq!(h.rollouts(), 1);
+    let document = h.template(LAST_RELOADED_FROM).unwrap().to_owned();
+    // A watch event sent before that write (a status update), handled after
+    // its result.
+    h.input(Input::workload(WorkloadEvent::Apply(unadopted)));
+    h.hold_writes = false;
+    h.settle();
+    assert_eq!(
+        h.template(LAST_RELOADED_FROM),
+        Some(document.as_str()),
+        "the template keeps B's document ({:#?})",
+        h.writes
+    );
+    assert_eq!(h.rollouts(), 1, "nothing more rolls");
+}
+
+#[test]
+#[ignore = "core bug: a stale watch event rewrites the pod template with older content"]
+fn a_stale_watch_event_after_a_rollout_and_a_revert_never_puts_the_old_document_back() {
+    // Also fails with first sight kept until the echo (see the report).
+    let mut h = Harness::new(reloader_annotations_strategy());
+    let old = h.template(LAST_RELOADED_FROM).unwrap().to_owned();
+    h.hold_writes = true;
+    h.see();
+    h.content("A");
+    h.content("B");
+    h.advance(Duration::from_secs(5));
+    // A status update while B's rollout is in flight: its event is late.
+    let unadopted = h.workload.clone();
+    assert!(h.finish(WriteEnd::Applied), "B rolls");
+    h.content("A");
+    h.input(Input::workload(WorkloadEvent::Apply(unadopted)));
+    h.hold_writes = false;
+    h.settle();
+    assert_ne!(
+        h.template(LAST_RELOADED_FROM),
+        Some(old.as_str()),
+        "the template never goes back to the document nudge found ({:#?})",
+        h.writes
+    );
 }
