@@ -1467,6 +1467,7 @@ mod tests {
             id: WorkloadId::new(WorkloadKind::deployment(), NS, "web"),
             rollout: crate::model::Rollout::Unknown,
             ordered_pods: false,
+            resource_version: None,
             annotations: mk_map(meta),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -2661,6 +2662,7 @@ mod tests {
             id: WorkloadId::new(WorkloadKind::stateful_set(), NS, "db"),
             rollout: crate::model::Rollout::Unknown,
             ordered_pods: false,
+            resource_version: None,
             annotations: mk_map(&[
                 ("nudge.dev/auto", "true"),
                 ("wave.pusher.com/update-on-config-change", "true"),

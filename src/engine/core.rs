@@ -157,6 +157,9 @@ struct Record {
     /// While the workload has an output still to adopt: its inputs as first
     /// seen (see [`FirstSight`]).
     first_sight: Option<Box<FirstSight>>,
+    /// The revision (etcd's, in `resourceVersion`) of the workload as nudge's
+    /// last write left it; 0: unknown.
+    written: u64,
 }
 
 /// What a workload's inputs were when nudge first saw it with an output still
@@ -415,6 +418,17 @@ impl Core {
         if let Some(known) = self.known_id(&workload.id) {
             workload.id = known;
         }
+        if let (Some(record), Some(revision)) =
+            (self.records.get(&workload.id), workload.revision())
+            && revision < record.written
+        {
+            // Queued before nudge's own write returned: an older state of the
+            // workload, whose newer state nudge already has. Taken as current,
+            // it would undo the write in nudge's view (and re-adopt, or put older
+            // content back).
+            tracing::debug!(workload = %workload.id, revision, written = record.written, "older than nudge's last write; skipped");
+            return;
+        }
         let id = workload.id.clone();
         if !self.in_selection(&id) {
             if self.records.contains_key(&id) {
@@ -454,6 +468,7 @@ impl Core {
                 reported_missing: None,
                 reported_invalid: Box::default(),
                 first_sight: None,
+                written: 0,
             })
         });
         let specs = self.graph.specs(&id).unwrap_or_default();
@@ -908,6 +923,7 @@ impl Core {
                 let specs = self.graph.specs(&id).unwrap_or_default();
                 let mut workload = workload;
                 workload.id = id.clone();
+                record.written = workload.revision().unwrap_or(0);
                 if !stamp::adopting(&workload, specs) {
                     record.first_sight = None;
                 }
@@ -1056,5 +1072,9 @@ fn carried(patch: &StampPatch) -> String {
 
 #[cfg(test)]
 mod adoption_tests;
+#[cfg(test)]
+mod harness;
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

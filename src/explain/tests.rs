@@ -33,6 +33,7 @@ fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
         id: WorkloadId::new(WorkloadKind::deployment(), NS, "web"),
         rollout: crate::model::Rollout::Unknown,
         ordered_pods: false,
+        resource_version: None,
         annotations: mk_map(meta),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {

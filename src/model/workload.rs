@@ -43,6 +43,9 @@ pub struct Workload {
     /// one is Running and Ready (a StatefulSet without `podManagementPolicy:
     /// Parallel`): a pod held `Pending` would stall it for good.
     pub ordered_pods: bool,
+    /// `metadata.resourceVersion`, when the object has one: tells an event that
+    /// reached nudge late (older than nudge's own write) from a newer one.
+    pub resource_version: Option<String>,
 }
 
 /// Why an object could not be read as a workload.
@@ -68,6 +71,12 @@ pub enum WorkloadError {
 }
 
 impl Workload {
+    /// The resource version as the etcd revision kube-apiserver makes it, for
+    /// ordering; `None` when absent or not a number (another API server).
+    pub(crate) fn revision(&self) -> Option<u64> {
+        self.resource_version.as_deref()?.parse().ok()
+    }
+
     /// Reads a workload of `kind` from its JSON object. A missing pod template
     /// reads as an empty one (nothing to discover, nothing stamped yet).
     pub fn from_object(kind: &WorkloadKind, mut object: Value) -> Result<Self, WorkloadError> {
@@ -83,6 +92,7 @@ impl Workload {
         else {
             return Err(WorkloadError::NoIdentity);
         };
+        let resource_version = str_at(&object, "resourceVersion");
         let annotations = match object.pointer_mut("/metadata/annotations").map(Value::take) {
             None | Some(Value::Null) => BTreeMap::new(),
             Some(value) => serde_json::from_value(value).map_err(WorkloadError::Annotations)?,
@@ -103,6 +113,7 @@ impl Workload {
             template,
             rollout,
             ordered_pods,
+            resource_version,
         })
     }
 

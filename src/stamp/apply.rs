@@ -155,6 +155,7 @@ mod tests {
             },
             rollout: Rollout::Unknown,
             ordered_pods: false,
+            resource_version: None,
         }
     }
 

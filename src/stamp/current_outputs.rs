@@ -177,6 +177,7 @@ impl CurrentOutputs {
             },
             rollout: Rollout::Unknown,
             ordered_pods: false,
+            resource_version: None,
         }
     }
 }

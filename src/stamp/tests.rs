@@ -100,6 +100,7 @@ fn mk_workload(
         id: WorkloadId::new(WorkloadKind::deployment(), "ns", "web"),
         rollout: crate::model::Rollout::Unknown,
         ordered_pods: false,
+        resource_version: None,
         annotations: map(own),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {

@@ -89,7 +89,10 @@ impl Harness {
         Self::with_leader(workload, true)
     }
 
-    pub(super) fn with_leader(workload: Workload, leader: bool) -> Self {
+    pub(super) fn with_leader(mut workload: Workload, leader: bool) -> Self {
+        if workload.resource_version.is_none() {
+            workload.resource_version = Some("1".to_owned());
+        }
         Self {
             core: new_core(leader),
             now: Instant::now(),
@@ -131,6 +134,7 @@ impl Harness {
     /// Another writer (the workload's own controller, updating its status)
     /// makes a new version of the workload: one more watch event to deliver.
     pub(super) fn status_update(&mut self) {
+        bump(&mut self.workload);
         self.watch.push_back(self.workload.clone());
     }
 
@@ -349,10 +353,17 @@ pub(super) fn fingerprint_of(tracked: &Tracked, content: &str) -> Fingerprint {
     }
 }
 
+/// A new version of `workload`, as the API server makes one on every write.
+fn bump(workload: &mut Workload) {
+    let revision = workload.revision().unwrap_or(0) + 1;
+    workload.resource_version = Some(revision.to_string());
+}
+
 /// `workload` after a target wrote `patch` (annotations, env is not used here,
 /// and the holds it lifts).
 pub(super) fn applied(workload: &Workload, patch: &StampPatch) -> Workload {
     let mut next = workload.clone();
+    bump(&mut next);
     let meta = next.template.metadata.get_or_insert_default();
     let template = meta.annotations.get_or_insert_default();
     for (output, value) in &patch.values {

@@ -441,7 +441,6 @@ proptest! {
     /// order, late: a version from before a write may reach the core after
     /// the write's result (the driver handles finished writes first).
     #[test]
-    #[ignore = "core bug: stale watch events, see the ignored adoption tests"]
     fn the_same_holds_when_watch_events_arrive_after_the_write_results(
         kind in prop::sample::select(Kind::ALL.to_vec()),
         ops in prop::collection::vec(op(true), 0..40),
