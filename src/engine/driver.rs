@@ -18,7 +18,7 @@ use super::metrics::EngineMetrics;
 use super::{Engine, EngineError};
 use crate::events::{EventSink, Notice};
 use crate::health::{Readiness, WatchReady};
-use crate::model::{SourceCatalog, SourceName, WorkloadId, WorkloadKind};
+use crate::model::{SourceName, WorkloadId, WorkloadKind};
 use crate::rate::Backoff;
 use crate::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
 use crate::targets::{Target, TargetContext, TargetError, WorkloadEvent};
@@ -97,6 +97,7 @@ impl Driver {
     /// Builds the core and starts every target, every source and the Event
     /// publisher, then seals readiness.
     fn start(engine: Engine, shutdown: &CancellationToken) -> Result<(Self, Feeds), EngineError> {
+        let catalog = engine.catalog();
         let Engine {
             config,
             scheme,
@@ -114,7 +115,7 @@ impl Driver {
         let settings = CoreSettings {
             engine: config,
             scheme,
-            catalog: catalog(&sources),
+            catalog,
             namespace_selector: namespaces.is_some(),
             leader: leadership.is_none(),
         };
@@ -284,16 +285,6 @@ impl Driver {
             tasks.shutdown().await;
         }
     }
-}
-
-/// The scope of every registered source.
-fn catalog(sources: &BTreeMap<SourceName, Arc<dyn Source>>) -> SourceCatalog {
-    SourceCatalog(
-        sources
-            .iter()
-            .map(|(name, source)| (name.clone(), source.scope()))
-            .collect(),
-    )
 }
 
 /// Starts every target, each with its own readiness.
