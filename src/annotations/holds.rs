@@ -12,27 +12,36 @@ impl Parser<'_> {
     /// not opted out) and Wave's `scheduling-disabled` on a migrated workload,
     /// each released once every required input of every stamp exists.
     pub(super) fn holds(&mut self) {
-        let required: BTreeSet<Tracked> = self
-            .deps
+        let required = self.required_inputs();
+        let mut holds = Vec::new();
+        if self.wants_gate(!required.is_empty()) {
+            let gate = Output::SchedulingGate(self.scheme.awaiting_config_gate());
+            holds.push(release(gate, &required));
+        }
+        if self
+            .workload
+            .annotations
+            .contains_key(WAVE_SCHEDULING_DISABLED)
+        {
+            holds.push(release(Output::WaveSchedulingDisabled, &required));
+        }
+        self.deps.stamps.extend(holds);
+    }
+
+    /// Every input of every stamp that is not optional.
+    fn required_inputs(&self) -> BTreeSet<Tracked> {
+        self.deps
             .stamps
             .iter()
             .flat_map(|spec| &spec.inputs)
             .filter(|input| !input.optional)
             .map(|input| input.tracked.clone())
-            .collect();
-        let hold = |output: Output| StampSpec {
-            output,
-            combine: Combine::Release,
-            inputs: required
-                .iter()
-                .map(|tracked| Input {
-                    tracked: tracked.clone(),
-                    optional: false,
-                })
-                .collect(),
-            origins: Vec::new(),
-        };
-        let mut holds = Vec::new();
+            .collect()
+    }
+
+    /// Whether the workload gets the scheduling gate; an explicit opt-in that
+    /// cannot be honoured is reported.
+    fn wants_gate(&mut self, anything_required: bool) -> bool {
         // Nothing required, nothing to wait for: no gate. A Job's pod template is
         // immutable, so a gate could never be lifted from it.
         let mutable_template = !self.workload.id.kind.has_immutable_template();
@@ -49,18 +58,24 @@ impl Parser<'_> {
                               once the config exists",
                 });
             }
-        } else if wanted && !required.is_empty() && mutable_template {
-            holds.push(hold(Output::SchedulingGate(
-                self.scheme.awaiting_config_gate(),
-            )));
+            return false;
         }
-        if self
-            .workload
-            .annotations
-            .contains_key(WAVE_SCHEDULING_DISABLED)
-        {
-            holds.push(hold(Output::WaveSchedulingDisabled));
-        }
-        self.deps.stamps.extend(holds);
+        wanted && anything_required && mutable_template
+    }
+}
+
+/// A spec that releases `output` once every `required` input exists.
+fn release(output: Output, required: &BTreeSet<Tracked>) -> StampSpec {
+    StampSpec {
+        output,
+        combine: Combine::Release,
+        inputs: required
+            .iter()
+            .map(|tracked| Input {
+                tracked: tracked.clone(),
+                optional: false,
+            })
+            .collect(),
+        origins: Vec::new(),
     }
 }
