@@ -745,173 +745,230 @@ impl Config {
         figment.merge(env).merge(overrides.figment())
     }
 
+    /// The first invalid value, in the order of the sections below, as a
+    /// [`ConfigError::Invalid`] naming its key and where it was set.
     fn validate(&self, figment: &Figment) -> Result<(), ConfigError> {
-        let invalid = |key: &'static str, problem: String| ConfigError::Invalid {
-            key,
-            problem,
-            origin: origin(figment.find_metadata(key), key),
-        };
-        if !is_dns_subdomain(&self.annotations.prefix) {
-            return Err(invalid(
+        let problem = self
+            .annotations
+            .problem()
+            .or_else(|| self.engine.problem())
+            .or_else(|| self.kubernetes.namespaces_problem())
+            .or_else(|| targets_problem(&self.targets))
+            .or_else(|| self.kubernetes.field_manager_problem())
+            .or_else(|| self.fingerprint.problem())
+            .or_else(|| consul_problem(&self.sources.consul))
+            .or_else(|| self.leader_election.problem())
+            .or_else(|| self.webhook.problem())
+            .or_else(|| self.notify.problem())
+            .or_else(|| self.log.problem());
+        match problem {
+            Some((key, problem)) => Err(ConfigError::Invalid {
+                key,
+                problem,
+                origin: origin(figment.find_metadata(key), key),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+// === validation, one section at a time ===
+
+/// The offending key (dotted, from the top) and what is wrong with its value.
+type Problem = Option<(&'static str, String)>;
+
+impl AnnotationsConfig {
+    fn problem(&self) -> Problem {
+        if !is_dns_subdomain(&self.prefix) {
+            return Some((
                 "annotations.prefix",
                 format!(
                     "{:?} is not a DNS subdomain (an annotation prefix)",
-                    self.annotations.prefix
+                    self.prefix
                 ),
             ));
         }
-        let engine = &self.engine;
-        if !(engine.stamps_per_second.is_finite() && engine.stamps_per_second > 0.0) {
-            return Err(invalid(
+        None
+    }
+}
+
+impl EngineConfig {
+    fn problem(&self) -> Problem {
+        if !(self.stamps_per_second.is_finite() && self.stamps_per_second > 0.0) {
+            return Some((
                 "engine.stamps_per_second",
-                format!("must be above 0, got {}", engine.stamps_per_second),
+                format!("must be above 0, got {}", self.stamps_per_second),
             ));
         }
-        if engine.burst == 0 {
-            return Err(invalid("engine.burst", "must be at least 1".to_owned()));
+        if self.burst == 0 {
+            return Some(("engine.burst", "must be at least 1".to_owned()));
         }
-        if engine.max_delay < engine.debounce {
-            return Err(invalid(
+        if self.max_delay < self.debounce {
+            return Some((
                 "engine.max_delay",
                 format!(
                     "({}) must not be shorter than engine.debounce ({})",
-                    humantime::format_duration(engine.max_delay),
-                    humantime::format_duration(engine.debounce)
+                    humantime::format_duration(self.max_delay),
+                    humantime::format_duration(self.debounce)
                 ),
             ));
         }
-        for (i, namespace) in self.kubernetes.namespaces.iter().enumerate() {
-            if !is_dns_label(namespace) {
-                return Err(invalid(
-                    "kubernetes.namespaces",
-                    format!("entry {i} ({namespace:?}) is not a namespace name"),
-                ));
+        None
+    }
+}
+
+impl KubernetesConfig {
+    fn namespaces_problem(&self) -> Problem {
+        let lists = [
+            ("kubernetes.namespaces", &self.namespaces),
+            ("kubernetes.ignore_namespaces", &self.ignore_namespaces),
+        ];
+        for (key, namespaces) in lists {
+            for (i, namespace) in namespaces.iter().enumerate() {
+                if !is_dns_label(namespace) {
+                    return Some((
+                        key,
+                        format!("entry {i} ({namespace:?}) is not a namespace name"),
+                    ));
+                }
             }
         }
-        for (i, namespace) in self.kubernetes.ignore_namespaces.iter().enumerate() {
-            if !is_dns_label(namespace) {
-                return Err(invalid(
-                    "kubernetes.ignore_namespaces",
-                    format!("entry {i} ({namespace:?}) is not a namespace name"),
-                ));
-            }
-        }
-        if !self.kubernetes.namespace.is_empty() && !is_dns_label(&self.kubernetes.namespace) {
-            return Err(invalid(
+        if !self.namespace.is_empty() && !is_dns_label(&self.namespace) {
+            return Some((
                 "kubernetes.namespace",
-                format!("{:?} is not a namespace name", self.kubernetes.namespace),
+                format!("{:?} is not a namespace name", self.namespace),
             ));
         }
-        for (i, target) in self.targets.iter().enumerate() {
-            if target.kind.is_empty() || target.version.is_empty() {
-                return Err(invalid(
-                    "targets",
-                    format!("entry {i}: version and kind must not be empty"),
-                ));
-            }
-            if let Err(error) = crate::model::TemplatePath::parse(&target.template) {
-                return Err(invalid(
-                    "targets",
-                    format!("entry {i} ({}): {error}", target.kind),
-                ));
-            }
+        None
+    }
+
+    /// Checked after `[[targets]]`, as it always was.
+    fn field_manager_problem(&self) -> Problem {
+        if self.field_manager.is_empty() {
+            return Some(("kubernetes.field_manager", "must not be empty".to_owned()));
         }
-        if self.kubernetes.field_manager.is_empty() {
-            return Err(invalid(
-                "kubernetes.field_manager",
-                "must not be empty".to_owned(),
+        None
+    }
+}
+
+fn targets_problem(targets: &[TargetConfig]) -> Problem {
+    for (i, target) in targets.iter().enumerate() {
+        if target.kind.is_empty() || target.version.is_empty() {
+            return Some((
+                "targets",
+                format!("entry {i}: version and kind must not be empty"),
             ));
         }
-        if !is_dns_subdomain(&self.fingerprint.key_secret) {
-            return Err(invalid(
+        if let Err(error) = crate::model::TemplatePath::parse(&target.template) {
+            return Some(("targets", format!("entry {i} ({}): {error}", target.kind)));
+        }
+    }
+    None
+}
+
+impl FingerprintConfig {
+    fn problem(&self) -> Problem {
+        if !is_dns_subdomain(&self.key_secret) {
+            return Some((
                 "fingerprint.key_secret",
-                format!("{:?} is not a Secret name", self.fingerprint.key_secret),
+                format!("{:?} is not a Secret name", self.key_secret),
             ));
         }
-        let consul = &self.sources.consul;
-        if let Some((key, problem)) = consul.problem(None) {
-            return Err(invalid(consul_key(key), problem));
+        None
+    }
+}
+
+/// `[sources.consul]`, then each of its instances.
+fn consul_problem(consul: &ConsulConfig) -> Problem {
+    if let Some((key, problem)) = consul.problem(None) {
+        return Some((consul_key(key), problem));
+    }
+    for (name, instance) in &consul.instances {
+        if let Err(e) = crate::model::SourceName::new(format!("consul.{name}")) {
+            return Some((
+                "sources.consul.instances",
+                format!("{name:?} cannot name a source: {e}"),
+            ));
         }
-        for (name, instance) in &consul.instances {
-            if let Err(e) = crate::model::SourceName::new(format!("consul.{name}")) {
-                return Err(invalid(
-                    "sources.consul.instances",
-                    format!("{name:?} cannot name a source: {e}"),
-                ));
-            }
-            if let Some((key, problem)) = instance.problem(Some(name)) {
-                return Err(invalid(
-                    "sources.consul.instances",
-                    format!("{name}.{key}: {problem}"),
-                ));
-            }
+        if let Some((key, problem)) = instance.problem(Some(name)) {
+            return Some((
+                "sources.consul.instances",
+                format!("{name}.{key}: {problem}"),
+            ));
         }
-        let election = &self.leader_election;
-        if !is_dns_subdomain(&election.lease_name) {
-            return Err(invalid(
+    }
+    None
+}
+
+impl LeaderElectionConfig {
+    fn problem(&self) -> Problem {
+        if !is_dns_subdomain(&self.lease_name) {
+            return Some((
                 "leader_election.lease_name",
-                format!("{:?} is not a Lease name", election.lease_name),
+                format!("{:?} is not a Lease name", self.lease_name),
             ));
         }
-        if election.retry_period.is_zero() {
-            return Err(invalid(
-                "leader_election.retry_period",
-                "must be above 0".to_owned(),
-            ));
+        if self.retry_period.is_zero() {
+            return Some(("leader_election.retry_period", "must be above 0".to_owned()));
         }
-        if election.renew_deadline <= election.retry_period {
-            return Err(invalid(
+        if self.renew_deadline <= self.retry_period {
+            return Some((
                 "leader_election.renew_deadline",
                 format!(
                     "({}) must be longer than leader_election.retry_period ({})",
-                    humantime::format_duration(election.renew_deadline),
-                    humantime::format_duration(election.retry_period)
+                    humantime::format_duration(self.renew_deadline),
+                    humantime::format_duration(self.retry_period)
                 ),
             ));
         }
-        if election.lease_duration <= election.renew_deadline {
-            return Err(invalid(
+        if self.lease_duration <= self.renew_deadline {
+            return Some((
                 "leader_election.lease_duration",
                 format!(
                     "({}) must be longer than leader_election.renew_deadline ({})",
-                    humantime::format_duration(election.lease_duration),
-                    humantime::format_duration(election.renew_deadline)
+                    humantime::format_duration(self.lease_duration),
+                    humantime::format_duration(self.renew_deadline)
                 ),
             ));
         }
-        let webhook = &self.webhook;
+        None
+    }
+}
+
+impl WebhookConfig {
+    fn problem(&self) -> Problem {
         for (key, name) in [
-            ("webhook.configuration_name", &webhook.configuration_name),
-            ("webhook.secret_name", &webhook.secret_name),
+            ("webhook.configuration_name", &self.configuration_name),
+            ("webhook.secret_name", &self.secret_name),
         ] {
             if !is_dns_subdomain(name) {
-                return Err(invalid(key, format!("{name:?} is not an object name")));
+                return Some((key, format!("{name:?} is not an object name")));
             }
         }
-        if !is_dns_label(&webhook.service_name) {
-            return Err(invalid(
+        if !is_dns_label(&self.service_name) {
+            return Some((
                 "webhook.service_name",
-                format!("{:?} is not a Service name", webhook.service_name),
+                format!("{:?} is not a Service name", self.service_name),
             ));
         }
-        if webhook.observe_timeout.is_zero() {
-            return Err(invalid(
-                "webhook.observe_timeout",
-                "must be above 0".to_owned(),
-            ));
+        if self.observe_timeout.is_zero() {
+            return Some(("webhook.observe_timeout", "must be above 0".to_owned()));
         }
-        if webhook.renew_before >= webhook.certificate_validity {
-            return Err(invalid(
+        if self.renew_before >= self.certificate_validity {
+            return Some((
                 "webhook.renew_before",
                 "must be shorter than webhook.certificate_validity".to_owned(),
             ));
         }
-        if let Some((key, problem)) = self.notify.problem() {
-            return Err(invalid(key, problem));
-        }
-        tracing_subscriber::EnvFilter::try_new(&self.log.filter)
-            .map_err(|e| invalid("log.filter", format!("is not a valid filter: {e}")))?;
-        Ok(())
+        None
+    }
+}
+
+impl LogConfig {
+    fn problem(&self) -> Problem {
+        tracing_subscriber::EnvFilter::try_new(&self.filter)
+            .err()
+            .map(|e| ("log.filter", format!("is not a valid filter: {e}")))
     }
 }
 

@@ -879,9 +879,44 @@ pub(crate) async fn explain_with(
     custom_target: Option<Arc<dyn Target>>,
 ) -> Result<Report, ExplainError> {
     let settings = ExplainSettings::from_config(config);
+    let target = match custom_target {
+        Some(target) => target,
+        None => workload_target(&client, config, kind, &settings.scheme).await?,
+    };
+    let workload = read_workload(&*target, namespace, name).await?;
+    let key = load_key(&client, config).await;
+    let observe_cx = observe_context(&key)?;
+    let sources = configured_sources(&client, config, &settings.scheme, custom_sources)?;
+    let deps = annotations::dependencies(&workload, &settings.scheme, &catalog(&sources));
+    let tracked: BTreeSet<Tracked> = deps.tracked().cloned().collect();
+    let objects: BTreeSet<ObjectRef> = tracked
+        .iter()
+        .filter_map(|t| ObjectRef::of(&t.reference))
+        .collect();
+    let (inputs, objects) = futures::join!(
+        observe_inputs(tracked, &sources, &observe_cx, &key, timeout),
+        read_objects(&client, objects, &settings.scheme, timeout),
+    );
+    Ok(build_report(&Facts {
+        workload: &workload,
+        deps: &deps,
+        inputs: &inputs,
+        objects: &objects,
+        settings: &settings,
+        now: Timestamp::now(),
+    }))
+}
+
+/// The target for `kind`: a built-in one, or one discovered from the API.
+async fn workload_target(
+    client: &kube::Client,
+    config: &Config,
+    kind: &TargetConfig,
+    scheme: &AnnotationScheme,
+) -> Result<Arc<dyn Target>, ExplainError> {
     let target_settings = TargetSettings {
         field_manager: config.kubernetes.field_manager.clone(),
-        scheme: settings.scheme.clone(),
+        scheme: scheme.clone(),
         scope: NamespaceScope::default(),
     };
     let template = TemplatePath::parse(&kind.template)
@@ -893,15 +928,14 @@ pub(crate) async fn explain_with(
             (crate::targets::job_kind(), "jobs"),
         ])
         .find(|(k, _)| k.group() == kind.group && k.as_str() == kind.kind);
-    let target: Arc<dyn Target> = match (custom_target, builtin) {
-        (Some(custom), _) => custom,
-        (None, Some((builtin, plural))) => Arc::new(KubeTarget::new(
+    let target: Arc<dyn Target> = match builtin {
+        Some((builtin, plural)) => Arc::new(KubeTarget::new(
             client.clone(),
             builtin,
             plural,
             target_settings,
         )),
-        (None, None) => Arc::new(
+        None => Arc::new(
             KubeTarget::discover(
                 client.clone(),
                 &kind.group,
@@ -913,66 +947,105 @@ pub(crate) async fn explain_with(
             .await?,
         ),
     };
+    Ok(target)
+}
+
+/// The workload `namespace/name` as `target` reads it.
+async fn read_workload(
+    target: &dyn Target,
+    namespace: &str,
+    name: &str,
+) -> Result<Workload, ExplainError> {
     let id = WorkloadId::new(target.kind().clone(), namespace, name);
-    let workload = target
+    target
         .get(&id)
         .await
         .map_err(|source| ExplainError::Workload {
             id: id.clone(),
             source,
         })?
-        .ok_or_else(|| ExplainError::NotFound(id.clone()))?;
+        .ok_or_else(|| ExplainError::NotFound(id.clone()))
+}
 
-    let key = load_key(&client, config).await;
-    let source_key = match &key {
+/// The observe context: with the installation key when it could be read.
+fn observe_context(key: &Result<FingerprintKey, String>) -> Result<ObserveContext, ExplainError> {
+    let source_key = match key {
         Ok(key) => key.clone(),
-        // Secret fingerprints made with this key are discarded below; only
-        // absence is reported.
+        // Secret fingerprints made with this key are discarded by `observe`;
+        // only absence is reported.
         Err(_) => FingerprintKey::try_generate().map_err(ExplainError::Fingerprint)?,
     };
-    let observe_cx = ObserveContext::new(source_key);
+    Ok(ObserveContext::new(source_key))
+}
+
+/// Every source `config` configures and the `custom` ones, by name.
+fn configured_sources(
+    client: &kube::Client,
+    config: &Config,
+    scheme: &AnnotationScheme,
+    custom: &[Arc<dyn Source>],
+) -> Result<BTreeMap<SourceName, Arc<dyn Source>>, ExplainError> {
     let source_settings = ObjectSourceSettings {
-        scheme: settings.scheme.clone(),
+        scheme: scheme.clone(),
         scope: NamespaceScope {
             namespaces: config.kubernetes.namespaces.clone(),
             ignore: config.kubernetes.ignore_namespaces.clone(),
         },
         label_selector: config.kubernetes.source_label_selector.clone(),
     };
-    let sources: BTreeMap<SourceName, Arc<dyn Source>> = crate::sources::builtin(
-        &client,
+    let sources = crate::sources::builtin(
+        client,
         source_settings,
         &config.sources.consul,
         &ConsulMetrics::default(),
-    )?
-    .into_iter()
-    .chain(custom_sources.iter().cloned())
-    .map(|s| (s.name().clone(), s))
-    .collect();
-    let catalog = SourceCatalog(
+    )?;
+    Ok(sources
+        .into_iter()
+        .chain(custom.iter().cloned())
+        .map(|s| (s.name().clone(), s))
+        .collect())
+}
+
+/// The scope of every source, as annotations see them.
+fn catalog(sources: &BTreeMap<SourceName, Arc<dyn Source>>) -> SourceCatalog {
+    SourceCatalog(
         sources
             .iter()
             .map(|(name, source)| (name.clone(), source.scope()))
             .collect(),
-    );
-    let deps = annotations::dependencies(&workload, &settings.scheme, &catalog);
-    let tracked: BTreeSet<Tracked> = deps.tracked().cloned().collect();
-    let objects: BTreeSet<ObjectRef> = tracked
-        .iter()
-        .filter_map(|t| ObjectRef::of(&t.reference))
-        .collect();
-    let observing = join_all(tracked.into_iter().map(|tracked| {
+    )
+}
+
+/// Observes every tracked input at once, each within `timeout`.
+async fn observe_inputs(
+    tracked: BTreeSet<Tracked>,
+    sources: &BTreeMap<SourceName, Arc<dyn Source>>,
+    cx: &ObserveContext,
+    key: &Result<FingerprintKey, String>,
+    timeout: Duration,
+) -> BTreeMap<Tracked, InputState> {
+    join_all(tracked.into_iter().map(|tracked| {
         let source = sources.get(&tracked.reference.source).cloned();
-        let key = &key;
-        let cx = &observe_cx;
         async move {
             let state = observe(source, &tracked, cx, key.as_ref().err(), timeout).await;
             (tracked, state)
         }
-    }));
-    let reading = join_all(objects.into_iter().map(|object| {
+    }))
+    .await
+    .into_iter()
+    .collect()
+}
+
+/// Reads the facts of every ConfigMap and Secret at once, each within
+/// `timeout`; those that cannot be read are left out.
+async fn read_objects(
+    client: &kube::Client,
+    objects: BTreeSet<ObjectRef>,
+    scheme: &AnnotationScheme,
+    timeout: Duration,
+) -> BTreeMap<ObjectRef, ObjectFacts> {
+    join_all(objects.into_iter().map(|object| {
         let client = client.clone();
-        let scheme = &settings.scheme;
         async move {
             let facts = tokio::time::timeout(timeout, object_facts(client, &object, scheme))
                 .await
@@ -980,21 +1053,11 @@ pub(crate) async fn explain_with(
                 .flatten();
             (object, facts)
         }
-    }));
-    let (inputs, objects) = futures::join!(observing, reading);
-    let inputs: BTreeMap<Tracked, InputState> = inputs.into_iter().collect();
-    let objects: BTreeMap<ObjectRef, ObjectFacts> = objects
-        .into_iter()
-        .filter_map(|(object, facts)| Some((object, facts?)))
-        .collect();
-    Ok(build_report(&Facts {
-        workload: &workload,
-        deps: &deps,
-        inputs: &inputs,
-        objects: &objects,
-        settings: &settings,
-        now: Timestamp::now(),
     }))
+    .await
+    .into_iter()
+    .filter_map(|(object, facts)| Some((object, facts?)))
+    .collect()
 }
 
 /// The installation key, or why Secret fingerprints cannot be computed.

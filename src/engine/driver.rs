@@ -17,11 +17,11 @@ use super::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
 use super::metrics::EngineMetrics;
 use super::{Engine, EngineError};
 use crate::events::{EventSink, Notice};
-use crate::health::WatchReady;
-use crate::model::{SourceName, WorkloadId};
+use crate::health::{Readiness, WatchReady};
+use crate::model::{SourceName, WorkloadId, WorkloadKind};
 use crate::rate::Backoff;
-use crate::sources::{Interest, Source, SourceContext, SourceError};
-use crate::targets::{Target, TargetContext, TargetError};
+use crate::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
+use crate::targets::{Target, TargetContext, TargetError, WorkloadEvent};
 
 /// Capacity of the channels from targets and sources.
 const CHANNEL_CAPACITY: usize = 1024;
@@ -59,49 +59,243 @@ struct SourceSlot {
 }
 
 pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(), EngineError> {
-    let Engine {
-        config,
-        scheme,
-        observe,
-        sources,
-        targets,
-        events,
-        store,
-        metrics,
-        readiness,
-        health,
-        leadership,
-        namespaces,
-    } = engine;
-    let catalog = crate::model::SourceCatalog(
-        sources
-            .iter()
-            .map(|(name, source)| (name.clone(), source.scope()))
-            .collect(),
-    );
-    let mut core = Core::new(
-        CoreSettings {
+    let (mut driver, mut feeds) = Driver::start(engine, &shutdown)?;
+    driver.elected_before_start(&mut feeds.leadership);
+    while let Some(input) = driver.next_input(&mut feeds, &shutdown).await {
+        driver.handle(input);
+    }
+    driver.stop().await;
+    Ok(())
+}
+
+/// What the driver receives besides its own tasks' ends.
+struct Feeds {
+    workloads: mpsc::Receiver<WorkloadEvent>,
+    updates: mpsc::Receiver<SourceUpdate>,
+    leadership: Option<watch::Receiver<bool>>,
+    namespaces: Option<super::NamespaceFeed>,
+}
+
+/// The driver's state between two inputs.
+struct Driver {
+    core: Core,
+    slots: BTreeMap<SourceName, SourceSlot>,
+    targets: BTreeMap<WorkloadKind, Arc<dyn Target>>,
+    tasks: JoinSet<Done>,
+    launcher: Launcher,
+    events: EventQueue,
+    /// When the core next wants a tick.
+    wake: Option<Instant>,
+    /// Inputs handled since the last tick: queued inputs go first (so a burst is
+    /// decided once), but never so many that due work waits on a busy stream.
+    since_tick: usize,
+    /// Cancelled at shutdown: stops every task the driver spawned.
+    tasks_shutdown: CancellationToken,
+}
+
+impl Driver {
+    /// Builds the core and starts every target, every source and the Event
+    /// publisher, then seals readiness.
+    fn start(engine: Engine, shutdown: &CancellationToken) -> Result<(Self, Feeds), EngineError> {
+        let catalog = engine.catalog();
+        let Engine {
+            config,
+            scheme,
+            observe,
+            sources,
+            targets,
+            events,
+            store,
+            metrics,
+            readiness,
+            health,
+            leadership,
+            namespaces,
+        } = engine;
+        let settings = CoreSettings {
             engine: config,
             scheme,
             catalog,
             namespace_selector: namespaces.is_some(),
             leader: leadership.is_none(),
-        },
-        store,
-        metrics.clone(),
-    )?;
-    let tasks_shutdown = shutdown.child_token();
-    let mut tasks: JoinSet<Done> = JoinSet::new();
-    let (workload_tx, mut workloads) = mpsc::channel(CHANNEL_CAPACITY);
-    let (update_tx, mut updates) = mpsc::channel(CHANNEL_CAPACITY);
-    for (kind, target) in &targets {
-        let ready = readiness.register(format!("target {kind}"));
-        let ctx = TargetContext::new(
-            workload_tx.clone(),
-            ready,
-            health.clone(),
-            tasks_shutdown.clone(),
-        );
+        };
+        let core = Core::new(settings, store, metrics.clone())?;
+        let tasks_shutdown = shutdown.child_token();
+        let mut tasks: JoinSet<Done> = JoinSet::new();
+        let (workload_tx, workloads) = mpsc::channel(CHANNEL_CAPACITY);
+        let (update_tx, updates) = mpsc::channel(CHANNEL_CAPACITY);
+        let target_ctx = |ready| {
+            TargetContext::new(
+                workload_tx.clone(),
+                ready,
+                health.clone(),
+                tasks_shutdown.clone(),
+            )
+        };
+        spawn_targets(&targets, &readiness, target_ctx, &mut tasks);
+        let mut slots = source_slots(sources, &readiness);
+        let launcher = Launcher {
+            updates: update_tx,
+            observe,
+            health,
+            shutdown: tasks_shutdown.clone(),
+        };
+        for (name, slot) in &mut slots {
+            launcher.launch(name, slot, &mut tasks);
+        }
+        let events = start_events(events, metrics, &mut tasks);
+        readiness.seal();
+        let driver = Self {
+            core,
+            slots,
+            targets,
+            tasks,
+            launcher,
+            events,
+            wake: None,
+            since_tick: 0,
+            tasks_shutdown,
+        };
+        let feeds = Feeds {
+            workloads,
+            updates,
+            leadership,
+            namespaces,
+        };
+        Ok((driver, feeds))
+    }
+
+    /// Hands the core a leadership won before the engine started.
+    fn elected_before_start(&mut self, leadership: &mut Option<watch::Receiver<bool>>) {
+        if let Some(rx) = leadership
+            && *rx.borrow_and_update()
+        {
+            self.feed(Input::Leadership(true), Instant::now());
+        }
+    }
+
+    /// The next input for the core, or `None` once `shutdown` is cancelled.
+    async fn next_input(
+        &mut self,
+        feeds: &mut Feeds,
+        shutdown: &CancellationToken,
+    ) -> Option<Input> {
+        loop {
+            let input = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return None,
+                Some(done) = self.tasks.join_next() => self.finished(done),
+                Some(event) = feeds.workloads.recv() => Some(Input::workload(event)),
+                Some(update) = feeds.updates.recv() => Some(Input::Observation(update)),
+                Some(leader) = changed(&mut feeds.leadership) => Some(Input::Leadership(leader)),
+                Some(selected) = next_namespaces(&mut feeds.namespaces) => {
+                    Some(Input::Namespaces(selected))
+                }
+                () = sleep_until(self.wake), if self.wake.is_some() => {
+                    self.wake = None;
+                    Some(Input::Tick)
+                }
+            };
+            if input.is_some() {
+                return input;
+            }
+        }
+    }
+
+    /// The input a finished task makes, if any; a source that ended is scheduled
+    /// to restart, one whose restart delay passed is started.
+    fn finished(&mut self, done: Result<Done, tokio::task::JoinError>) -> Option<Input> {
+        match done {
+            Ok(Done::Write(id, outcome)) => Some(Input::WriteFinished { id, outcome }),
+            Ok(Done::SourceEnded(name, result, started)) => {
+                if let Some(slot) = self.slots.get_mut(&name) {
+                    let (tasks, shutdown) = (&mut self.tasks, &self.tasks_shutdown);
+                    source_ended(&name, slot, result, started, tasks, shutdown);
+                }
+                None
+            }
+            Ok(Done::SourceDue(name)) => {
+                let slot = self.slots.get_mut(&name)?;
+                self.launcher.launch(&name, slot, &mut self.tasks);
+                Some(Input::SourceStarted(name))
+            }
+            Ok(Done::Other) => None,
+            Err(error) => {
+                tracing::error!(%error, "an engine task failed");
+                None
+            }
+        }
+    }
+
+    /// Feeds `input` to the core, then a due tick when too many inputs came
+    /// between two ticks.
+    fn handle(&mut self, input: Input) {
+        self.since_tick = if matches!(input, Input::Tick) {
+            0
+        } else {
+            self.since_tick + 1
+        };
+        let now = Instant::now();
+        self.feed(input, now);
+        if self.since_tick >= MAX_INPUTS_BETWEEN_TICKS && self.wake.is_some_and(|at| at <= now) {
+            self.since_tick = 0;
+            self.wake = None;
+            self.feed(Input::Tick, now);
+        }
+    }
+
+    /// Hands `input` to the core and performs its effects.
+    fn feed(&mut self, input: Input, now: Instant) {
+        let effects = self.core.handle(input, now);
+        self.perform(effects);
+    }
+
+    /// Performs the core's effects.
+    fn perform(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Track(tracked) => send_interest(&self.slots, Interest::Track(tracked)),
+                Effect::Untrack(tracked) => send_interest(&self.slots, Interest::Untrack(tracked)),
+                Effect::Write(write) => spawn_write(&self.targets, *write, &mut self.tasks),
+                Effect::Publish(notice) => self.events.queue(notice),
+                Effect::WakeAt(at) => self.wake = Some(at),
+            }
+        }
+    }
+
+    /// Stops every task, waiting [`SHUTDOWN_GRACE`] before aborting them.
+    async fn stop(self) {
+        let Self {
+            mut tasks,
+            events,
+            tasks_shutdown,
+            ..
+        } = self;
+        tasks_shutdown.cancel();
+        drop(events);
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                tasks = tasks.len(),
+                "engine tasks did not stop in time; aborting them"
+            );
+            tasks.shutdown().await;
+        }
+    }
+}
+
+/// Starts every target, each with its own readiness.
+fn spawn_targets(
+    targets: &BTreeMap<WorkloadKind, Arc<dyn Target>>,
+    readiness: &Readiness,
+    ctx: impl Fn(WatchReady) -> TargetContext,
+    tasks: &mut JoinSet<Done>,
+) {
+    for (kind, target) in targets {
+        let ctx = ctx(readiness.register(format!("target {kind}")));
         let span = tracing::info_span!("target", kind = %kind);
         let target = target.clone();
         tasks.spawn(
@@ -112,7 +306,14 @@ pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(
             .instrument(span),
         );
     }
-    let mut slots: BTreeMap<SourceName, SourceSlot> = sources
+}
+
+/// A slot per source, each with its own readiness; none started yet.
+fn source_slots(
+    sources: BTreeMap<SourceName, Arc<dyn Source>>,
+    readiness: &Readiness,
+) -> BTreeMap<SourceName, SourceSlot> {
+    sources
         .into_iter()
         .map(|(name, source)| {
             let slot = SourceSlot {
@@ -123,118 +324,7 @@ pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(
             };
             (name, slot)
         })
-        .collect();
-    let launcher = Launcher {
-        updates: update_tx,
-        observe,
-        health,
-        shutdown: tasks_shutdown.clone(),
-    };
-    for (name, slot) in &mut slots {
-        launcher.launch(name, slot, &mut tasks);
-    }
-    let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
-    let event_tx = EventQueue {
-        tx: event_tx,
-        metrics,
-    };
-    tasks.spawn(publish_events(events, event_rx).instrument(tracing::info_span!("events")));
-    readiness.seal();
-
-    let mut leadership = leadership;
-    let mut namespaces = namespaces;
-    let mut wake: Option<Instant> = None;
-    // Inputs handled since the last tick: queued inputs go first (so a burst is
-    // decided once), but never so many that due work waits on a busy stream.
-    let mut since_tick = 0_usize;
-    if let Some(rx) = &mut leadership
-        && *rx.borrow_and_update()
-    {
-        // Elected before the engine started.
-        let effects = core.handle(Input::Leadership(true), Instant::now());
-        perform(effects, &slots, &targets, &mut tasks, &event_tx, &mut wake);
-    }
-    loop {
-        let input = tokio::select! {
-            biased;
-            () = shutdown.cancelled() => break,
-            Some(done) = tasks.join_next() => match done {
-                Ok(Done::Write(id, outcome)) => Input::WriteFinished { id, outcome },
-                Ok(Done::SourceEnded(name, result, started)) => {
-                    if let Some(slot) = slots.get_mut(&name) {
-                        source_ended(&name, slot, result, started, &mut tasks, &tasks_shutdown);
-                    }
-                    continue;
-                }
-                Ok(Done::SourceDue(name)) => {
-                    let Some(slot) = slots.get_mut(&name) else { continue };
-                    launcher.launch(&name, slot, &mut tasks);
-                    Input::SourceStarted(name)
-                }
-                Ok(Done::Other) => continue,
-                Err(error) => {
-                    tracing::error!(%error, "an engine task failed");
-                    continue;
-                }
-            },
-            Some(event) = workloads.recv() => Input::workload(event),
-            Some(update) = updates.recv() => Input::Observation(update),
-            Some(leader) = changed(&mut leadership) => Input::Leadership(leader),
-            Some(selected) = next_namespaces(&mut namespaces) => Input::Namespaces(selected),
-            () = sleep_until(wake), if wake.is_some() => {
-                wake = None;
-                Input::Tick
-            }
-        };
-        since_tick = if matches!(input, Input::Tick) {
-            0
-        } else {
-            since_tick + 1
-        };
-        let now = Instant::now();
-        let effects = core.handle(input, now);
-        perform(effects, &slots, &targets, &mut tasks, &event_tx, &mut wake);
-        if since_tick >= MAX_INPUTS_BETWEEN_TICKS && wake.is_some_and(|at| at <= now) {
-            since_tick = 0;
-            wake = None;
-            let effects = core.handle(Input::Tick, now);
-            perform(effects, &slots, &targets, &mut tasks, &event_tx, &mut wake);
-        }
-    }
-    tasks_shutdown.cancel();
-    drop(event_tx);
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            tasks = tasks.len(),
-            "engine tasks did not stop in time; aborting them"
-        );
-        tasks.shutdown().await;
-    }
-    Ok(())
-}
-
-/// Performs the core's effects.
-fn perform(
-    effects: Vec<Effect>,
-    slots: &BTreeMap<SourceName, SourceSlot>,
-    targets: &BTreeMap<crate::model::WorkloadKind, Arc<dyn Target>>,
-    tasks: &mut JoinSet<Done>,
-    events: &EventQueue,
-    wake: &mut Option<Instant>,
-) {
-    for effect in effects {
-        match effect {
-            Effect::Track(tracked) => send_interest(slots, Interest::Track(tracked)),
-            Effect::Untrack(tracked) => send_interest(slots, Interest::Untrack(tracked)),
-            Effect::Write(write) => spawn_write(targets, *write, tasks),
-            Effect::Publish(notice) => events.queue(notice),
-            Effect::WakeAt(at) => *wake = Some(at),
-        }
-    }
+        .collect()
 }
 
 /// What every source launch needs.
@@ -361,6 +451,17 @@ impl EventQueue {
             tracing::warn!(workload = %notice.workload, reason = notice.reason.as_str(), "Event queue full; dropping the Event");
         }
     }
+}
+
+/// Starts the Event publisher; returns its queue.
+fn start_events(
+    sink: Arc<dyn EventSink>,
+    metrics: EngineMetrics,
+    tasks: &mut JoinSet<Done>,
+) -> EventQueue {
+    let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+    tasks.spawn(publish_events(sink, rx).instrument(tracing::info_span!("events")));
+    EventQueue { tx, metrics }
 }
 
 /// Publishes queued Events one at a time until the queue closes.

@@ -1,0 +1,132 @@
+//! Every annotation scheme nudge understands, parsed into typed [`StampSpec`]s.
+//!
+//! - **Native** (design §2, prefix `nudge.dev`, configurable): `auto`, explicit
+//!   `<source>-<slot>: <reference>`, `exclude`, `debounce`, `min-interval`.
+//! - **Wave** (design §4): `wave.pusher.com/update-on-config-change` plus
+//!   `extra-configmaps` / `extra-secrets`.
+//! - **k8s-consul-mutator**: `k8s-consul-mutator.io/key-<name>`, opt-out `skip`.
+//! - **Reloader**: `reloader.stakater.com/auto`, `{configmap,secret}.reloader.stakater.com/{auto,reload}`.
+//!
+//! Annotations are read from the workload's own metadata and from its pod template;
+//! the workload's metadata wins when both carry the same key. Every annotation is
+//! parsed on its own: an invalid one becomes an [`AnnotationError`] and never stops
+//! its valid siblings.
+//!
+//! The names nudge writes (`<prefix>/checksum-<slot>`, `<prefix>/config-hash`,
+//! `<prefix>/last-updated`, `wave.pusher.com/config-hash`,
+//! `k8s-consul-mutator.io/checksum-<name>` and `…/last-updated`) are reserved: they
+//! never parse as references and never produce errors, so nudge can re-read a
+//! workload it stamped. Under the native prefix every other unknown name is an
+//! error; under the other tools' prefixes unknown names are left alone (they may
+//! belong to features nudge does not emulate).
+//!
+//! `<prefix>/ignore` belongs on ConfigMaps and Secrets (see [`is_ignored`]); on a
+//! workload it means nothing and is skipped silently.
+//!
+//! Choices worth knowing:
+//! - One [`StampSpec`] per output. Inputs of the combined hashes are merged per
+//!   object (keys union, optional only if every occurrence is), so Reloader's
+//!   fallback and `<prefix>/auto` share one `<prefix>/config-hash`.
+//! - `<prefix>/auto: "true"` and Wave's `update-on-config-change: "true"` always
+//!   yield their spec, even with no inputs (the stamp is then the hash of nothing),
+//!   so a workload whose last reference is removed is still kept in sync.
+//! - `<prefix>/exclude` narrows `<prefix>/auto` only, not Reloader's `auto`.
+//! - Yes/no annotations of every scheme accept exactly `"true"` and `"false"`;
+//!   anything else is reported and counts as `"false"`.
+//! - Wave's extras are merged with discovered objects per (namespace, name).
+//! - Two references that would write one output (same slot, or two Reloader
+//!   objects with one env var name, or a native and a k8s-consul-mutator checksum
+//!   under one key when the native prefix is `k8s-consul-mutator.io`) are reported
+//!   on every annotation involved and none of them is used.
+//!
+//! Layout: `scheme` spells the native names, `error` holds [`AnnotationError`],
+//! `parser` is the plumbing every scheme shares, one file per scheme (`native`,
+//! `wave`, `mutator`, `reloader`) reads that scheme's annotations, `holds` adds the
+//! release specs, `stamps` merges contributions into one spec per output, and
+//! `grammar` checks values.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::model::{Reference, SourceCatalog, StampSpec, Tracked, Workload};
+
+mod error;
+mod grammar;
+mod holds;
+mod mutator;
+mod native;
+mod parser;
+mod reloader;
+mod scheme;
+mod stamps;
+mod wave;
+
+pub use error::AnnotationError;
+pub use mutator::{MUTATOR_LAST_UPDATED, MUTATOR_PREFIX, MUTATOR_SKIP, mutator_checksum};
+pub use reloader::{
+    RELOADER_AUTO, RELOADER_CONFIGMAP_AUTO, RELOADER_CONFIGMAP_RELOAD, RELOADER_CONFIGMAPS_EXCLUDE,
+    RELOADER_IGNORE, RELOADER_LAST_RELOADED_FROM, RELOADER_MATCH, RELOADER_PAUSE_PERIOD,
+    RELOADER_ROLLOUT_STRATEGY, RELOADER_SEARCH, RELOADER_SECRET_AUTO, RELOADER_SECRET_RELOAD,
+    RELOADER_SECRETS_EXCLUDE,
+};
+pub use scheme::{AnnotationScheme, DEFAULT_PREFIX, MAX_SLOT_LEN, is_ignored};
+pub use wave::{
+    WAVE_CONFIG_HASH, WAVE_EXTRA_CONFIGMAPS, WAVE_EXTRA_SECRETS, WAVE_UPDATE_ON_CONFIG_CHANGE,
+};
+
+use parser::Parser;
+
+/// Everything a workload's annotations ask for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Dependencies {
+    /// One spec per output, sorted by output.
+    pub stamps: Vec<StampSpec>,
+    /// Every invalid annotation, each naming its key.
+    pub errors: Vec<AnnotationError>,
+    /// `<prefix>/debounce`, when set and valid.
+    pub debounce: Option<Duration>,
+    /// `<prefix>/min-interval`, when set and valid.
+    pub min_interval: Option<Duration>,
+    /// The ceiling of the debounce window, when the workload sets one (Reloader's
+    /// `pause-period`).
+    pub max_delay: Option<Duration>,
+    /// Objects `<prefix>/exclude` drops from `auto` discovery (whole-object
+    /// references in the workload's namespace).
+    pub excluded: BTreeSet<Reference>,
+}
+
+impl Dependencies {
+    /// Every tracked input of every stamp.
+    pub fn tracked(&self) -> impl Iterator<Item = &Tracked> {
+        self.stamps
+            .iter()
+            .flat_map(|s| s.inputs.iter().map(|i| &i.tracked))
+    }
+}
+
+/// Parses every annotation scheme on `workload` into stamp specs.
+pub fn dependencies(
+    workload: &Workload,
+    scheme: &AnnotationScheme,
+    catalog: &SourceCatalog,
+) -> Dependencies {
+    let annotations = merged_annotations(workload);
+    let mut parser = Parser::new(workload, scheme, catalog);
+    parser.native(&annotations);
+    parser.wave(&annotations);
+    parser.mutator(&annotations);
+    parser.reloader(&annotations);
+    parser.finish()
+}
+
+/// Pod-template annotations overlaid with the workload's own (which win).
+fn merged_annotations(workload: &Workload) -> BTreeMap<&str, &str> {
+    let template = workload.template_annotations().iter();
+    template
+        .chain(&workload.annotations)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,107 @@
+//! The plumbing every scheme shares: [`Parser`] carries the workload, the scheme,
+//! the source catalog and what has been read so far; the per-scheme files add
+//! their own `impl Parser` blocks.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodSpec;
+
+use super::grammar::parse_bool;
+use super::stamps::Stamps;
+use super::{AnnotationError, AnnotationScheme, Dependencies};
+use crate::discovery::Discovered;
+use crate::fingerprint::ObjectKind;
+use crate::model::{Output, Reference, SourceCatalog, Workload};
+
+pub(super) struct Parser<'a> {
+    pub(super) workload: &'a Workload,
+    pub(super) scheme: &'a AnnotationScheme,
+    pub(super) catalog: &'a SourceCatalog,
+    pub(super) stamps: Stamps,
+    pub(super) deps: Dependencies,
+    /// `<prefix>/scheduling-gate`, when set and valid.
+    pub(super) gate_choice: Option<bool>,
+    /// Whether Wave manages the workload.
+    pub(super) wave: bool,
+}
+
+pub(super) type Annotations<'a> = BTreeMap<&'a str, &'a str>;
+
+impl<'a> Parser<'a> {
+    /// A parser with nothing read yet.
+    pub(super) fn new(
+        workload: &'a Workload,
+        scheme: &'a AnnotationScheme,
+        catalog: &'a SourceCatalog,
+    ) -> Self {
+        Self {
+            workload,
+            scheme,
+            catalog,
+            stamps: Stamps::default(),
+            deps: Dependencies::default(),
+            gate_choice: None,
+            wave: false,
+        }
+    }
+
+    pub(super) fn finish(mut self) -> Dependencies {
+        self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
+        self.holds();
+        if self.workload.id.kind.adopts_first_stamp() {
+            // A CronJob runs, a Job is recreated, when its template changes: the
+            // first stamp is adopted into metadata, never written there.
+            for spec in &mut self.deps.stamps {
+                if let Output::PodTemplateAnnotation(key) = &spec.output {
+                    spec.output = Output::Adopted(key.clone());
+                }
+            }
+        }
+        // Last: adoption changes outputs, and with them their order.
+        self.deps.stamps.sort_by(|a, b| a.output.cmp(&b.output));
+        self.deps
+    }
+
+    pub(super) fn report(&mut self, result: Result<(), AnnotationError>) {
+        if let Err(error) = result {
+            self.deps.errors.push(error);
+        }
+    }
+
+    pub(super) fn namespace(&self) -> &str {
+        &self.workload.id.namespace
+    }
+
+    pub(super) fn discover(&self, rules: fn(&PodSpec) -> Vec<Discovered>) -> Vec<Discovered> {
+        self.workload
+            .template
+            .spec
+            .as_ref()
+            .map(rules)
+            .unwrap_or_default()
+    }
+
+    pub(super) fn object(
+        &self,
+        kind: ObjectKind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Reference {
+        let namespace = namespace.unwrap_or(self.namespace());
+        Reference::object(kind.source(), namespace, name)
+    }
+
+    /// Reads a yes/no annotation; invalid values are reported and count as no.
+    pub(super) fn flag(&mut self, annotations: &Annotations<'_>, key: &str) -> bool {
+        let Some(value) = annotations.get(key) else {
+            return false;
+        };
+        match parse_bool(key, value) {
+            Ok(on) => on,
+            Err(error) => {
+                self.deps.errors.push(error);
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Reloader: `reloader.stakater.com/auto`, `{configmap,secret}.reloader.stakater.com/{auto,reload}`,
+//! `search` / `match`, the exclude lists, `pause-period` and `rollout-strategy`;
+//! each tracked object lands on Reloader's env var, its annotations-strategy
+//! state, or nudge's `config-hash`.
+
+use std::collections::BTreeSet;
+
+use super::AnnotationError;
+use super::grammar::{check_object_name, excerpt, invalid_item, parse_go_duration, split_list};
+use super::parser::{Annotations, Parser};
+use super::stamps::Contribution;
+use crate::discovery;
+use crate::fingerprint::{self, Algorithm, ObjectKind};
+use crate::model::{Combine, Gate, Origin, Output, Tracked, Workload};
+
+/// Reloader: `"true"` tracks every ConfigMap and Secret the pod template uses.
+pub const RELOADER_AUTO: &str = "reloader.stakater.com/auto";
+/// Reloader: `"true"` tracks every ConfigMap the pod template uses.
+pub const RELOADER_CONFIGMAP_AUTO: &str = "configmap.reloader.stakater.com/auto";
+/// Reloader: `"true"` tracks every Secret the pod template uses.
+pub const RELOADER_SECRET_AUTO: &str = "secret.reloader.stakater.com/auto";
+/// Reloader: comma list of ConfigMap names to track.
+pub const RELOADER_CONFIGMAP_RELOAD: &str = "configmap.reloader.stakater.com/reload";
+/// Reloader: comma list of Secret names to track.
+pub const RELOADER_SECRET_RELOAD: &str = "secret.reloader.stakater.com/reload";
+/// Reloader: `"true"` on a ConfigMap or Secret makes its changes stamp nothing.
+pub const RELOADER_IGNORE: &str = "reloader.stakater.com/ignore";
+/// Reloader: on the workload, `"true"` tracks only referenced objects that carry
+/// [`RELOADER_MATCH`].
+pub const RELOADER_SEARCH: &str = "reloader.stakater.com/search";
+/// Reloader: on a ConfigMap or Secret, `"true"` lets `search` workloads follow it.
+pub const RELOADER_MATCH: &str = "reloader.stakater.com/match";
+/// Reloader: on the workload's own metadata, ConfigMaps never to reload for.
+pub const RELOADER_CONFIGMAPS_EXCLUDE: &str = "configmaps.exclude.reloader.stakater.com/reload";
+/// Reloader: on the workload's own metadata, Secrets never to reload for.
+pub const RELOADER_SECRETS_EXCLUDE: &str = "secrets.exclude.reloader.stakater.com/reload";
+/// Reloader: a Go duration; Reloader pauses the Deployment that long after a
+/// change. nudge waits that long (debounce and ceiling) and rolls once.
+pub const RELOADER_PAUSE_PERIOD: &str = "deployment.reloader.stakater.com/pause-period";
+/// Reloader: `restart` patches an Argo Rollout's `spec.restartAt` instead of its
+/// template.
+pub const RELOADER_ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
+/// Reloader's annotations strategy: the pod-template annotation it writes.
+pub const RELOADER_LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
+
+/// One object Reloader annotations ask to track.
+struct ReloaderObject {
+    kind: ObjectKind,
+    name: String,
+    optional: bool,
+    origins: Vec<Origin>,
+    annotation: &'static str,
+    gate: Gate,
+}
+
+impl<'a> Parser<'a> {
+    pub(super) fn reloader(&mut self, annotations: &Annotations<'_>) {
+        self.reloader_settings(annotations);
+        let excluded = self.reloader_excluded();
+        let mut objects = self.reloader_auto(annotations);
+        objects.extend(self.reloader_lists(annotations));
+        objects.extend(self.reloader_search(annotations));
+        objects.retain(|o| !excluded.contains(&(o.kind, o.name.clone())));
+        let env_vars = self.env_var_names();
+        for object in objects {
+            let contribution = self.reloader_contribution(object, &env_vars);
+            self.stamps.add(contribution);
+        }
+    }
+
+    /// `pause-period` (nudge's debounce and ceiling) and `rollout-strategy`.
+    fn reloader_settings(&mut self, annotations: &Annotations<'_>) {
+        if let Some(value) = annotations.get(RELOADER_PAUSE_PERIOD) {
+            match parse_go_duration(RELOADER_PAUSE_PERIOD, value) {
+                // Reloader pauses the Deployment for the period after the first
+                // change and resumes it with whatever changed meanwhile: one
+                // rollout at the end of the period.
+                Ok(period) if self.deps.debounce.is_none() => {
+                    self.deps.debounce = Some(period);
+                    self.deps.max_delay = Some(period);
+                }
+                Ok(_) => {}
+                Err(error) => self.deps.errors.push(error),
+            }
+        }
+        match annotations.get(RELOADER_ROLLOUT_STRATEGY).copied() {
+            None | Some("rollout") => {}
+            Some("restart") => self.deps.errors.push(AnnotationError::Unsupported {
+                key: RELOADER_ROLLOUT_STRATEGY.to_owned(),
+                value: "restart".to_owned(),
+                instead: "nudge rolls the Rollout through its pod template, as the default \"rollout\" strategy does; remove the annotation",
+            }),
+            Some(other) => self.deps.errors.push(AnnotationError::InvalidValue {
+                key: RELOADER_ROLLOUT_STRATEGY.to_owned(),
+                value: excerpt(other),
+                expected: "\"rollout\" or \"restart\"",
+            }),
+        }
+    }
+
+    /// Objects the exclude lists drop from every Reloader mode. Read from the
+    /// workload's own metadata only, as Reloader does.
+    fn reloader_excluded(&mut self) -> BTreeSet<(ObjectKind, String)> {
+        let lists = [
+            (RELOADER_CONFIGMAPS_EXCLUDE, ObjectKind::ConfigMap),
+            (RELOADER_SECRETS_EXCLUDE, ObjectKind::Secret),
+        ];
+        let mut excluded = BTreeSet::new();
+        for (key, kind) in lists {
+            let Some(value) = self.workload.annotations.get(key) else {
+                continue;
+            };
+            for item in split_list(value) {
+                match check_object_name(item) {
+                    Ok(()) => {
+                        excluded.insert((kind, item.to_owned()));
+                    }
+                    Err(reason) => self.deps.errors.push(invalid_item(key, item, reason)),
+                }
+            }
+        }
+        excluded
+    }
+
+    /// `configmap.reloader.stakater.com/reload` and `secret.…/reload`.
+    fn reloader_lists(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
+        let lists = [
+            (RELOADER_CONFIGMAP_RELOAD, ObjectKind::ConfigMap),
+            (RELOADER_SECRET_RELOAD, ObjectKind::Secret),
+        ];
+        let mut objects = Vec::new();
+        for (key, kind) in lists {
+            let Some(value) = annotations.get(key) else {
+                continue;
+            };
+            for item in split_list(value) {
+                match check_object_name(item) {
+                    Ok(()) => objects.push(ReloaderObject {
+                        kind,
+                        name: item.to_owned(),
+                        optional: false,
+                        origins: vec![Origin::Annotation(key.to_owned())],
+                        annotation: key,
+                        gate: Gate::Always,
+                    }),
+                    Err(reason) => self.deps.errors.push(invalid_item(key, item, reason)),
+                }
+            }
+        }
+        objects
+    }
+
+    /// `reloader.stakater.com/search: "true"`: referenced objects, counted only
+    /// while they carry `reloader.stakater.com/match: "true"`.
+    fn reloader_search(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
+        if !self.flag(annotations, RELOADER_SEARCH) {
+            return Vec::new();
+        }
+        self.referenced(RELOADER_SEARCH, Gate::ReloaderMatch, |_| true)
+    }
+
+    /// Objects selected by the Reloader `auto` annotations, or by
+    /// `--auto-reload-all` (the scheme's `reloader_auto_all`) on a workload that
+    /// sets none of them and that no other scheme manages. Values are read as Go's
+    /// `strconv.ParseBool` does, as Reloader reads them.
+    fn reloader_auto(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
+        let all = self.go_flag(annotations, RELOADER_AUTO);
+        let configmaps = self.go_flag(annotations, RELOADER_CONFIGMAP_AUTO);
+        let secrets = self.go_flag(annotations, RELOADER_SECRET_AUTO);
+        let unset = |key: &str| annotations.get(key).is_none_or(|v| v.is_empty());
+        let by_default = self.scheme.reloader_auto_all && self.stamps.is_empty();
+        let default_for = |typed: &str| unset(RELOADER_AUTO) && unset(typed) && by_default;
+        let configmaps_by_default = default_for(RELOADER_CONFIGMAP_AUTO);
+        let secrets_by_default = default_for(RELOADER_SECRET_AUTO);
+        let enabled_by = move |kind| match kind {
+            _ if all => Some(RELOADER_AUTO),
+            ObjectKind::ConfigMap if configmaps || configmaps_by_default => {
+                Some(RELOADER_CONFIGMAP_AUTO)
+            }
+            ObjectKind::Secret if secrets || secrets_by_default => Some(RELOADER_SECRET_AUTO),
+            _ => None,
+        };
+        if [ObjectKind::ConfigMap, ObjectKind::Secret]
+            .iter()
+            .all(|kind| enabled_by(*kind).is_none())
+        {
+            return Vec::new();
+        }
+        self.discover(discovery::native)
+            .into_iter()
+            .filter_map(|found| {
+                Some(ReloaderObject {
+                    annotation: enabled_by(found.kind)?,
+                    kind: found.kind,
+                    name: found.name,
+                    optional: found.optional,
+                    origins: found.origins.into_iter().map(Origin::Discovered).collect(),
+                    gate: Gate::Always,
+                })
+            })
+            .collect()
+    }
+
+    /// Every object the pod spec references that `select` keeps, for `annotation`.
+    fn referenced(
+        &self,
+        annotation: &'static str,
+        gate: Gate,
+        select: impl Fn(ObjectKind) -> bool,
+    ) -> Vec<ReloaderObject> {
+        self.discover(discovery::native)
+            .into_iter()
+            .filter(|found| select(found.kind))
+            .map(|found| ReloaderObject {
+                annotation,
+                kind: found.kind,
+                name: found.name,
+                optional: found.optional,
+                origins: found.origins.into_iter().map(Origin::Discovered).collect(),
+                gate,
+            })
+            .collect()
+    }
+
+    /// A yes/no annotation of Reloader's, read as Go's `strconv.ParseBool`;
+    /// anything else is reported and counts as no.
+    fn go_flag(&mut self, annotations: &Annotations<'_>, key: &str) -> bool {
+        let Some(value) = annotations.get(key) else {
+            return false;
+        };
+        match *value {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+            "0" | "f" | "F" | "FALSE" | "false" | "False" | "" => false,
+            other => {
+                self.deps.errors.push(AnnotationError::InvalidBool {
+                    key: key.to_owned(),
+                    value: excerpt(other),
+                });
+                false
+            }
+        }
+    }
+
+    /// Reloader's env var when the pod template already carries it, nudge's
+    /// `config-hash` otherwise.
+    fn reloader_contribution(
+        &self,
+        object: ReloaderObject,
+        env_vars: &BTreeSet<&str>,
+    ) -> Contribution {
+        let var = fingerprint::reloader_env_var(object.kind, &object.name);
+        let reference = self.object(object.kind, None, &object.name);
+        let annotations_strategy = self
+            .workload
+            .template_annotations()
+            .contains_key(RELOADER_LAST_RELOADED_FROM);
+        let (output, combine, algorithm) = if env_vars.contains(var.as_str()) {
+            (
+                Output::ContainerEnv(var),
+                Combine::Single,
+                Algorithm::Reloader,
+            )
+        } else if annotations_strategy {
+            // Reloader's annotations strategy: adopted without a rollout, later
+            // changes written in its format.
+            let output = Output::ReloaderSource(self.scheme.reloader_state());
+            (output, Combine::ReloaderSource, Algorithm::Reloader)
+        } else {
+            // Reloader had nothing on the pod template for this object yet:
+            // adopted without a rollout, written on the template at its first
+            // change (when Reloader would have added its env var).
+            let output = Output::Adopted(self.scheme.config_hash());
+            (output, Combine::NativeHash, Algorithm::Native)
+        };
+        Contribution {
+            output,
+            combine,
+            annotation: object.annotation.to_owned(),
+            tracked: Tracked::new(reference, algorithm).gated(object.gate),
+            optional: object.optional,
+            origins: object.origins,
+        }
+    }
+
+    /// Names of the env vars of every container and initContainer.
+    fn env_var_names(&self) -> BTreeSet<&'a str> {
+        let workload: &'a Workload = self.workload;
+        let Some(spec) = &workload.template.spec else {
+            return BTreeSet::new();
+        };
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .flat_map(|c| c.env.iter().flatten())
+            .map(|env| env.name.as_str())
+            .collect()
+    }
+}
