@@ -16,6 +16,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use figment::Figment;
+
 use crate::config::{Config, LogFormat, Overrides};
 use crate::runtime::Controller;
 
@@ -23,7 +25,17 @@ use crate::runtime::Controller;
 /// `explain`, `check-config` or `version`. `customize` adds the embedder's
 /// sources and targets to the controller every command builds.
 pub async fn run(customize: impl FnOnce(Controller) -> Controller) -> ExitCode {
-    Cli::parse().run(customize).await
+    run_with(|figment| figment, customize).await
+}
+
+/// [`run`], with configuration providers of the embedder's own: `providers`
+/// gets nudge's stack (defaults, TOML file, `NUDGE_*` variables, flags) and
+/// returns it with its own merged in.
+pub async fn run_with(
+    providers: impl FnOnce(Figment) -> Figment,
+    customize: impl FnOnce(Controller) -> Controller,
+) -> ExitCode {
+    Cli::parse().run(providers, customize).await
 }
 
 /// Rolls Kubernetes workloads when the ConfigMaps, Secrets or Consul keys they
@@ -81,7 +93,11 @@ enum ExplainFormat {
 
 impl Cli {
     /// Runs the chosen subcommand; the exit code says whether it succeeded.
-    async fn run(self, customize: impl FnOnce(Controller) -> Controller) -> ExitCode {
+    async fn run(
+        self,
+        providers: impl FnOnce(Figment) -> Figment,
+        customize: impl FnOnce(Controller) -> Controller,
+    ) -> ExitCode {
         let Cli {
             config,
             log_format,
@@ -96,17 +112,21 @@ impl Cli {
             log_format,
             log_filter,
         };
-        let config = match Config::load(config.as_deref(), &overrides) {
-            Ok(config) => config,
-            Err(error) => {
-                eprintln!("nudge: {error}");
-                return ExitCode::from(2);
-            }
+        let figment = match Config::providers(config.as_deref(), &overrides) {
+            Ok(figment) => providers(figment),
+            Err(error) => return config_failed(&error),
         };
         if let Command::CheckConfig = command {
-            return check_config(&config);
+            return match Controller::from_figment(figment, offline_client()) {
+                Ok(controller) => check_config(&customize(controller)),
+                Err(error) => config_failed(&error),
+            };
         }
-        crate::telemetry::init_logging(&config.log);
+        let log = match Config::from_figment(&figment) {
+            Ok(config) => config.log,
+            Err(error) => return config_failed(&error),
+        };
+        crate::telemetry::init_logging(&log);
         let client = match kube::Client::try_default().await {
             Ok(client) => client,
             Err(error) => {
@@ -117,7 +137,10 @@ impl Cli {
                 return ExitCode::FAILURE;
             }
         };
-        let controller = customize(Controller::from_config(config, client).operate_as_configured());
+        let controller = match Controller::from_figment(figment, client) {
+            Ok(controller) => customize(controller.operate_as_configured()),
+            Err(error) => return config_failed(&error),
+        };
         match command {
             Command::Run => run_controller(controller).await,
             Command::Explain {
@@ -140,12 +163,33 @@ impl Cli {
     }
 }
 
-/// `nudge check-config`: the effective configuration as TOML, secrets redacted.
-fn check_config(config: &Config) -> ExitCode {
-    match toml::to_string(&config.redacted()) {
+/// A configuration problem: one line, exit code 2.
+fn config_failed(error: &crate::config::ConfigError) -> ExitCode {
+    eprintln!("nudge: {error}");
+    ExitCode::from(2)
+}
+
+/// A client that answers every request with an error: `check-config` builds
+/// the controller, with its custom sources, without a cluster.
+fn offline_client() -> kube::Client {
+    let refuse = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+        Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
+            "check-config reads no cluster",
+        ))
+    });
+    kube::Client::new(refuse, "default")
+}
+
+/// `nudge check-config`: every configuration problem, or the effective
+/// configuration as TOML, secrets redacted.
+fn check_config(controller: &Controller) -> ExitCode {
+    if let Err(error) = controller.check() {
+        return config_failed(&error);
+    }
+    match toml::to_string(&controller.effective_config()) {
         Ok(text) => {
             println!(
-                "# nudge {}: configuration is valid",
+                "# nudge {}: the configuration is valid",
                 env!("CARGO_PKG_VERSION")
             );
             print!("{text}");

@@ -491,11 +491,17 @@ pub enum LogFormat {
 
 /// `[sources]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct SourcesConfig {
     /// `[sources.consul]`: the default Consul cluster (source name `consul`), and extra
     /// clusters under `[sources.consul.instances.<name>]` (source name `consul.<name>`).
     pub consul: ConsulConfig,
+    /// `[sources.<key>]` of custom sources, as written: each is read into its
+    /// source's own typed configuration when the source is registered
+    /// ([`Controller::with_configured_source`](crate::Controller::with_configured_source)),
+    /// and a section no source is registered for is an error then.
+    #[serde(flatten)]
+    pub custom: BTreeMap<String, figment::value::Value>,
 }
 
 /// `[sources.consul]` and `[sources.consul.instances.<name>]`: one Consul cluster.
@@ -721,6 +727,14 @@ impl Config {
     /// Loads defaults, then `file` (if given it must exist), then `NUDGE_*`
     /// environment variables, then `overrides`, and validates the result.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        Self::from_figment(&Self::providers(file, overrides)?)
+    }
+
+    /// nudge's configuration providers: defaults, then `file` (if given it must
+    /// exist), then `NUDGE_*` environment variables, then `overrides`. Merge
+    /// providers of your own into it before
+    /// [`from_figment`](Self::from_figment).
+    pub fn providers(file: Option<&Path>, overrides: &Overrides) -> Result<Figment, ConfigError> {
         if let Some(path) = file
             && !path.exists()
         {
@@ -728,9 +742,13 @@ impl Config {
                 path: path.to_owned(),
             });
         }
-        let figment = Self::figment(file, overrides);
+        Ok(Self::figment(file, overrides))
+    }
+
+    /// The configuration `figment` holds, validated.
+    pub fn from_figment(figment: &Figment) -> Result<Self, ConfigError> {
         let config: Config = figment.extract().map_err(load_error)?;
-        config.validate(&figment)?;
+        config.validate(figment)?;
         Ok(config)
     }
 
@@ -986,6 +1004,36 @@ fn consul_key(key: &'static str) -> &'static str {
         "tls.cert_file" => "sources.consul.tls.cert_file",
         _ => "sources.consul",
     }
+}
+
+/// Reads the section at dotted `path` of `figment` as `T`: its default when the
+/// section is absent; a field `T` does not know is an error, as in nudge's own
+/// sections.
+pub(crate) fn section<T>(figment: &Figment, path: &str) -> Result<T, ConfigError>
+where
+    T: serde::de::DeserializeOwned + Default,
+{
+    let Ok(value) = figment.find_value(path) else {
+        return Ok(T::default());
+    };
+    let typed: T = figment.extract_inner(path).map_err(load_error)?;
+    let mut unknown = Vec::new();
+    let _: Result<T, figment::Error> =
+        serde_ignored::deserialize(&value, |field| unknown.push(field.to_string()));
+    if let Some(field) = unknown.first() {
+        let key = format!("{path}.{field}");
+        return Err(ConfigError::Load {
+            origin: origin(figment.find_metadata(&key), &key),
+            key,
+            problem: "unknown field".to_owned(),
+        });
+    }
+    Ok(typed)
+}
+
+/// Where the value at `key` came from, for error messages.
+pub(crate) fn origin_of(figment: &Figment, key: &str) -> String {
+    origin(figment.find_metadata(key), key)
 }
 
 fn load_error(error: figment::Error) -> ConfigError {

@@ -813,6 +813,9 @@ pub enum ExplainError {
     /// A Consul source could not be set up (address, token file, TLS files).
     #[error(transparent)]
     Consul(#[from] crate::sources::consul::SettingsError),
+    /// The configuration is invalid (a custom source's section).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// No installation key could be read and no placeholder generated (the
     /// operating system's random number generator failed).
     #[error("cannot set up fingerprinting")]

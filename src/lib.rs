@@ -132,6 +132,10 @@ pub mod target {
 /// [`Target`] traits are written with.
 pub use async_trait::async_trait;
 
+/// The figment crate nudge's configuration is built with: merge providers of
+/// your own into [`Config::providers`].
+pub use figment;
+
 /// The kube crate nudge is built with: embedders use this one, so their
 /// `kube::Client` is the type nudge takes.
 pub use kube;

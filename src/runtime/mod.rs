@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{Config, TargetConfig};
+use crate::config::{Config, ConfigError, TargetConfig};
 use crate::engine::{Engine, EngineError};
 use crate::events::notify::{Notifier, NotifyError, NotifySettings, NotifyWorker};
 use crate::events::{EventSink, FanOut, KubeEvents};
@@ -66,6 +66,10 @@ pub enum RunError {
     /// Notifications could not be set up (`notify.url_file` unreadable, a bad URL).
     #[error(transparent)]
     Notify(#[from] NotifyError),
+    /// The configuration is invalid (a custom source's section, a section no
+    /// source is registered for).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 impl RunError {
@@ -161,6 +165,13 @@ pub async fn run_with_client_reporting(
 /// ```
 pub struct Controller {
     config: Config,
+    /// The providers `config` came from: custom sources read their sections here.
+    figment: figment::Figment,
+    /// The keys of custom sources' `[sources.<key>]` sections.
+    configured: BTreeSet<String>,
+    /// Configuration problems found while custom sources were registered,
+    /// reported when the controller runs or explains.
+    problems: Vec<ConfigError>,
     client: kube::Client,
     sources: Vec<Arc<dyn Source>>,
     targets: Vec<Arc<dyn Target>>,
@@ -183,8 +194,29 @@ impl Controller {
     /// A controller with every setting from `config`, but still no admin server
     /// and no Lease: see [`operate_as_configured`](Self::operate_as_configured).
     pub fn from_config(config: Config, client: kube::Client) -> Self {
+        let figment = figment::Figment::from(figment::providers::Serialized::defaults(&config));
+        Self::assemble(config, figment, client)
+    }
+
+    /// A controller with the configuration `figment` holds (for example
+    /// [`Config::providers`] with providers of your own merged in), which
+    /// custom sources also read their sections from
+    /// ([`with_configured_source`](Self::with_configured_source)). Opens
+    /// nothing, as [`from_config`](Self::from_config).
+    pub fn from_figment(
+        figment: figment::Figment,
+        client: kube::Client,
+    ) -> Result<Self, ConfigError> {
+        let config = Config::from_figment(&figment)?;
+        Ok(Self::assemble(config, figment, client))
+    }
+
+    fn assemble(config: Config, figment: figment::Figment, client: kube::Client) -> Self {
         Self {
             config,
+            figment,
+            configured: BTreeSet::new(),
+            problems: Vec::new(),
             client,
             sources: Vec::new(),
             targets: Vec::new(),
@@ -263,6 +295,105 @@ impl Controller {
         self
     }
 
+    /// Adds a custom source configured like a built-in one: its typed
+    /// configuration `C` is read from `[sources.<key>]` of the TOML file and
+    /// `NUDGE_SOURCES__<KEY>__<FIELD>` variables (its `Default` when neither
+    /// sets anything; a field `C` does not know is an error naming it), and
+    /// `make` builds the source from it. A problem (a bad field, an error from
+    /// `make`) stops [`run`](Self::run) and `nudge check-config` with a message
+    /// naming the key and where its value came from.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # fn files(root: std::path::PathBuf) -> Arc<dyn nudge::Source> { unimplemented!() }
+    /// #[derive(serde::Deserialize, Default)]
+    /// #[serde(default)]
+    /// struct FileConfig { root: std::path::PathBuf }
+    ///
+    /// # fn demo(controller: nudge::Controller) -> nudge::Controller {
+    /// controller.with_configured_source("file", |config: FileConfig| {
+    ///     Ok::<_, std::io::Error>(files(config.root))
+    /// })
+    /// # }
+    /// ```
+    pub fn with_configured_source<C, E>(
+        mut self,
+        key: &str,
+        make: impl FnOnce(C) -> Result<Arc<dyn Source>, E>,
+    ) -> Self
+    where
+        C: serde::de::DeserializeOwned + Default,
+        E: std::fmt::Display,
+    {
+        let path = format!("sources.{key}");
+        let built = crate::config::section::<C>(&self.figment, &path).and_then(|config| {
+            make(config).map_err(|error| ConfigError::Load {
+                origin: crate::config::origin_of(&self.figment, &path),
+                key: path.clone(),
+                problem: error.to_string(),
+            })
+        });
+        if key == "consul" || !self.configured.insert(key.to_owned()) {
+            self.problems.push(ConfigError::Load {
+                key: path,
+                problem: "two sources are configured under this key".to_owned(),
+                origin: "code".to_owned(),
+            });
+            return self;
+        }
+        match built {
+            Ok(source) => self.sources.push(source),
+            Err(problem) => self.problems.push(problem),
+        }
+        self
+    }
+
+    /// Every configuration problem: those met registering custom sources,
+    /// then `[sources.<key>]` sections no source is registered for.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if let Some(problem) = self.problems.first() {
+            return Err(clone_problem(problem));
+        }
+        let unknown = self
+            .config
+            .sources
+            .custom
+            .keys()
+            .find(|key| !self.configured.contains(*key));
+        if let Some(key) = unknown {
+            let known: Vec<&str> = std::iter::once("consul")
+                .chain(self.configured.iter().map(String::as_str))
+                .collect();
+            let path = format!("sources.{key}");
+            return Err(ConfigError::Load {
+                origin: crate::config::origin_of(&self.figment, &path),
+                key: path,
+                problem: format!(
+                    "no source is configured under this key (configured: {})",
+                    known.join(", ")
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The effective configuration for people: nudge's own, with secrets
+    /// redacted, and each custom source's section as given, with the values of
+    /// fields whose names say they hold secrets (`token`, `password`,
+    /// `secret`, `key`) redacted.
+    pub fn effective_config(&self) -> Config {
+        let mut config = self.config.redacted();
+        for value in config.sources.custom.values_mut() {
+            redact_secret_fields(value);
+        }
+        config
+    }
+
+    /// The client the controller talks to the cluster with.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
     /// Adds a target for a workload kind nudge was not built for (or replaces how
     /// a built-in kind is written: a target registered here wins over the
     /// built-in one for its kind).
@@ -289,6 +420,7 @@ impl Controller {
         name: &str,
         timeout: std::time::Duration,
     ) -> Result<crate::explain::Report, crate::explain::ExplainError> {
+        self.check()?;
         let custom = self
             .targets
             .iter()
@@ -351,8 +483,12 @@ impl Controller {
         readiness: Readiness,
         shutdown: CancellationToken,
     ) -> Result<(), RunError> {
+        self.check()?;
         let Controller {
             config,
+            figment: _,
+            configured: _,
+            problems: _,
             client,
             sources: custom_sources,
             targets: custom_targets,
@@ -517,6 +653,41 @@ impl Controller {
             webhook.join().await;
         }
         Ok(result?)
+    }
+}
+
+/// A copy of a configuration problem (the error type holds no sources).
+fn clone_problem(problem: &ConfigError) -> ConfigError {
+    match problem {
+        ConfigError::Load {
+            key,
+            problem,
+            origin,
+        } => ConfigError::Load {
+            key: key.clone(),
+            problem: problem.clone(),
+            origin: origin.clone(),
+        },
+        other => ConfigError::Load {
+            key: String::new(),
+            problem: other.to_string(),
+            origin: "code".to_owned(),
+        },
+    }
+}
+
+/// Replaces the values of fields whose names say they hold secrets.
+fn redact_secret_fields(value: &mut figment::value::Value) {
+    const SECRET: [&str; 4] = ["token", "password", "secret", "key"];
+    if let figment::value::Value::Dict(_, dict) = value {
+        for (name, field) in dict.iter_mut() {
+            let lower = name.to_ascii_lowercase();
+            if SECRET.iter().any(|word| lower.contains(word)) && !lower.ends_with("_file") {
+                *field = figment::value::Value::from("<redacted>");
+            } else {
+                redact_secret_fields(field);
+            }
+        }
     }
 }
 
