@@ -4,7 +4,7 @@
 //! [`KubeTarget`] watches and server-side-applies any namespaced kind with a pod
 //! template, so a new kind is a few lines. (Without code, a `[[targets]]` entry in
 //! the configuration does the same; a kind that needs more than an apply, such as
-//! a Job that must be recreated, implements [`nudge::Target`] itself.)
+//! a Job that must be recreated, implements [`nudge::target::Target`] itself.)
 //!
 //! ```sh
 //! cargo run --example custom_target -- [config.toml]
@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use nudge::target::{TargetSettings, TemplatePath, WorkloadKind};
-use nudge::{Config, Controller, KubeTarget};
+use nudge::target::{KubeTarget, TargetSettings, TemplatePath, WorkloadKind};
+use nudge::{Config, Controller};
 
 /// `example.com/v1` Widget, its pod template at `spec.podTemplate`.
 pub fn widget_kind() -> WorkloadKind {

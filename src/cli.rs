@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # fn my_source() -> Arc<dyn nudge::Source> { unimplemented!() }
+//! # fn my_source() -> Arc<dyn nudge::source::Source> { unimplemented!() }
 //! #[tokio::main]
 //! async fn main() -> std::process::ExitCode {
 //!     nudge::cli::run(|controller| controller.with_source(my_source())).await

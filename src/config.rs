@@ -390,7 +390,7 @@ impl Default for NotifyConfig {
 impl NotifyConfig {
     /// Checks the values; returns the offending key and the problem. Never repeats
     /// the URL (it embeds a token).
-    pub fn problem(&self) -> Option<(&'static str, String)> {
+    pub(crate) fn problem(&self) -> Option<(&'static str, String)> {
         if !self.url.is_empty() && !self.url_file.is_empty() {
             return Some((
                 "notify.url",
@@ -417,7 +417,7 @@ impl NotifyConfig {
 
 /// Parses a webhook URL: absolute `http` or `https` with a host. The error says
 /// what is wrong without repeating the URL (it embeds a token).
-pub fn parse_webhook_url(text: &str) -> Result<reqwest::Url, &'static str> {
+pub(crate) fn parse_webhook_url(text: &str) -> Result<reqwest::Url, &'static str> {
     let url = reqwest::Url::parse(text).map_err(|_| "is not a URL")?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err("must be an http:// or https:// URL");
@@ -579,7 +579,7 @@ impl Default for ConsulConfig {
 impl ConsulConfig {
     /// Checks one cluster's values; `instance` is `None` for `[sources.consul]`.
     /// Returns the offending key (relative to the cluster's section) and the problem.
-    pub fn problem(&self, instance: Option<&str>) -> Option<(&'static str, String)> {
+    pub(crate) fn problem(&self, instance: Option<&str>) -> Option<(&'static str, String)> {
         if instance.is_some() {
             if !self.instances.is_empty() {
                 return Some(("instances", "instances cannot be nested".to_owned()));
@@ -1064,13 +1064,13 @@ fn origin(metadata: Option<&Metadata>, key: &str) -> String {
 
 /// Whether `value` is a DNS-1123 label (a namespace name): at most 63 characters
 /// of `[a-z0-9-]`, not starting or ending with `-`.
-pub fn is_dns_label(value: &str) -> bool {
+pub(crate) fn is_dns_label(value: &str) -> bool {
     !value.contains('.') && value.len() <= 63 && is_dns_subdomain(value)
 }
 
 /// Whether `value` is a DNS-1123 subdomain (lowercase labels of `[a-z0-9-]`,
 /// separated by dots, at most 253 characters).
-pub fn is_dns_subdomain(value: &str) -> bool {
+pub(crate) fn is_dns_subdomain(value: &str) -> bool {
     !value.is_empty()
         && value.len() <= 253
         && value.split('.').all(|label| {

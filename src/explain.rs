@@ -1,31 +1,32 @@
 //! `nudge explain <kind>/<name>`: what a workload tracks, the current and desired
-//! fingerprints, and in one line why it is or is not in sync.
+//! fingerprints, and in one line why it is or is not in sync. Run it through
+//! [`Controller::explain`](crate::Controller::explain), which knows an
+//! embedder's sources and targets, or [`explain`] for the built-in ones.
 //!
 //! Two halves, as everywhere in nudge:
 //!
-//! - [`build_report`] is pure: from the workload, its [`Dependencies`], what each
+//! - `build_report` is pure: from the workload, its dependencies, what each
 //!   input was observed as, when each referenced object was last written, the
 //!   timing settings and the current time, it builds a [`Report`]. It computes the
-//!   desired stamp with the controller's own [`stamp::desired`] and reads the
-//!   stamped value with [`stamp::current`], so explain and the controller cannot
-//!   disagree about what "in sync" means.
-//! - [`explain`] is the thin I/O part: it reads the workload through the built-in
-//!   [`Target`], builds the same sources as `nudge run`
-//!   ([`builtin`](crate::sources::builtin)), calls
-//!   [`Source::observe`] for every input within a deadline, and reads each
-//!   referenced ConfigMap's and Secret's metadata for its last write time
-//!   (`managedFields[].time`). It never writes to the cluster: the installation key
-//!   is read with [`read_installation_key`], which creates nothing.
+//!   desired stamp with the controller's own stamp decision and reads the stamped
+//!   value the same way, so explain and the controller cannot disagree about what
+//!   "in sync" means.
+//! - [`explain`] is the thin I/O part: it reads the workload through its target,
+//!   builds the same sources as `nudge run`, observes every input within a
+//!   deadline, and reads each referenced ConfigMap's and Secret's metadata for its
+//!   last write time (`managedFields[].time`). It never writes to the cluster: the
+//!   installation key is read without creating anything.
 //!
 //! Whether an out-of-sync workload is merely waiting is inferred, not asked of the
 //! running controller (explain talks to the API server only): a change written less
-//! than `debounce` ago (plus [`CLOCK_SLACK`]) is "waiting for debounce"; a workload
-//! stamped less than `min_interval` ago (its `last-updated` annotation) is "waiting
-//! for min-interval"; anything older means the controller should have stamped by
-//! now. Consul keys carry no write time, so their changes cannot be dated.
+//! than `debounce` ago (plus two seconds of clock slack) is "waiting for debounce";
+//! a workload stamped less than `min_interval` ago (its `last-updated` annotation)
+//! is "waiting for min-interval"; anything older means the controller should have
+//! stamped by now. Consul keys carry no write time, so their changes cannot be
+//! dated.
 //!
 //! Nothing here prints content: fingerprints only, and Wave fragments (which hold
-//! base64 content) print as their size, as [`Fingerprint`](crate::fingerprint::Fingerprint)'s `Display` does.
+//! base64 content) print as their size, as a fingerprint's `Display` does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -60,7 +61,7 @@ use crate::targets::{
 /// Allowance for the second granularity of `managedFields[].time` and for clock
 /// skew between this machine and the API server, added to debounce and
 /// min-interval before concluding that nudge is late.
-pub const CLOCK_SLACK: Duration = Duration::from_secs(2);
+pub(crate) const CLOCK_SLACK: Duration = Duration::from_secs(2);
 
 // === report ===
 
@@ -203,7 +204,7 @@ pub struct Timing {
 /// What could be learned about one input.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum InputState {
+pub(crate) enum InputState {
     /// The source answered.
     Observed(Observation),
     /// It could not be read; the message says why, without content (e.g.
@@ -213,7 +214,7 @@ pub enum InputState {
 
 /// A ConfigMap or Secret, as write times are keyed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectRef {
+pub(crate) struct ObjectRef {
     /// `configmap` or `secret`.
     pub source: SourceName,
     /// Its namespace.
@@ -224,7 +225,7 @@ pub struct ObjectRef {
 
 impl ObjectRef {
     /// The object a reference names, for the ConfigMap and Secret sources only.
-    pub fn of(reference: &Reference) -> Option<Self> {
+    pub(crate) fn of(reference: &Reference) -> Option<Self> {
         let kube_source = ObjectKind::of_source(&reference.source).is_some();
         Some(Self {
             source: reference.source.clone(),
@@ -240,7 +241,7 @@ impl ObjectRef {
 
 /// What the metadata of a referenced ConfigMap or Secret says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ObjectFacts {
+pub(crate) struct ObjectFacts {
     /// The newest `managedFields[].time` (else `creationTimestamp`).
     pub last_write: Option<Timestamp>,
     /// It carries `<prefix>/ignore: "true"` (or Reloader's ignore).
@@ -249,7 +250,7 @@ pub struct ObjectFacts {
 
 /// The settings verdicts depend on, from [`Config`].
 #[derive(Debug, Clone)]
-pub struct ExplainSettings {
+pub(crate) struct ExplainSettings {
     /// nudge's annotation names (for `last-updated`).
     pub scheme: AnnotationScheme,
     /// `engine.debounce`.
@@ -266,7 +267,7 @@ pub struct ExplainSettings {
 
 impl ExplainSettings {
     /// The settings of `config`.
-    pub fn from_config(config: &Config) -> Self {
+    pub(crate) fn from_config(config: &Config) -> Self {
         Self {
             scheme: config.annotations.scheme(),
             debounce: config.engine.debounce,
@@ -280,7 +281,7 @@ impl ExplainSettings {
 
 /// Everything [`build_report`] needs, gathered by [`explain`] (or a test).
 #[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
+pub(crate) struct Facts<'a> {
     /// The workload as read.
     pub workload: &'a Workload,
     /// `annotations::dependencies` of it.
@@ -310,7 +311,7 @@ impl FingerprintLookup for Observed<'_> {
 }
 
 /// Builds the report from what was read. Pure.
-pub fn build_report(facts: &Facts<'_>) -> Report {
+pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
     let Facts {
         workload,
         deps,
@@ -825,7 +826,7 @@ pub enum ExplainError {
 /// A kind as `nudge explain` accepts it: `deployment` (`deploy`), `statefulset`
 /// (`sts`), `daemonset` (`ds`), `rollout` (`ro`), or the kind of a `[[targets]]`
 /// entry, in any case. Returns `(group, version, kind, template path)`.
-pub fn resolve_kind(name: &str, config: &Config) -> Option<TargetConfig> {
+pub(crate) fn resolve_kind(name: &str, config: &Config) -> Option<TargetConfig> {
     let entry = |group: &str, version: &str, kind: &str| TargetConfig {
         group: group.into(),
         version: version.into(),

@@ -1,7 +1,7 @@
 //! nudge rolls Kubernetes workloads when the configuration they depend on changes.
 //!
 //! It watches config sources (ConfigMaps, Secrets, Consul KV, or a custom
-//! [`Source`]) and, when the content a workload depends on changes, writes a
+//! [`Source`](source::Source)) and, when the content a workload depends on changes, writes a
 //! content fingerprint into the workload's pod-template annotations, so the
 //! workload controller performs an ordinary rolling update.
 //!
@@ -93,13 +93,10 @@ pub mod explain;
 
 pub use config::Config;
 pub use runtime::{Controller, RunError};
-pub use sources::{
-    ObserveContext, PollSource, Source, SourceContext, SourceError, WatchSource, poll, watch,
-};
-pub use targets::{KubeTarget, Target, TargetContext, TargetError};
 
 /// The source contract: what a custom source implements and the types it
-/// works with. See [`Source`] for the guarantees every source gives.
+/// works with. See [`Source`](source::Source) for the guarantees every source
+/// gives.
 pub mod source {
     pub use crate::fingerprint::{
         DigestValue, Fingerprint, FingerprintError, FingerprintKey, Observation, WaveFragment,
@@ -128,8 +125,7 @@ pub mod target {
     };
 }
 
-/// `#[async_trait]`, which the [`Source`], [`PollSource`], [`WatchSource`] and
-/// [`Target`] traits are written with.
+/// `#[async_trait]`, which the source and target traits are written with.
 pub use async_trait::async_trait;
 
 /// The figment crate nudge's configuration is built with: merge providers of

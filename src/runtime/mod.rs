@@ -152,7 +152,7 @@ pub async fn run_with_client_reporting(
 /// webhook runs only when `webhook.enabled` says so.
 ///
 /// ```no_run
-/// # async fn demo(client: nudge::kube::Client, my_source: std::sync::Arc<dyn nudge::Source>)
+/// # async fn demo(client: nudge::kube::Client, my_source: std::sync::Arc<dyn nudge::source::Source>)
 /// # -> Result<(), nudge::RunError> {
 /// use nudge::Controller;
 /// let shutdown = nudge::shutdown::on_signal();
@@ -305,7 +305,7 @@ impl Controller {
     ///
     /// ```no_run
     /// # use std::sync::Arc;
-    /// # fn files(root: std::path::PathBuf) -> Arc<dyn nudge::Source> { unimplemented!() }
+    /// # fn files(root: std::path::PathBuf) -> Arc<dyn nudge::source::Source> { unimplemented!() }
     /// #[derive(serde::Deserialize, Default)]
     /// #[serde(default)]
     /// struct FileConfig { root: std::path::PathBuf }
