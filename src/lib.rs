@@ -106,8 +106,8 @@ pub mod source {
         TrackedItem,
     };
     pub use crate::sources::{
-        Interest, ObservationStream, ObserveContext, PollSource, Polled, Source, SourceContext,
-        SourceError, SourceHarness, SourceUpdate, WatchSource, Watched, poll, watch,
+        Interest, ObservationStream, ObserveContext, PollSource, Source, SourceContext,
+        SourceError, SourceHarness, SourceUpdate, WatchSource, poll, watch,
     };
 }
 
