@@ -13,12 +13,12 @@ use figment::{Figment, Metadata};
 use serde::{Deserialize, Serialize};
 
 /// Prefix of the environment variables that configure nudge.
-pub const ENV_PREFIX: &str = "NUDGE_";
+pub(crate) const ENV_PREFIX: &str = "NUDGE_";
 
 /// Separator between section and key in environment variable names
 /// (`NUDGE_ENGINE__DEBOUNCE`). Variables without it (e.g. `NUDGE_CONFIG`) are not
 /// configuration keys and are left alone.
-pub const ENV_SEPARATOR: &str = "__";
+pub(crate) const ENV_SEPARATOR: &str = "__";
 
 /// Why configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +126,7 @@ impl Default for AnnotationsConfig {
 
 impl AnnotationsConfig {
     /// The annotation scheme these settings describe.
-    pub fn scheme(&self) -> crate::annotations::AnnotationScheme {
+    pub(crate) fn scheme(&self) -> crate::annotations::AnnotationScheme {
         crate::annotations::AnnotationScheme::new(self.prefix.clone())
             .with_reloader_auto_all(self.reloader_auto_all)
     }

@@ -25,7 +25,7 @@ pub enum TemplatePathError {
 
 impl TemplatePath {
     /// `spec.template`.
-    pub fn spec_template() -> Self {
+    pub(crate) fn spec_template() -> Self {
         Self(vec!["spec".into(), "template".into()])
     }
 
@@ -45,7 +45,7 @@ impl TemplatePath {
     }
 
     /// The field names, from the object's root.
-    pub fn segments(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn segments(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(String::as_str)
     }
 }
@@ -108,29 +108,29 @@ impl WorkloadKind {
     /// The same kind, adopting its first stamps into workload metadata instead of
     /// writing them on the pod template (for kinds whose template change has side
     /// effects).
-    pub fn adopting_first_stamp(self) -> Self {
+    pub(crate) fn adopting_first_stamp(self) -> Self {
         self.with(|info| info.adopt_first_stamp = true)
     }
 
     /// Whether first stamps are adopted into workload metadata.
-    pub fn adopts_first_stamp(&self) -> bool {
+    pub(crate) fn adopts_first_stamp(&self) -> bool {
         self.0.adopt_first_stamp
     }
 
     /// The same kind, whose stored objects' pod template cannot change (a Job):
     /// the admission webhook stamps it at creation only, and nothing holds its
     /// pods with a scheduling gate.
-    pub fn with_immutable_template(self) -> Self {
+    pub(crate) fn with_immutable_template(self) -> Self {
         self.with(|info| info.immutable_template = true)
     }
 
     /// Whether a stored object's pod template cannot change.
-    pub fn has_immutable_template(&self) -> bool {
+    pub(crate) fn has_immutable_template(&self) -> bool {
         self.0.immutable_template
     }
 
     /// The same kind, served at `version`.
-    pub fn at_version(&self, version: impl Into<String>) -> Self {
+    pub(crate) fn at_version(&self, version: impl Into<String>) -> Self {
         let version = version.into();
         self.clone().with(|info| info.version = version)
     }
@@ -195,7 +195,7 @@ impl WorkloadKind {
     }
 
     /// The kind in lower case, as metric labels and command lines spell it.
-    pub fn label(&self) -> &str {
+    pub(crate) fn label(&self) -> &str {
         &self.0.label
     }
 

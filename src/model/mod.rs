@@ -280,12 +280,12 @@ pub enum KeySelection {
 
 impl KeySelection {
     /// A selection of exactly one key.
-    pub fn one(key: impl Into<String>) -> Self {
+    pub(crate) fn one(key: impl Into<String>) -> Self {
         Self::Only(BTreeSet::from([key.into()]))
     }
 
     /// The union of two selections; `All` absorbs everything.
-    pub fn union(&self, other: &KeySelection) -> KeySelection {
+    pub(crate) fn union(&self, other: &KeySelection) -> KeySelection {
         match (self, other) {
             (Self::Only(a), Self::Only(b)) => Self::Only(a.union(b).cloned().collect()),
             _ => Self::All,
@@ -293,7 +293,7 @@ impl KeySelection {
     }
 
     /// Whether `key` is covered.
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         match self {
             Self::All => true,
             Self::Only(keys) => keys.contains(key),

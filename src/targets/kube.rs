@@ -159,7 +159,7 @@ impl KubeTarget {
     /// Server-side applies `patch` and returns the object as stored afterwards
     /// (`None`: the workload no longer exists). For targets that build on this one
     /// and need more of the object than a [`Workload`].
-    pub async fn apply_object(
+    pub(crate) async fn apply_object(
         &self,
         current: &Workload,
         patch: &StampPatch,
@@ -262,7 +262,7 @@ impl KubeTarget {
     }
 
     /// Reads the whole object of `id` now.
-    pub async fn get_object(&self, id: &WorkloadId) -> Result<Option<DynamicObject>, TargetError> {
+    pub(crate) async fn get_object(&self, id: &WorkloadId) -> Result<Option<DynamicObject>, TargetError> {
         self.api(Some(&id.namespace))
             .get_opt(&id.name)
             .await
@@ -270,18 +270,13 @@ impl KubeTarget {
     }
 
     /// The settings this target writes with.
-    pub fn settings(&self) -> &TargetSettings {
+    pub(crate) fn settings(&self) -> &TargetSettings {
         &self.settings
     }
 
     /// Reads a [`Workload`] of this target's kind from an object it returned.
-    pub fn workload_of(&self, object: DynamicObject) -> Option<Workload> {
+    pub(crate) fn workload_of(&self, object: DynamicObject) -> Option<Workload> {
         self.workload(object)
-    }
-
-    /// The plural resource name the target uses (`deployments`, `rollouts`).
-    pub fn plural(&self) -> &str {
-        &self.resource.plural
     }
 
     fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {

@@ -37,7 +37,7 @@ pub struct WatchScope {
 
 impl WatchScope {
     /// Whether `id` falls within this scope.
-    pub fn contains(&self, id: &WorkloadId) -> bool {
+    pub(crate) fn contains(&self, id: &WorkloadId) -> bool {
         id.kind == self.kind && self.namespace.as_ref().is_none_or(|ns| *ns == id.namespace)
     }
 }
