@@ -1,5 +1,6 @@
 //! Kinds beyond the built-in three: Argo Rollouts when their CRD is served,
-//! `[[targets]]` entries, and kinds that are not served (reported, not fatal).
+//! `[[targets]]` entries, and kinds that are not served (reported, not fatal,
+//! picked up when their CRD appears).
 
 mod support;
 
@@ -231,7 +232,12 @@ async fn without_argo_rollouts_one_line_names_the_kind_and_ready_notes_nothing()
     assert!(!body.contains("Rollout"), "no /ready note: {body}");
     nudge.stop().await;
     let logs = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("Rollout")).collect();
+    // The start-up summary lists every registered kind (Rollouts are, waiting
+    // for their CRD); apart from it, one line.
+    let lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("Rollout") && !l.contains("watching"))
+        .collect();
     assert_eq!(lines.len(), 1, "one line about Argo Rollouts: {lines:#?}");
     assert!(
         lines[0].contains("argoproj.io/v1alpha1 Rollout is not served by this cluster")
@@ -239,4 +245,159 @@ async fn without_argo_rollouts_one_line_names_the_kind_and_ready_notes_nothing()
         "{}",
         lines[0]
     );
+}
+
+/// A CRD for `<plural>.<group>` `kind` (`v1`), made from the Rollout one.
+fn crd_for(group: &str, kind: &str, plural: &str) -> serde_json::Value {
+    let mut crd = rollout_crd();
+    crd["metadata"]["name"] = json!(format!("{plural}.{group}"));
+    crd["spec"]["group"] = json!(group);
+    crd["spec"]["names"] = json!({"kind": kind, "listKind": format!("{kind}List"),
+                                   "plural": plural, "singular": kind.to_lowercase()});
+    crd["spec"]["versions"][0]["name"] = json!("v1");
+    crd
+}
+
+/// Creates a `group/v1` `kind` object named `name` with its pod template at
+/// `spec.template`, referencing ConfigMap `cfg`; returns its API.
+async fn create_custom(
+    cluster: &TestCluster,
+    group: &str,
+    kind: &str,
+    name: &str,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, "v1", kind);
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": kind,
+        "metadata": { "name": name, "annotations": { "nudge.dev/configmap-cfg": "cfg" } },
+        "spec": { "template": { "spec": pod_mounting_configmap("cfg") } },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+    api
+}
+
+async fn template_stamp(api: &Api<DynamicObject>, name: &str) -> Option<String> {
+    let object = api.get(name).await.ok()?;
+    object.data["spec"]["template"]["metadata"]["annotations"]["nudge.dev/checksum-cfg"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// How long a kind's CRD may take to be noticed: discovery is checked again
+/// 5 s after start, then at most every 30 s; a watch lists again within 30 s.
+const PICKED_UP: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_targets_entry_whose_crd_appears_later_is_stamped_without_a_restart() {
+    let cluster = TestCluster::start("late-crd").await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    let (group, kind) = ("late.nudge.test", "Sprocket");
+    let mut config = cluster.nudge_config();
+    config.targets = vec![TargetConfig {
+        group: group.into(),
+        version: "v1".into(),
+        kind: kind.into(),
+        template: "spec.template".into(),
+    }];
+    let admin = free_port();
+    config.admin.bind = admin;
+    let nudge = cluster.start_nudge(config);
+    // Ready at once: the absent kind is noted, never waited for.
+    let body = wait_ready(admin).await;
+    assert!(
+        body.contains("not stamping")
+            && body.contains("late.nudge.test/v1 Sprocket")
+            && body.contains("waiting for its CRD"),
+        "{body}"
+    );
+
+    let _crd = cluster.ensure_crd(crd_for(group, kind, "sprockets")).await;
+    let api = create_custom(&cluster, group, kind, "s").await;
+    let stamp = wait_for("the Sprocket to be stamped", PICKED_UP, || {
+        template_stamp(&api, "s")
+    })
+    .await;
+    assert!(stamp.starts_with("sha256-"), "{stamp}");
+    let (status, body) = http_get(admin, "/ready").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        !body.contains("Sprocket"),
+        "the note is gone once served: {body}"
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_target_whose_crd_is_absent_does_not_block_ready_and_starts_when_it_appears() {
+    let cluster = TestCluster::start("custom-late-crd").await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    let (group, kind) = ("custom.nudge.test", "Cog");
+    let mut config = cluster.nudge_config();
+    let admin = free_port();
+    config.admin.bind = admin;
+    let template = nudge::target::TemplatePath::parse("spec.template").unwrap();
+    let cogs = nudge::target::KubeTarget::new(
+        cluster.client(),
+        nudge::target::WorkloadKind::new(group, "v1", kind, template),
+        "cogs",
+        nudge::target::TargetSettings::from_config(&config),
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let controller = nudge::Controller::from_config(config, cluster.client())
+        .operate_as_configured()
+        .with_target(std::sync::Arc::new(cogs));
+    let task = tokio::spawn(controller.run(shutdown.clone()));
+    let body = wait_ready(admin).await;
+    assert!(
+        body.contains("custom.nudge.test/v1 Cog") && body.contains("waiting for its CRD"),
+        "{body}"
+    );
+
+    let _crd = cluster.ensure_crd(crd_for(group, kind, "cogs")).await;
+    let api = create_custom(&cluster, group, kind, "c").await;
+    let stamp = wait_for("the Cog to be stamped", PICKED_UP, || {
+        template_stamp(&api, "c")
+    })
+    .await;
+    assert!(stamp.starts_with("sha256-"), "{stamp}");
+    let (_, body) = http_get(admin, "/ready").await.unwrap();
+    assert!(
+        !body.contains("Cog"),
+        "the note is gone once served: {body}"
+    );
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argo_rollouts_installed_after_start_are_stamped_without_a_restart() {
+    let cluster = TestCluster::start("late-argo").await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    let admin = free_port();
+    let mut config = cluster.nudge_config();
+    config.admin.bind = admin;
+    let nudge = cluster.start_nudge(config);
+    let body = wait_ready(admin).await;
+    assert!(!body.contains("Rollout"), "no /ready note for Argo: {body}");
+    let _crd = cluster.ensure_crd(rollout_crd()).await;
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
+        .await
+        .unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let object: DynamicObject = serde_json::from_value(rollout("late", "cfg")).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let stamp = wait_for("the Rollout to be stamped", PICKED_UP, || {
+        rollout_stamp(&cluster, "late")
+    })
+    .await;
+    assert!(stamp.starts_with("sha256-"), "{stamp}");
+    nudge.stop().await;
 }

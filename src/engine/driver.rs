@@ -134,6 +134,9 @@ impl Driver {
         };
         spawn_targets(&targets, &readiness, target_ctx, &mut tasks);
         let mut slots = source_slots(sources, &readiness);
+        for name in slots.keys() {
+            health.sources().register_source(name.as_str());
+        }
         let launcher = Launcher {
             updates: update_tx,
             observe,
@@ -186,7 +189,10 @@ impl Driver {
                 () = shutdown.cancelled() => return None,
                 Some(done) = self.tasks.join_next() => self.finished(done),
                 Some(event) = feeds.workloads.recv() => Some(Input::workload(event)),
-                Some(update) = feeds.updates.recv() => Some(Input::Observation(update)),
+                Some(update) = feeds.updates.recv() => {
+                    self.count_observation(&update);
+                    Some(Input::Observation(update))
+                }
                 Some(leader) = changed(&mut feeds.leadership) => Some(Input::Leadership(leader)),
                 Some(selected) = next_namespaces(&mut feeds.namespaces) => {
                     Some(Input::Namespaces(selected))
@@ -209,6 +215,12 @@ impl Driver {
             Ok(Done::Write(id, outcome)) => Some(Input::WriteFinished { id, outcome }),
             Ok(Done::SourceEnded(name, result, started)) => {
                 if let Some(slot) = self.slots.get_mut(&name) {
+                    if let Err(error) = &result {
+                        self.launcher
+                            .health
+                            .sources()
+                            .failed(name.as_str(), error.category());
+                    }
                     let (tasks, shutdown) = (&mut self.tasks, &self.tasks_shutdown);
                     source_ended(&name, slot, result, started, tasks, shutdown);
                 }
@@ -246,8 +258,48 @@ impl Driver {
 
     /// Hands `input` to the core and performs its effects.
     fn feed(&mut self, input: Input, now: Instant) {
+        let restarted = match &input {
+            Input::SourceStarted(name) => Some(name.clone()),
+            _ => None,
+        };
         let effects = self.core.handle(input, now);
+        self.count_interest(restarted.as_ref(), &effects);
         self.perform(effects);
+    }
+
+    /// `nudge_source_observations_total`: every observation of a registered
+    /// source, whatever form the source has.
+    fn count_observation(&self, update: &SourceUpdate) {
+        let source = &update.tracked.reference.source;
+        if self.slots.contains_key(source) {
+            self.launcher.health.sources().observed(source.as_str());
+        }
+    }
+
+    /// `nudge_source_tracked_references`: each `Track` and `Untrack` the core
+    /// sends a registered source. A restarted source is sent its whole
+    /// interest again, which is then its count.
+    fn count_interest(&self, restarted: Option<&SourceName>, effects: &[Effect]) {
+        let metrics = self.launcher.health.sources();
+        if let Some(name) = restarted {
+            let count = effects
+                .iter()
+                .filter(|e| matches!(e, Effect::Track(t) if t.reference.source == *name))
+                .count();
+            metrics.set_tracked(name.as_str(), count);
+            return;
+        }
+        for effect in effects {
+            let (tracked, delta) = match effect {
+                Effect::Track(tracked) => (tracked, 1),
+                Effect::Untrack(tracked) => (tracked, -1),
+                _ => continue,
+            };
+            let source = &tracked.reference.source;
+            if self.slots.contains_key(source) {
+                metrics.tracked_changed(source.as_str(), delta);
+            }
+        }
     }
 
     /// Performs the core's effects.
@@ -529,5 +581,223 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("nudge_events_dropped_total 2"), "{text}");
+    }
+
+    mod sources {
+        //! The same readiness rule and metrics for every source, whatever its
+        //! form, as the driver runs it.
+
+        use std::time::Duration;
+
+        use async_trait::async_trait;
+        use prometheus_client::registry::Registry;
+        use serde_json::json;
+        use tokio::sync::{Notify, Semaphore};
+
+        use super::*;
+        use crate::annotations::AnnotationScheme;
+        use crate::config::EngineConfig;
+        use crate::fingerprint::{FingerprintKey, Observation};
+        use crate::health::{ReadyStatus, WatchHealth};
+        use crate::model::{Scope, Tracked, Workload};
+        use crate::sources::{ObserveContext, PollSource, poll};
+        use crate::stamp::StampPatch;
+        use crate::targets::{ApplyOutcome, WatchScope};
+
+        /// A polled source whose reads each wait for a permit.
+        struct Gated {
+            name: SourceName,
+            permits: Arc<Semaphore>,
+        }
+
+        #[async_trait]
+        impl PollSource for Gated {
+            fn name(&self) -> &SourceName {
+                &self.name
+            }
+
+            fn interval(&self) -> Duration {
+                Duration::from_secs(3600)
+            }
+
+            async fn observe(
+                &self,
+                _tracked: &Tracked,
+                cx: &ObserveContext,
+            ) -> Result<Observation, SourceError> {
+                self.permits.acquire().await.unwrap().forget();
+                Ok(Observation::Present(cx.fingerprint(b"motd")))
+            }
+        }
+
+        /// A low-level source: its first run fails at once; the next one says
+        /// it is ready when told to.
+        struct Manual {
+            name: SourceName,
+            runs: std::sync::atomic::AtomicUsize,
+            go: Arc<Notify>,
+        }
+
+        #[async_trait]
+        impl Source for Manual {
+            fn name(&self) -> &SourceName {
+                &self.name
+            }
+
+            fn scope(&self) -> Scope {
+                Scope::External
+            }
+
+            async fn observe(
+                &self,
+                _tracked: &Tracked,
+                _cx: &ObserveContext,
+            ) -> Result<Observation, SourceError> {
+                Ok(Observation::Absent)
+            }
+
+            async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
+                if self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return Err(SourceError::Timeout {
+                        source_name: self.name.clone(),
+                    });
+                }
+                tokio::select! {
+                    () = self.go.notified() => ctx.ready(),
+                    () = ctx.cancelled() => return Ok(()),
+                }
+                ctx.cancelled().await;
+                Ok(())
+            }
+        }
+
+        /// One Deployment referencing `gated-motd`, listed once.
+        struct OneWorkload {
+            kind: WorkloadKind,
+        }
+
+        #[async_trait]
+        impl Target for OneWorkload {
+            fn kind(&self) -> &WorkloadKind {
+                &self.kind
+            }
+
+            async fn run(self: Arc<Self>, ctx: TargetContext) {
+                let scope = WatchScope {
+                    kind: self.kind.clone(),
+                    namespace: None,
+                };
+                let object = json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "web", "namespace": "shop",
+                                 "annotations": {"nudge.dev/gated-motd": "motd"}},
+                    "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}},
+                });
+                let workload = Workload::from_object(&self.kind, object).unwrap();
+                for event in [
+                    WorkloadEvent::Init(scope.clone()),
+                    WorkloadEvent::InitApply(workload),
+                    WorkloadEvent::InitDone(scope),
+                ] {
+                    ctx.report(event).await;
+                }
+                ctx.ready();
+                ctx.cancelled().await;
+            }
+
+            async fn apply(
+                &self,
+                _current: &crate::model::Workload,
+                _patch: &StampPatch,
+            ) -> Result<ApplyOutcome, TargetError> {
+                Ok(ApplyOutcome::Gone)
+            }
+
+            async fn get(
+                &self,
+                _id: &WorkloadId,
+            ) -> Result<Option<crate::model::Workload>, TargetError> {
+                Ok(None)
+            }
+        }
+
+        async fn until(what: &str, check: impl Fn() -> bool) {
+            for _ in 0..500 {
+                if check() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("timed out waiting for {what}");
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn custom_sources_of_every_form_are_named_in_ready_until_synced_and_get_metrics() {
+            let mut registry = Registry::with_prefix("nudge");
+            let health = WatchHealth::register(&mut registry);
+            let readiness = Readiness::new(CancellationToken::new());
+            let permits = Arc::new(Semaphore::new(0));
+            let go = Arc::new(Notify::new());
+            let gated = SourceName::new("gated").unwrap();
+            let manual = SourceName::new("manual").unwrap();
+            let engine = Engine::new(
+                EngineConfig::default(),
+                AnnotationScheme::default(),
+                FingerprintKey::generate(),
+            )
+            .with_health(readiness.clone(), health.clone())
+            .with_source(poll(Gated {
+                name: gated.clone(),
+                permits: permits.clone(),
+            }))
+            .unwrap()
+            .with_source(Arc::new(Manual {
+                name: manual.clone(),
+                runs: Default::default(),
+                go: go.clone(),
+            }))
+            .unwrap()
+            .with_target(Arc::new(OneWorkload {
+                kind: WorkloadKind::deployment(),
+            }))
+            .unwrap();
+            let shutdown = CancellationToken::new();
+            let task = tokio::spawn(engine.run(shutdown.clone()));
+
+            // The target has listed; the low-level source has not said it has
+            // its initial state, so `/ready` names it. (The polled source had
+            // nothing to read when it started: ready at once.)
+            let manual_only = ReadyStatus::Waiting(vec!["source manual".into()]);
+            until("the target to list", || readiness.status() == manual_only).await;
+            let metrics = health.sources();
+            until("gated-motd to be tracked", || metrics.tracked("gated") == 1).await;
+            assert_eq!(metrics.observations("gated"), 0);
+            permits.add_permits(1);
+            until("the observation", || metrics.observations("gated") == 1).await;
+            assert_eq!(readiness.status(), manual_only);
+
+            // The low-level source failed once (counted by category), was
+            // restarted, and is ready when it says so.
+            until("the restart", || metrics.errors("manual", "timeout") == 1).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            go.notify_one();
+            until("every source to be ready", || readiness.is_ready()).await;
+            assert_eq!(metrics.tracked("gated"), 1);
+            assert_eq!(metrics.tracked("manual"), 0);
+
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            for line in [
+                r#"nudge_source_observations_total{source="gated"} 1"#,
+                r#"nudge_source_observations_total{source="manual"} 0"#,
+                r#"nudge_source_observe_duration_seconds_count{source="gated"} 1"#,
+                r#"nudge_source_errors_total{source="manual",category="timeout"} 1"#,
+                r#"nudge_source_tracked_references{source="gated"} 1"#,
+            ] {
+                assert!(text.contains(line), "{line} missing in\n{text}");
+            }
+            shutdown.cancel();
+            task.await.unwrap().unwrap();
+        }
     }
 }

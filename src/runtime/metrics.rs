@@ -12,6 +12,10 @@
 //! | `nudge_tracked_references` | gauge | | engine |
 //! | `nudge_debounce_queue_depth` | gauge | | engine |
 //! | `nudge_watch_restarts_total` | counter | `watch` | sources, targets (`health`) |
+//! | `nudge_source_observations_total` | counter | `source` | engine driver (`health::SourceMetrics`) |
+//! | `nudge_source_errors_total` | counter | `source`, `category` | source wrappers, built-in sources, driver |
+//! | `nudge_source_observe_duration_seconds` | histogram | `source` | source wrappers, built-in sources |
+//! | `nudge_source_tracked_references` | gauge | `source` | engine driver |
 //! | `nudge_consul_query_errors_total` | counter | `source` | Consul sources |
 //! | `nudge_webhook_requests_total` | counter | `result` | webhook |
 //! | `nudge_notifications_total` | counter | `format`, `result` | notifications (`events::notify`) |
@@ -158,6 +162,13 @@ mod tests {
             .engine()
             .stamp(&WorkloadKind::deployment(), &source, StampResult::Applied);
         metrics.watches().restarted("configmap");
+        metrics.watches().sources().observed("configmap");
+        metrics.watches().sources().failed("configmap", "backend");
+        metrics.watches().sources().register_source("configmap");
+        metrics
+            .watches()
+            .sources()
+            .observe_took("configmap", std::time::Duration::from_millis(3));
         metrics.consul().query_failed(&SourceName::consul());
         metrics.webhook().record(ReviewResult::Timeout);
         metrics
@@ -168,6 +179,10 @@ mod tests {
             "nudge_stamps",
             "nudge_stamp_latency_seconds",
             "nudge_watch_restarts",
+            "nudge_source_observations",
+            "nudge_source_errors",
+            "nudge_source_observe_duration_seconds",
+            "nudge_source_tracked_references",
             "nudge_consul_query_errors",
             "nudge_tracked_workloads",
             "nudge_tracked_references",
@@ -182,6 +197,10 @@ mod tests {
             );
         }
         assert!(text.contains(r#"nudge_watch_restarts_total{watch="configmap"} 1"#));
+        assert!(text.contains(r#"nudge_source_observations_total{source="configmap"} 1"#));
+        assert!(
+            text.contains(r#"nudge_source_errors_total{source="configmap",category="backend"} 1"#)
+        );
         assert!(text.contains(r#"nudge_consul_query_errors_total{source="consul"} 1"#));
         assert!(text.contains(r#"nudge_webhook_requests_total{result="timeout"} 1"#));
         assert!(text.contains(r#"nudge_notifications_total{format="slack",result="failed"} 1"#));

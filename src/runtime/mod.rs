@@ -22,9 +22,7 @@ use crate::scope::NamespaceScope;
 use crate::sources::consul::SettingsError;
 use crate::sources::secret::{KeyError, installation_key};
 use crate::sources::{ObjectSourceSettings, Source};
-use crate::targets::{
-    CronJobTarget, JobTarget, KubeTarget, Target, TargetSettings, TargetSetupError, builtin_kinds,
-};
+use crate::targets::{CronJobTarget, JobTarget, KubeTarget, Target, TargetSettings, builtin_kinds};
 use crate::webhook::{self, Admission, AdmissionParts, AdmissionSettings, WebhookError};
 
 pub mod admin;
@@ -707,15 +705,19 @@ fn event_sinks(
 }
 
 /// Every target: the built-in kinds (Deployment, StatefulSet, DaemonSet, CronJob,
-/// Job), Argo Rollouts when served, the `[[targets]]`
-/// entries the API server serves, and the custom ones (which win for their kind).
-/// Kinds that are not served are logged and noted in `/ready`, once.
+/// Job), Argo Rollouts, the `[[targets]]` entries, and the custom ones (which
+/// win for their kind). Argo Rollouts and `[[targets]]` kinds are resolved by
+/// API discovery when their target runs ([`KubeTarget::when_served`]): a kind
+/// not served yet is reported by its target (a log line; a `/ready` note,
+/// except for Argo Rollouts when simply absent), does not hold up `/ready`,
+/// and is stamped from the moment its CRD is served. `_readiness` is not
+/// needed any more: each target reports on its own readiness entry.
 pub async fn targets(
     client: &kube::Client,
     settings: TargetSettings,
     configured: &[TargetConfig],
     custom: Vec<Arc<dyn Target>>,
-    readiness: &Readiness,
+    _readiness: &Readiness,
 ) -> Vec<Arc<dyn Target>> {
     let custom_kinds: BTreeSet<WorkloadKind> = custom.iter().map(|t| t.kind().clone()).collect();
     let mut targets: Vec<Arc<dyn Target>> = builtin_kinds()
@@ -747,61 +749,24 @@ pub async fn targets(
             kind: kind.into(),
             template: "spec.template".into(),
         },
-        false,
+        true,
     )];
-    wanted.extend(configured.iter().map(|c| (c.clone(), true)));
+    wanted.extend(configured.iter().map(|c| (c.clone(), false)));
     let mut seen: BTreeSet<WorkloadKind> = targets.iter().map(|t| t.kind().clone()).collect();
     seen.extend(custom_kinds);
-    for (entry, required) in wanted {
+    for (entry, optional) in wanted {
         let Ok(template) = TemplatePath::parse(&entry.template) else {
             continue;
         };
-        let kind = WorkloadKind::new(&entry.group, &entry.version, &entry.kind, template.clone());
-        if seen.contains(&kind) {
+        let kind = WorkloadKind::new(&entry.group, &entry.version, &entry.kind, template);
+        if !seen.insert(kind.clone()) {
             continue;
         }
-        match KubeTarget::discover(
-            client.clone(),
-            &entry.group,
-            &entry.version,
-            &entry.kind,
-            template,
-            settings.clone(),
-        )
-        .await
-        {
-            Ok(target) => {
-                seen.insert(kind);
-                targets.push(Arc::new(target));
-            }
-            Err(error) => report_unserved(&kind, &error, required, readiness),
-        }
+        let target = KubeTarget::when_served(client.clone(), kind, settings.clone());
+        targets.push(Arc::new(if optional { target.optional() } else { target }));
     }
     targets.extend(custom);
     targets
-}
-
-/// A kind that cannot be stamped. A configured one: a warning and a note in
-/// `/ready`. A built-in optional one (Argo Rollouts) the cluster does not serve:
-/// one line naming it, nothing in `/ready` (most clusters have no Argo); any
-/// other failure to discover it is reported like a configured kind's.
-fn report_unserved(
-    kind: &WorkloadKind,
-    error: &TargetSetupError,
-    required: bool,
-    readiness: &Readiness,
-) {
-    if !required && error.is_absent() {
-        tracing::info!(
-            "{} {} is not served by this cluster (its CRD is not installed): not stamping it; restart nudge after installing it",
-            kind.api_version(),
-            kind.as_str(),
-        );
-        return;
-    }
-    let text = crate::errors::error_chain(error);
-    tracing::warn!(error = %text, "not stamping this kind; install its CRD (or fix the [[targets]] entry) and restart nudge");
-    readiness.note(format!("not stamping: {text}"));
 }
 
 fn scope_description(namespaces: &[String]) -> String {

@@ -27,7 +27,7 @@ use super::{
 };
 use crate::annotations::{AnnotationScheme, RELOADER_MATCH, is_ignored};
 use crate::fingerprint::{self, Algorithm, Fingerprint, ObjectData, ObjectKind, Observation};
-use crate::health::WatchHealth;
+use crate::health::{SourceMetrics, WatchHealth};
 use crate::model::{Gate, Name, Scope, SourceName, Tracked};
 use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
@@ -103,6 +103,8 @@ struct Fetched<K> {
     key: ObjectKey,
     seq: u64,
     result: Result<Option<K>, kube::Error>,
+    /// How long the GET took.
+    took: std::time::Duration,
 }
 
 /// A watch of object metadata, reduced to what the source needs.
@@ -262,6 +264,8 @@ struct Runner<K> {
     queued: std::collections::VecDeque<(ObjectKey, u64)>,
     retries: DelayQueue<ObjectKey>,
     updates: tokio::sync::mpsc::Sender<SourceUpdate>,
+    /// Where GET latency and errors are recorded.
+    metrics: SourceMetrics,
 }
 
 impl<K: ContentObject> Runner<K> {
@@ -316,8 +320,15 @@ impl<K: ContentObject> Runner<K> {
         let span = tracing::debug_span!("fetch", namespace = %key.0, name = %key.1);
         self.fetches.spawn(
             async move {
+                let started = tokio::time::Instant::now();
                 let result = source.get(&key.0, &key.1).await;
-                Fetched { key, seq, result }
+                let took = started.elapsed();
+                Fetched {
+                    key,
+                    seq,
+                    result,
+                    took,
+                }
             }
             .instrument(span),
         );
@@ -340,13 +351,22 @@ impl<K: ContentObject> Runner<K> {
 
     async fn on_fetched(&mut self, fetched: Fetched<K>) -> bool {
         self.next_queued();
-        let Fetched { key, seq, result } = fetched;
+        let Fetched {
+            key,
+            seq,
+            result,
+            took,
+        } = fetched;
+        let name = self.source.name.as_str();
+        self.metrics.observe_took(name, took);
         let Some(watched) = self.watched.get_mut(&key) else {
             return true;
         };
         let object = match result {
             Ok(object) => object,
             Err(error) => {
+                // A failed GET is a backend error, as `observe` reports it.
+                self.metrics.failed(name, "backend");
                 if seq == watched.started {
                     let delay = watched
                         .backoff
@@ -380,7 +400,10 @@ impl<K: ContentObject> Runner<K> {
                     tracked: tracked.clone(),
                     observation,
                 }),
-                Err(error) => tracing::warn!(%tracked, %error, "cannot fingerprint"),
+                Err(error) => {
+                    self.metrics.failed(name, error.category());
+                    tracing::warn!(%tracked, %error, "cannot fingerprint");
+                }
             }
         }
         for update in updates {
@@ -529,6 +552,7 @@ impl<K: ContentObject> Source for ObjectSource<K> {
             queued: std::collections::VecDeque::new(),
             retries: DelayQueue::new(),
             updates,
+            metrics: health.sources().clone(),
         };
         let mut meta = futures::stream::select_all(streams);
         loop {

@@ -23,6 +23,7 @@
 //! the webhook or the runtime.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
@@ -32,6 +33,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use crate::config::ConsulConfig;
 use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
+pub use crate::health::SourceMetrics;
 use crate::health::{Readiness, ReadyStatus, WatchHealth, WatchReady};
 use crate::model::{Scope, SourceName, Tracked};
 
@@ -186,6 +188,22 @@ impl SourceContext {
     /// (`nudge_watch_restarts_total{watch="<source name>"}`).
     pub fn watch_restarted(&self) {
         self.health.restarted(self.name.as_str());
+    }
+
+    /// Reading one reference took `took`
+    /// (`nudge_source_observe_duration_seconds{source}`). The [`poll`] and
+    /// [`watch`] wrappers record this themselves; a low-level source may.
+    pub fn observe_took(&self, took: Duration) {
+        self.health.sources().observe_took(self.name.as_str(), took);
+    }
+
+    /// Reading a reference failed with `error`
+    /// (`nudge_source_errors_total{source,category}`). The [`poll`] and
+    /// [`watch`] wrappers record this themselves; a low-level source may.
+    pub fn observe_failed(&self, error: &SourceError) {
+        self.health
+            .sources()
+            .failed(self.name.as_str(), error.category());
     }
 
     /// Resolves when nudge shuts down.

@@ -78,13 +78,16 @@ struct Item {
     first: bool,
 }
 
+/// A finished read: what, its result, and how long it took.
+type Read = (Tracked, Result<Observation, SourceError>, Duration);
+
 /// The run loop's state.
 struct Poller<S> {
     source: Arc<S>,
     cx: ObserveContext,
     items: HashMap<Tracked, Item>,
     timers: DelayQueue<Tracked>,
-    reads: JoinSet<(Tracked, Result<Observation, SourceError>)>,
+    reads: JoinSet<Read>,
     waiting: VecDeque<Tracked>,
 }
 
@@ -141,8 +144,9 @@ impl<S: PollSource> Poller<S> {
         let span = tracing::debug_span!("poll", reference = %tracked.reference);
         self.reads.spawn(
             async move {
+                let started = tokio::time::Instant::now();
                 let result = source.observe(&tracked, &cx).await;
-                (tracked, result)
+                (tracked, result, started.elapsed())
             }
             .instrument(span),
         );
@@ -234,7 +238,11 @@ impl<S: PollSource> Source for Polled<S> {
                 },
                 Some(expired) = poller.timers.next() => poller.read(expired.into_inner()),
                 Some(done) = poller.reads.join_next() => {
-                    let Ok((tracked, result)) = done else { continue };
+                    let Ok((tracked, result, took)) = done else { continue };
+                    ctx.observe_took(took);
+                    if let Err(error) = &result {
+                        ctx.observe_failed(error);
+                    }
                     if let Some(observation) = poller.on_read(tracked.clone(), result)
                         && !ctx.report(tracked, observation).await
                     {
@@ -306,6 +314,8 @@ mod tests {
         interest: mpsc::UnboundedSender<Interest>,
         updates: mpsc::Receiver<SourceUpdate>,
         readiness: Readiness,
+        health: WatchHealth,
+        registry: prometheus_client::registry::Registry,
         shutdown: CancellationToken,
         task: tokio::task::JoinHandle<Result<(), SourceError>>,
     }
@@ -334,12 +344,14 @@ mod tests {
         let ready = readiness.register("source scripted");
         readiness.seal();
         let key = crate::fingerprint::FingerprintKey::generate();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let health = WatchHealth::register(&mut registry);
         let (ctx, interest) = SourceContext::new(
             source.name.clone(),
             updates_tx,
             ObserveContext::new(key),
             ready,
-            WatchHealth::default(),
+            health.clone(),
             shutdown.clone(),
         );
         let polled = Arc::new(Polled(source.clone()));
@@ -349,6 +361,8 @@ mod tests {
             interest,
             updates,
             readiness,
+            health,
+            registry,
             shutdown,
             task,
         }
@@ -392,6 +406,16 @@ mod tests {
         assert!(
             retry >= Duration::from_secs(1) && retry < Duration::from_secs(30),
             "{retry:?}"
+        );
+        // The wrapper records what the source author did not: each failure by
+        // category, each read's duration.
+        let metrics = h.health.sources();
+        assert_eq!(metrics.errors("scripted", "backend"), 2);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &h.registry).unwrap();
+        assert!(
+            text.contains(r#"source_observe_duration_seconds_count{source="scripted"} 4"#),
+            "{text}"
         );
         h.shutdown.cancel();
         h.task.await.unwrap().unwrap();

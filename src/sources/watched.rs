@@ -83,6 +83,8 @@ struct Item {
     backoff: Option<Backoff>,
     /// Nothing (observation or error) has come yet.
     first: bool,
+    /// When the running watch started, until its first item came.
+    started: Option<tokio::time::Instant>,
 }
 
 /// A stream item: an observation or error, or `None` when the stream ended.
@@ -132,6 +134,7 @@ impl<S: WatchSource> Watcher<S> {
             return;
         };
         item.restart = None;
+        item.started = Some(tokio::time::Instant::now());
         let watch = self
             .source
             .watch(&tracked, &self.cx)
@@ -167,6 +170,14 @@ impl<S: WatchSource> Watcher<S> {
 
     fn settled(&self) -> bool {
         self.items.values().all(|item| !item.first)
+    }
+
+    /// How long the running watch of `tracked` took to its first item, when
+    /// `next` is that item (an observation or an error, not the end).
+    fn first_item_took(&mut self, tracked: &Tracked, next: &Next) -> Option<Duration> {
+        let item = self.items.get_mut(tracked)?;
+        let started = item.started.take()?;
+        next.is_some().then(|| started.elapsed())
     }
 }
 
@@ -220,6 +231,12 @@ impl<S: WatchSource> Source for Watched<S> {
                     watcher.start(tracked);
                 }
                 Some((tracked, next)) = watcher.streams.next() => {
+                    if let Some(took) = watcher.first_item_took(&tracked, &next) {
+                        ctx.observe_took(took);
+                    }
+                    if let Some(Err(error)) = &next {
+                        ctx.observe_failed(error);
+                    }
                     if let Some(observation) = watcher.on_next(tracked.clone(), next)
                         && !ctx.report(tracked, observation).await
                     {
@@ -324,6 +341,9 @@ mod tests {
         assert_eq!(watches.len(), 2);
         assert!(watches[1] - watches[0] >= FIRST_RESTART_DELAY);
         assert_eq!(health.restarts("scripted"), 1);
+        // Recorded by the wrapper: the failure by category and how long each
+        // watch took to its first item (both at once here: zero).
+        assert_eq!(health.sources().errors("scripted", "backend"), 1);
         assert!(readiness.is_ready());
         shutdown.cancel();
         task.await.unwrap().unwrap();

@@ -5,8 +5,16 @@
 //! say what is meant: lifting a scheduling gate, and env vars on kinds outside
 //! `apps`/`batch` (their container lists may be atomic). Those are one JSON
 //! patch over the object as read, guarded by its resourceVersion.
+//!
+//! A kind the API server does not serve (its CRD is not installed) never
+//! blocks `/ready` and is picked up once served: the target counts as ready,
+//! says so once in the log and (unless it is an optional built-in kind) in a
+//! `/ready` note, and keeps checking (discovery, or the watch's list, every
+//! 30 s at most) until the kind is served, then watches it.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -19,6 +27,7 @@ use tracing::Instrument;
 use super::{ApplyOutcome, Target, TargetContext, TargetError, WatchScope, WorkloadEvent};
 use crate::annotations::AnnotationScheme;
 use crate::model::{Output, TemplatePath, Workload, WorkloadId, WorkloadKind};
+use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
 use crate::stamp::{self, StampPatch};
 
@@ -99,12 +108,22 @@ pub fn builtin_kinds() -> Vec<(WorkloadKind, &'static str)> {
     ]
 }
 
+/// First and last delay between two discoveries of a kind not served yet.
+const FIRST_RECHECK: Duration = Duration::from_secs(5);
+const MAX_RECHECK: Duration = Duration::from_secs(30);
+
 /// A [`Target`] for any namespaced kind with a pod template.
 pub struct KubeTarget {
     client: Client,
     kind: WorkloadKind,
-    resource: ApiResource,
+    /// The API resource (plural); set once discovery finds the kind served.
+    resource: OnceLock<ApiResource>,
     settings: TargetSettings,
+    /// A built-in optional kind (Argo Rollouts): while not served, one info
+    /// line and no `/ready` note.
+    optional: bool,
+    /// The kind was found not served and not yet found served again.
+    absent: AtomicBool,
 }
 
 // === impl KubeTarget ===
@@ -114,11 +133,37 @@ impl KubeTarget {
     pub fn new(client: Client, kind: WorkloadKind, plural: &str, settings: TargetSettings) -> Self {
         let gvk = GroupVersionKind::gvk(kind.group(), kind.version(), kind.as_str());
         Self {
-            resource: ApiResource::from_gvk_with_plural(&gvk, plural),
+            resource: OnceLock::from(ApiResource::from_gvk_with_plural(&gvk, plural)),
             client,
             kind,
             settings,
+            optional: false,
+            absent: AtomicBool::new(false),
         }
+    }
+
+    /// A target for `kind` whose plural API discovery resolves when it runs:
+    /// while the API server does not serve the kind (its CRD is not
+    /// installed yet), the target counts as ready, notes it in `/ready` and
+    /// checks again with backoff (5 s doubling to 30 s), then watches the
+    /// kind from the moment it is served. No restart needed.
+    pub fn when_served(client: Client, kind: WorkloadKind, settings: TargetSettings) -> Self {
+        Self {
+            client,
+            kind,
+            resource: OnceLock::new(),
+            settings,
+            optional: false,
+            absent: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes this an optional kind (as Argo Rollouts are): while the API
+    /// server does not serve it, one info line and no `/ready` note (most
+    /// clusters do not have it). Other discovery failures are still noted.
+    pub fn optional(mut self) -> Self {
+        self.optional = true;
+        self
     }
 
     /// A target for `group/version` `kind` with its pod template at `template`,
@@ -151,9 +196,83 @@ impl KubeTarget {
         Ok(Self {
             client,
             kind,
-            resource,
+            resource: OnceLock::from(resource),
             settings,
+            optional: false,
+            absent: AtomicBool::new(false),
         })
+    }
+
+    /// Discovers the kind: its API resource when served and namespaced.
+    async fn resolve(&self) -> Result<ApiResource, TargetSetupError> {
+        let kind = &self.kind;
+        let gvk = GroupVersionKind::gvk(kind.group(), kind.version(), kind.as_str());
+        let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|source| TargetSetupError::NotServed {
+                api_version: gvk.api_version(),
+                kind: kind.as_str().to_owned(),
+                source,
+            })?;
+        if capabilities.scope != kube::discovery::Scope::Namespaced {
+            return Err(TargetSetupError::ClusterScoped {
+                api_version: gvk.api_version(),
+                kind: kind.as_str().to_owned(),
+            });
+        }
+        Ok(resource)
+    }
+
+    /// The API resource, discovering it until the kind is served (checked
+    /// again with backoff); `None` on shutdown. Meanwhile the target counts
+    /// as ready and reports the kind once ([`Self::report_absent`]).
+    async fn served_resource(&self, ctx: &TargetContext) -> Option<ApiResource> {
+        if let Some(resource) = self.resource.get() {
+            return Some(resource.clone());
+        }
+        let mut backoff = Backoff::new(FIRST_RECHECK, MAX_RECHECK);
+        loop {
+            match self.resolve().await {
+                Ok(resource) => {
+                    self.report_served(ctx);
+                    return Some(self.resource.get_or_init(|| resource).clone());
+                }
+                Err(error) => self.report_absent(ctx, &error, error.is_absent()),
+            }
+            tokio::select! {
+                () = ctx.cancelled() => return None,
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+            }
+        }
+    }
+
+    /// The kind is not served (or could not be discovered): the target does
+    /// not block `/ready`; the first time, one log line, and a `/ready` note
+    /// unless the kind is optional and simply absent.
+    fn report_absent(&self, ctx: &TargetContext, error: &TargetSetupError, absent: bool) {
+        if !self.absent.swap(true, Ordering::Relaxed) {
+            let kind = format!("{} {}", self.kind.api_version(), self.kind.as_str());
+            if self.optional && absent {
+                tracing::info!(
+                    "{kind} is not served by this cluster (its CRD is not installed): not stamping it until it is"
+                );
+            } else {
+                let text = crate::errors::error_chain(error);
+                tracing::warn!(error = %text, "not stamping this kind until the API server serves it; install its CRD (or fix the [[targets]] entry)");
+                // Noted before the target counts as ready, so that no
+                // `/ready` answer misses it.
+                ctx.note(format!("not stamping: {text} (waiting for its CRD)"));
+            }
+        }
+        ctx.ready();
+    }
+
+    /// The kind is served (again): clears the note, says so once.
+    fn report_served(&self, ctx: &TargetContext) {
+        if self.absent.swap(false, Ordering::Relaxed) {
+            ctx.clear_note();
+            tracing::info!(kind = %self.kind, "the API server serves this kind now; stamping it");
+        }
     }
 
     /// Server-side applies `patch` and returns the object as stored afterwards
@@ -262,7 +381,10 @@ impl KubeTarget {
     }
 
     /// Reads the whole object of `id` now.
-    pub(crate) async fn get_object(&self, id: &WorkloadId) -> Result<Option<DynamicObject>, TargetError> {
+    pub(crate) async fn get_object(
+        &self,
+        id: &WorkloadId,
+    ) -> Result<Option<DynamicObject>, TargetError> {
         self.api(Some(&id.namespace))
             .get_opt(&id.name)
             .await
@@ -280,9 +402,20 @@ impl KubeTarget {
     }
 
     fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = self.resource.get().cloned().unwrap_or_else(|| {
+            // Not served yet: the plural is unknown. Requests go to kube's
+            // guess, which the API server answers 404 (not found: nothing to
+            // stamp) until the kind is served and discovered.
+            let kind = &self.kind;
+            ApiResource::from_gvk(&GroupVersionKind::gvk(
+                kind.group(),
+                kind.version(),
+                kind.as_str(),
+            ))
+        });
         match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &self.resource),
-            None => Api::all_with(self.client.clone(), &self.resource),
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
         }
     }
 
@@ -372,6 +505,9 @@ impl Target for KubeTarget {
     }
 
     async fn run(self: Arc<Self>, ctx: TargetContext) {
+        if self.served_resource(&ctx).await.is_none() {
+            return;
+        }
         let streams = self.settings.scope.streams();
         let listed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let total = streams.len();
@@ -454,12 +590,26 @@ impl KubeTarget {
             let Some(event) = event else { return };
             let event = match event {
                 Ok(event) => event,
+                Err(watcher::Error::InitialListFailed(error)) if is_status(&error, 404) => {
+                    // The kind is not served (a custom target's CRD is not
+                    // installed): not a failure to count; the watcher lists
+                    // again with backoff (30 s at most) until it is.
+                    let error = TargetSetupError::NotServed {
+                        api_version: self.kind.api_version(),
+                        kind: self.kind.as_str().to_owned(),
+                        source: error,
+                    };
+                    self.report_absent(&ctx.inner, &error, true);
+                    ctx.stream_listed();
+                    continue;
+                }
                 Err(error) => {
                     tracing::warn!(%error, "workload watch failed; retrying");
                     ctx.inner.watch_restarted(self.kind.label());
                     continue;
                 }
             };
+            self.report_served(&ctx.inner);
             let listed = matches!(event, watcher::Event::InitDone);
             let Some(event) = self.to_event(event, &scope) else {
                 continue;

@@ -151,8 +151,22 @@ impl TargetContext {
     }
 
     /// Every watch of the target has listed once (repeat calls are harmless).
+    /// A target whose kind is not served calls it too: it has nothing to list,
+    /// and must not keep nudge unready.
     pub fn ready(&self) {
         self.ready.listed();
+    }
+
+    /// Shows `text` in `/ready` as a `note:` line (replacing this target's
+    /// previous note) until [`clear_note`](Self::clear_note): e.g. that the
+    /// target's kind is not served yet. Notes never make nudge unready.
+    pub fn note(&self, text: impl Into<String>) {
+        self.ready.note(text);
+    }
+
+    /// Removes this target's `/ready` note.
+    pub fn clear_note(&self) {
+        self.ready.clear_note();
     }
 
     /// A watch stream failed and is being restarted (`nudge_watch_restarts_total`

@@ -343,6 +343,9 @@ pub struct ConsulClient {
     stats: ClientStats,
     /// Where failed requests are also exported, once set.
     error_metrics: std::sync::OnceLock<(super::ConsulMetrics, crate::model::SourceName)>,
+    /// Where the source's errors and read latency are recorded
+    /// (`nudge_source_*`), once set.
+    source_metrics: std::sync::OnceLock<(crate::health::SourceMetrics, crate::model::SourceName)>,
 }
 
 impl fmt::Debug for ConsulClient {
@@ -419,7 +422,19 @@ impl ConsulClient {
             timeout: settings.timeout,
             stats: ClientStats::default(),
             error_metrics: std::sync::OnceLock::new(),
+            source_metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Also records failed requests (as `SourceError` categories: `timeout`,
+    /// else `backend`) and the latency of non-blocking reads in `metrics`
+    /// under source `name`; the first call wins.
+    pub(crate) fn record_into(
+        &self,
+        metrics: crate::health::SourceMetrics,
+        name: crate::model::SourceName,
+    ) {
+        let _ = self.source_metrics.set((metrics, name));
     }
 
     /// Also counts failed requests in `metrics` under source `name`; the first
@@ -476,11 +491,26 @@ impl ConsulClient {
                 .fetch_add(1, Ordering::Relaxed);
             InFlight(&self.stats.blocking_in_flight)
         });
+        let started = tokio::time::Instant::now();
         let result = self.send(path, recurse, block_on).await.and_then(decode);
-        if result.is_err() {
+        let recorder = self.source_metrics.get();
+        if let Some((metrics, name)) = recorder
+            && block_on.is_none()
+        {
+            // A blocking query's time is Consul's wait, not a read's latency.
+            metrics.observe_took(name.as_str(), started.elapsed());
+        }
+        if let Err(error) = &result {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
             if let Some((metrics, name)) = self.error_metrics.get() {
                 metrics.query_failed(name);
+            }
+            if let Some((metrics, name)) = recorder {
+                let category = match error {
+                    ClientError::Timeout => "timeout",
+                    _ => "backend",
+                };
+                metrics.failed(name.as_str(), category);
             }
         }
         result

@@ -27,7 +27,10 @@ const ANSWER_BUFFER: usize = 64;
 
 /// Runs the source until shutdown (see [`crate::sources::Source::run`]).
 pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result<(), SourceError> {
-    let (parts, _health) = ctx.into_parts();
+    let (parts, health) = ctx.into_parts();
+    source
+        .client
+        .record_into(health.sources().clone(), source.name().clone());
     let crate::sources::ContextParts {
         mut interest,
         updates,
