@@ -1,28 +1,31 @@
 //! Every manifest under `deploy/` parses into its Kubernetes type, the installs are
-//! hardened as intended, and RBAC grants nothing beyond nudge's allow-list.
+//! hardened as intended, RBAC grants nothing beyond nudge's allow-list, and the
+//! Helm chart and the kustomize overlays install the same thing for the same
+//! settings.
 //!
-//! How each kind of manifest is checked:
+//! The real tools render the installs: `helm` (4) and `kubectl` (1.35, with
+//! kustomize built in), the versions CI has, from `$NUDGE_HELM` and
+//! `$NUDGE_KUBECTL` or else `.tools/bin`, where `scripts/install-tools` puts them
+//! (`scripts/test` and `.ci/run` run it). Without them these tests fail, saying
+//! so; they never fall back to a tool on the PATH or to checking less.
 //!
 //! - **Plain YAML** (every `*.yaml` under `deploy/` except the Helm chart,
 //!   `kustomization.yaml` files and the patches they name): each document is
 //!   deserialized into its k8s-openapi type, dispatched on `apiVersion`/`kind`
 //!   (an unknown kind fails the test), and serialized back: the round trip must
 //!   give the same document, which catches misspelled or misplaced fields.
-//! - **Kustomize overlays**: rendered with `kubectl kustomize` when `kubectl` is
-//!   on the PATH (it is on nudge's development machines and CI; kustomize is built
-//!   into it). Without it, the test follows `resources:` itself and checks the
-//!   files it reaches, without applying patches, and says so on stderr.
-//! - **Helm chart**: Helm is not installable here (no Debian package), so the test
-//!   renders `templates/*.yaml` with [`helm_lite`], a small interpreter of the Go
-//!   template subset the chart limits itself to: `.Values`/`.Release`/`.Chart`
-//!   paths, `$`, `if`/`else`/`end`, `range` over lists, `{{-`/`-}}` trimming, and
-//!   the functions `quote`, `default`, `toYaml`, `toToml`, `indent`, `nindent`,
-//!   `sha256sum`. A missing value is an error (stricter than Helm). Keep the chart
-//!   within that subset, or extend the interpreter.
+//!   Everything `kubectl kustomize` and `helm template` render is parsed the
+//!   same way.
+//! - **Kustomize**: every kustomization builds with `kubectl kustomize`; the
+//!   overlays, and the components added to one, are checked as installs.
+//! - **Helm**: `helm lint --strict` and `helm template` with every documented
+//!   values combination; the defaults and each setting are checked as installs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -233,76 +236,162 @@ fn every_plain_manifest_parses_into_its_kind() {
     assert!(parsed >= 10, "only {parsed} objects found under deploy/");
 }
 
+/// Every `kustomization.yaml` under `deploy/` builds with `kubectl kustomize`
+/// (which fails on a file that is missing or does not parse): a Kustomization
+/// as it is, a Component added to the cluster-wide overlay. What they render
+/// parses into its kinds and grants nothing beyond the allow-list.
 #[test]
-fn kustomizations_reference_existing_files() {
+fn every_kustomization_builds_with_kubectl() {
+    let components = deploy_dir().join("components");
+    let mut built = 0;
     for (path, doc) in kustomizations() {
         let dir = path.parent().unwrap();
-        let named = doc["resources"]
-            .as_sequence()
-            .into_iter()
-            .flatten()
-            .chain(
-                doc["patches"]
-                    .as_sequence()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| &p["path"]),
-            )
-            .filter_map(Yaml::as_str);
-        for file in named {
-            assert!(
-                dir.join(file).exists(),
-                "{}: {file} does not exist",
+        let objects = if doc["kind"].as_str() == Some("Component") {
+            assert_eq!(
+                dir.parent(),
+                Some(components.as_path()),
+                "{}: components live in deploy/components/<name>",
                 path.display()
             );
-        }
+            let name = dir.file_name().unwrap().to_str().unwrap();
+            render_with_component("cluster-wide", name)
+        } else {
+            kustomize(dir, &dir.display().to_string())
+        };
+        check_rules_allowed(&objects, "nudge-system");
+        built += 1;
+    }
+    assert!(
+        built >= 5,
+        "only {built} kustomizations found under deploy/"
+    );
+}
+
+// === the tools ===
+
+const INSTALL: &str = "run scripts/install-tools (it installs the pinned helm and kubectl \
+                       into .tools/bin)";
+
+/// The helm or kubectl the tests run: `$var` when set, else the one
+/// scripts/install-tools put into `.tools/bin`. Never one from the PATH: the
+/// tests pin the versions CI has, and without them they fail rather than pass
+/// having checked less.
+fn tool(name: &str, var: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "{var}={} is not a file: point {var} at a {name} binary, or unset it and {INSTALL}",
+            path.display()
+        );
+        return path;
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".tools")
+        .join("bin")
+        .join(name);
+    assert!(
+        local.is_file(),
+        "{name} not found at {}: {INSTALL}, or set {var} to a {name} binary",
+        local.display()
+    );
+    local
+}
+
+/// Runs `name` (see [`tool`]) with `args`; its stdout, or a panic with its output.
+fn run<S: AsRef<OsStr>>(name: &str, var: &str, args: impl IntoIterator<Item = S>) -> String {
+    let program = tool(name, var);
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let shown = format!(
+        "{name} {}",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let output = Command::new(&program)
+        .args(&args)
+        .output()
+        .unwrap_or_else(|e| panic!("{shown}: cannot run {}: {e}", program.display()));
+    assert!(
+        output.status.success(),
+        "{shown}: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn kubectl<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    run("kubectl", "NUDGE_KUBECTL", args)
+}
+
+fn helm<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    run("helm", "NUDGE_HELM", args)
+}
+
+/// A directory of this test's own under the system's temporary directory,
+/// removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("nudge-manifests-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir.canonicalize().unwrap())
+    }
+
+    /// Writes `text` to the file `name` in it; its path.
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
 // === kustomize ===
 
-fn kubectl_available() -> bool {
-    Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+/// `kubectl kustomize dir`, parsed.
+fn kustomize(dir: &Path, origin: &str) -> Vec<Object> {
+    parse_text(&kubectl([OsStr::new("kustomize"), dir.as_os_str()]), origin)
 }
 
-/// An overlay's objects: `kubectl kustomize`, or the fallback described above.
 fn render_overlay(overlay: &str) -> Vec<Object> {
-    let dir = deploy_dir().join("overlays").join(overlay);
-    if kubectl_available() {
-        let output = Command::new("kubectl")
-            .arg("kustomize")
-            .arg(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "kubectl kustomize {overlay}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let text = String::from_utf8(output.stdout).unwrap();
-        return parse_text(&text, &format!("overlay {overlay}"));
-    }
-    eprintln!("kubectl not found: resolving {overlay} without applying its patches");
-    let mut objects = Vec::new();
-    collect_resources(&dir, &mut objects);
-    objects
+    kustomize(
+        &deploy_dir().join("overlays").join(overlay),
+        &format!("overlay {overlay}"),
+    )
 }
 
-fn collect_resources(dir: &Path, out: &mut Vec<Object>) {
-    let text = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
-    let doc: Yaml = serde_yaml::from_str(&text).unwrap();
-    for resource in doc["resources"].as_sequence().into_iter().flatten() {
-        let path = dir.join(resource.as_str().unwrap());
-        if path.is_dir() {
-            collect_resources(&path, out);
-        } else {
-            let text = std::fs::read_to_string(&path).unwrap();
-            out.extend(parse_text(&text, &path.display().to_string()));
-        }
+/// `overlay` with `component` added, as a user's one-line change does. The
+/// kustomization is written to a scratch directory and reaches `deploy/` by a
+/// relative path (kustomize takes no absolute one).
+fn render_with_component(overlay: &str, component: &str) -> Vec<Object> {
+    let scratch = Scratch::new();
+    let deploy = deploy_dir().canonicalize().unwrap();
+    let mut relative = PathBuf::new();
+    for _ in scratch.0.components().skip(1) {
+        relative.push("..");
     }
+    let deploy = relative.join(deploy.strip_prefix("/").unwrap());
+    scratch.file(
+        "kustomization.yaml",
+        &format!(
+            "resources: [{}]\ncomponents: [{}]\n",
+            deploy.join("overlays").join(overlay).display(),
+            deploy.join("components").join(component).display()
+        ),
+    );
+    kustomize(&scratch.0, &format!("{overlay} with component {component}"))
 }
 
 #[test]
@@ -325,56 +414,24 @@ fn single_namespace_overlay_uses_roles_and_watches_one_namespace() {
         Scope::Namespaces(&["my-app"]),
         Webhook::SelfManaged,
     );
-    if kubectl_available() {
-        let deployment = deployment(&objects);
-        assert_eq!(
-            env_value(&deployment, "NUDGE_KUBERNETES__NAMESPACES").as_deref(),
-            Some("[my-app]")
-        );
-    }
-}
-
-/// The cluster-wide overlay with `component` added, as a user's one-line change
-/// does (`kubectl kustomize` only: components are patches).
-fn render_with_component(component: &str) -> Option<Vec<Object>> {
-    if !kubectl_available() {
-        eprintln!("kubectl not found: not rendering component {component}");
-        return None;
-    }
-    let dir = deploy_dir()
-        .join("overlays")
-        .join(format!("test-{component}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!("resources: [../cluster-wide]\ncomponents: [../../components/{component}]\n"),
-    )
-    .unwrap();
-    let output = Command::new("kubectl").arg("kustomize").arg(&dir).output();
-    let _ = std::fs::remove_dir_all(&dir);
-    let output = output.unwrap();
-    assert!(
-        output.status.success(),
-        "kubectl kustomize with {component}: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let deployment = deployment(&objects);
+    assert_eq!(
+        env_value(&deployment, "NUDGE_KUBERNETES__NAMESPACES").as_deref(),
+        Some("[my-app]")
     );
-    let text = String::from_utf8(output.stdout).unwrap();
-    Some(parse_text(&text, &format!("component {component}")))
 }
 
 #[test]
 fn components_turn_the_webhook_off_or_to_cert_manager_with_one_line() {
-    if let Some(objects) = render_with_component("without-webhook") {
-        check_install(&objects, "nudge-system", Scope::Cluster, Webhook::Off);
-    }
-    if let Some(objects) = render_with_component("cert-manager") {
-        check_install(&objects, "nudge-system", Scope::Cluster, Webhook::Files);
-        let certificates = objects
-            .iter()
-            .filter(|o| matches!(o, Object::Custom { kind, .. } if kind == "Certificate"))
-            .count();
-        assert_eq!(certificates, 2, "the CA and the serving Certificate");
-    }
+    let objects = render_with_component("cluster-wide", "without-webhook");
+    check_install(&objects, "nudge-system", Scope::Cluster, Webhook::Off);
+    let objects = render_with_component("cluster-wide", "cert-manager");
+    check_install(&objects, "nudge-system", Scope::Cluster, Webhook::Files);
+    let certificates = objects
+        .iter()
+        .filter(|o| matches!(o, Object::Custom { kind, .. } if kind == "Certificate"))
+        .count();
+    assert_eq!(certificates, 2, "the CA and the serving Certificate");
 }
 
 // === Helm ===
@@ -383,43 +440,92 @@ fn chart_dir() -> PathBuf {
     deploy_dir().join("helm").join("nudge")
 }
 
-fn render_chart(overrides: Option<Yaml>) -> Vec<Object> {
-    let chart: Yaml =
-        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap())
-            .unwrap();
-    let mut values: Yaml =
-        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap())
-            .unwrap();
-    if let Some(overrides) = overrides {
-        helm_lite::merge(&mut values, overrides);
+/// The earliest Kubernetes nudge supports (Chart.yaml's `kubeVersion`): the
+/// chart must render for it.
+const KUBE_VERSION: &str = "1.33.0";
+
+/// Values files for the settings the chart documents (values.yaml and the
+/// README's Helm section), alone or as they are meant to be combined.
+const DEFAULTS: &str = "";
+const NAMESPACES: &str = "config: {kubernetes: {namespaces: [team-a, team-b]}}\n\
+                          replicaCount: 3\n\
+                          image: {repository: registry.example/nudge, tag: v9, pullPolicy: Always}";
+const WEBHOOK_OFF: &str = "webhook: {enabled: false}";
+const CERT_MANAGER: &str =
+    "webhook: {selfManagedCertificate: false, caInjectFrom: nudge-system/nudge-webhook}";
+const NOTIFY: &str = "notify: {urlSecretName: slack-hook, urlSecretKey: webhook}\n\
+                      config: {notify: {enabled: true, format: slack}}";
+const NO_RBAC: &str = "rbac: {create: false}";
+const NO_PDB: &str = "podDisruptionBudget: {enabled: false}";
+const RENAMED: &str = "webhook: {tlsSecretName: my-webhook-tls, configurationName: my-nudge}\n\
+                       resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 128Mi}}";
+
+const VALUES: &[&str] = &[
+    DEFAULTS,
+    NAMESPACES,
+    WEBHOOK_OFF,
+    CERT_MANAGER,
+    NOTIFY,
+    NO_RBAC,
+    NO_PDB,
+    RENAMED,
+];
+
+/// `helm template` of the chart as release `nudge` in `nudge-system` with
+/// `values`, parsed.
+fn render_chart(values: &str) -> Vec<Object> {
+    let scratch = Scratch::new();
+    let values_file = scratch.file("values.yaml", values);
+    let text = helm([
+        OsStr::new("template"),
+        OsStr::new("nudge"),
+        chart_dir().as_os_str(),
+        OsStr::new("--namespace"),
+        OsStr::new("nudge-system"),
+        OsStr::new("--kube-version"),
+        OsStr::new(KUBE_VERSION),
+        OsStr::new("--values"),
+        values_file.as_os_str(),
+    ]);
+    parse_text(&text, &format!("helm template with {values:?}"))
+}
+
+/// `helm lint --strict` (a warning fails) and `helm template` with each
+/// documented values combination; what renders parses into its kinds.
+#[test]
+fn helm_chart_lints_strictly_and_renders_with_every_documented_values_combination() {
+    for values in VALUES {
+        let scratch = Scratch::new();
+        let values_file = scratch.file("values.yaml", values);
+        let out = helm([
+            OsStr::new("lint"),
+            OsStr::new("--strict"),
+            chart_dir().as_os_str(),
+            OsStr::new("--namespace"),
+            OsStr::new("nudge-system"),
+            OsStr::new("--kube-version"),
+            OsStr::new(KUBE_VERSION),
+            OsStr::new("--values"),
+            values_file.as_os_str(),
+        ]);
+        assert!(
+            out.contains("0 chart(s) failed"),
+            "helm lint with {values:?}:\n{out}"
+        );
+        let objects = render_chart(values);
+        assert!(
+            objects.len() >= 5,
+            "helm template with {values:?}: only {} objects",
+            objects.len()
+        );
+        check_deployment(&deployment(&objects), "nudge-system");
+        check_config(&objects);
     }
-    let root: Yaml = serde_yaml::from_str(&format!(
-        "Release: {{Name: nudge, Namespace: nudge-system}}\n\
-         Chart: {{Name: {}, Version: {:?}, AppVersion: {:?}}}",
-        chart["name"].as_str().unwrap(),
-        chart["version"].as_str().unwrap(),
-        chart["appVersion"].as_str().unwrap(),
-    ))
-    .unwrap();
-    let mut root = root;
-    root.as_mapping_mut()
-        .unwrap()
-        .insert(Yaml::from("Values"), values);
-    let mut templates = Vec::new();
-    yaml_files(&chart_dir().join("templates"), &mut templates);
-    let mut objects = Vec::new();
-    for path in templates {
-        let text = std::fs::read_to_string(&path).unwrap();
-        let rendered =
-            helm_lite::render(&text, &root).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        objects.extend(parse_text(&rendered, &path.display().to_string()));
-    }
-    objects
 }
 
 #[test]
 fn helm_chart_with_default_values_is_a_cluster_wide_install() {
-    let objects = render_chart(None);
+    let objects = render_chart(DEFAULTS);
     check_install(
         &objects,
         "nudge-system",
@@ -431,12 +537,7 @@ fn helm_chart_with_default_values_is_a_cluster_wide_install() {
 
 #[test]
 fn helm_chart_with_namespaces_grants_roles_in_each() {
-    let overrides = serde_yaml::from_str(
-        "config: {kubernetes: {namespaces: [team-a, team-b]}}\nreplicaCount: 3\n\
-         image: {repository: registry.example/nudge, tag: v9}",
-    )
-    .unwrap();
-    let objects = render_chart(Some(overrides));
+    let objects = render_chart(NAMESPACES);
     check_install(
         &objects,
         "nudge-system",
@@ -446,27 +547,24 @@ fn helm_chart_with_namespaces_grants_roles_in_each() {
     let deployment = deployment(&objects);
     let spec = deployment.spec.as_ref().unwrap();
     assert_eq!(spec.replicas, Some(3));
-    let image = spec.template.spec.as_ref().unwrap().containers[0]
-        .image
-        .clone();
-    assert_eq!(image.as_deref(), Some("registry.example/nudge:v9"));
+    let container = &spec.template.spec.as_ref().unwrap().containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some("registry.example/nudge:v9")
+    );
+    assert_eq!(container.image_pull_policy.as_deref(), Some("Always"));
 }
 
 #[test]
 fn helm_chart_turns_the_webhook_off_or_to_cert_manager_with_one_value() {
-    let off = serde_yaml::from_str("webhook: {enabled: false}").unwrap();
     check_install(
-        &render_chart(Some(off)),
+        &render_chart(WEBHOOK_OFF),
         "nudge-system",
         Scope::Cluster,
         Webhook::Off,
     );
-    let files = serde_yaml::from_str(
-        "webhook: {selfManagedCertificate: false, caInjectFrom: nudge-system/nudge-webhook}",
-    )
-    .unwrap();
     check_install(
-        &render_chart(Some(files)),
+        &render_chart(CERT_MANAGER),
         "nudge-system",
         Scope::Cluster,
         Webhook::Files,
@@ -475,12 +573,7 @@ fn helm_chart_turns_the_webhook_off_or_to_cert_manager_with_one_value() {
 
 #[test]
 fn helm_chart_mounts_the_notification_url_from_a_secret() {
-    let values = serde_yaml::from_str(
-        "notify: {urlSecretName: slack-hook, urlSecretKey: webhook}\n\
-         config: {notify: {enabled: true, format: slack}}",
-    )
-    .unwrap();
-    let objects = render_chart(Some(values));
+    let objects = render_chart(NOTIFY);
     let deployment = deployment(&objects);
     let path = env_value(&deployment, "NUDGE_NOTIFY__URL_FILE").expect("url_file set");
     let pod = deployment.spec.unwrap().template.spec.unwrap();
@@ -502,12 +595,251 @@ fn helm_chart_mounts_the_notification_url_from_a_secret() {
         .expect("mounted");
     assert_eq!(format!("{}/{}", mount.mount_path, item.path), path);
     // Without the Secret nothing is mounted.
-    let plain = deployment_of_default_chart();
+    let plain = self::deployment(&render_chart(DEFAULTS));
     assert!(env_value(&plain, "NUDGE_NOTIFY__URL_FILE").is_none());
 }
 
-fn deployment_of_default_chart() -> Deployment {
-    deployment(&render_chart(None))
+#[test]
+fn helm_chart_without_rbac_leaves_the_service_account_and_roles_to_the_user() {
+    let objects = render_chart(NO_RBAC);
+    let rbac: Vec<&Object> = objects
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Object::ServiceAccount(_)
+                    | Object::Role(_)
+                    | Object::RoleBinding(_)
+                    | Object::ClusterRole(_)
+                    | Object::ClusterRoleBinding(_)
+            )
+        })
+        .collect();
+    assert!(rbac.is_empty(), "rbac.create false: {rbac:#?}");
+    let deployment = deployment(&objects);
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("nudge"));
+}
+
+#[test]
+fn helm_chart_leaves_the_pod_disruption_budget_out_with_one_value() {
+    let budgets = |objects: &[Object]| -> Vec<PodDisruptionBudget> {
+        objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::PodDisruptionBudget(b) => Some((**b).clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let default = budgets(&render_chart(DEFAULTS));
+    assert_eq!(default.len(), 1);
+    let spec = default[0].spec.as_ref().unwrap();
+    assert_eq!(
+        spec.min_available,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+    assert!(budgets(&render_chart(NO_PDB)).is_empty());
+}
+
+// === the chart and the overlays agree ===
+
+/// The same settings given to the chart and to kustomize give nudge the same
+/// permissions (every Role, ClusterRole and binding, by name), the same
+/// container command and arguments, the same effective configuration (the
+/// config file with the Deployment's `NUDGE_*` env on top) and the same
+/// admission webhooks.
+#[test]
+fn chart_and_overlays_grant_the_same_rbac_and_run_nudge_alike() {
+    let pairs = [
+        (DEFAULTS, "cluster-wide", render_overlay("cluster-wide")),
+        (
+            "config: {kubernetes: {namespaces: [my-app]}}",
+            "single-namespace",
+            render_overlay("single-namespace"),
+        ),
+        (
+            WEBHOOK_OFF,
+            "cluster-wide with without-webhook",
+            render_with_component("cluster-wide", "without-webhook"),
+        ),
+        (
+            CERT_MANAGER,
+            "cluster-wide with cert-manager",
+            render_with_component("cluster-wide", "cert-manager"),
+        ),
+    ];
+    for (values, overlay, kustomized) in pairs {
+        let chart = render_chart(values);
+        let what = format!("the chart with {values:?} and {overlay}");
+        let differences = rbac_differences(&rbac(&chart), &rbac(&kustomized));
+        assert!(
+            differences.is_empty(),
+            "RBAC of {what} differs (chart / kustomize):\n{}",
+            differences.join("\n")
+        );
+        let command = |objects: &[Object]| {
+            let container = deployment(objects)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .containers[0]
+                .clone();
+            (container.command, container.args)
+        };
+        assert_eq!(
+            command(&chart),
+            command(&kustomized),
+            "container command and arguments of {what}"
+        );
+        assert_eq!(
+            check_config(&chart),
+            check_config(&kustomized),
+            "nudge's configuration in {what}"
+        );
+        assert_eq!(
+            webhooks(&chart),
+            webhooks(&kustomized),
+            "the admission webhooks of {what}"
+        );
+    }
+}
+
+/// One RBAC object, as far as what it grants and to whom.
+#[derive(Debug, PartialEq, Eq)]
+enum Rbac {
+    Rules(BTreeSet<Grant>),
+    Binding {
+        role: (String, String),
+        subjects: BTreeSet<(String, String, Option<String>)>,
+    },
+}
+
+/// Every Role, ClusterRole and binding by (kind, namespace, name).
+fn rbac(objects: &[Object]) -> BTreeMap<RbacKey, Rbac> {
+    let subjects = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects
+            .iter()
+            .flatten()
+            .map(|s| (s.kind.clone(), s.name.clone(), s.namespace.clone()))
+            .collect()
+    };
+    let mut out = BTreeMap::new();
+    for object in objects {
+        let (kind, metadata, entry) = match object {
+            Object::Role(r) => (
+                "Role",
+                &r.metadata,
+                Rbac::Rules(
+                    grants(r.rules.as_deref().unwrap_or_default())
+                        .into_iter()
+                        .collect(),
+                ),
+            ),
+            Object::ClusterRole(r) => (
+                "ClusterRole",
+                &r.metadata,
+                Rbac::Rules(
+                    grants(r.rules.as_deref().unwrap_or_default())
+                        .into_iter()
+                        .collect(),
+                ),
+            ),
+            Object::RoleBinding(b) => (
+                "RoleBinding",
+                &b.metadata,
+                Rbac::Binding {
+                    role: (b.role_ref.kind.clone(), b.role_ref.name.clone()),
+                    subjects: subjects(&b.subjects),
+                },
+            ),
+            Object::ClusterRoleBinding(b) => (
+                "ClusterRoleBinding",
+                &b.metadata,
+                Rbac::Binding {
+                    role: (b.role_ref.kind.clone(), b.role_ref.name.clone()),
+                    subjects: subjects(&b.subjects),
+                },
+            ),
+            _ => continue,
+        };
+        let key = (
+            kind,
+            metadata.namespace.clone(),
+            metadata.name.clone().unwrap_or_default(),
+        );
+        assert!(out.insert(key.clone(), entry).is_none(), "{key:?} twice");
+    }
+    out
+}
+
+type RbacKey = (&'static str, Option<String>, String);
+
+/// What differs between two installs' RBAC, one line each.
+fn rbac_differences(
+    chart: &BTreeMap<RbacKey, Rbac>,
+    kustomized: &BTreeMap<RbacKey, Rbac>,
+) -> Vec<String> {
+    let keys: BTreeSet<&RbacKey> = chart.keys().chain(kustomized.keys()).collect();
+    let mut out = Vec::new();
+    for key in keys {
+        match (chart.get(key), kustomized.get(key)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(Rbac::Rules(a)), Some(Rbac::Rules(b))) => {
+                for grant in a.difference(b) {
+                    out.push(format!("{key:?}: only the chart grants {grant:?}"));
+                }
+                for grant in b.difference(a) {
+                    out.push(format!("{key:?}: only kustomize grants {grant:?}"));
+                }
+            }
+            (a, b) => out.push(format!("{key:?}: {a:?} / {b:?}")),
+        }
+    }
+    out
+}
+
+/// The configuration nudge runs with, as one TOML text: the ConfigMap's
+/// config.toml with the literal `NUDGE_<SECTION>__<KEY>` env of its container on
+/// top, each value parsed as `Config::load` parses the environment's.
+fn effective_config_text(objects: &[Object]) -> String {
+    use figment::Figment;
+    use figment::providers::{Format, Serialized, Toml};
+    let mut figment = Figment::from(Toml::string(&config_text(objects)));
+    let deployment = deployment(objects);
+    let pod = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    for env in pod.containers[0].env.iter().flatten() {
+        let (Some(key), Some(value)) = (env.name.strip_prefix("NUDGE_"), &env.value) else {
+            continue;
+        };
+        if !key.contains("__") {
+            continue;
+        }
+        let key = key.to_lowercase().replace("__", ".");
+        let value: figment::value::Value = value.parse().unwrap();
+        figment = figment.merge(Serialized::default(&key, value));
+    }
+    let merged: toml::Value = figment
+        .extract()
+        .unwrap_or_else(|e| panic!("config.toml and the container's env: {e}"));
+    toml::to_string(&merged).unwrap()
+}
+
+/// The webhooks of the install's MutatingWebhookConfiguration, if it has one.
+fn webhooks(objects: &[Object]) -> Option<Json> {
+    objects.iter().find_map(|o| match o {
+        Object::MutatingWebhookConfiguration(c) => Some(serde_json::to_value(&c.webhooks).unwrap()),
+        _ => None,
+    })
 }
 
 // === what every install must satisfy ===
@@ -747,23 +1079,25 @@ fn check_deployment(deployment: &Deployment, namespace: &str) {
     assert_eq!(probe(&container.readiness_probe), ("/ready".into(), admin));
 }
 
-/// The config file in the ConfigMap loads as nudge's configuration.
-fn check_config(objects: &[Object]) -> nudge::config::Config {
-    let text = objects
+/// The config file in the install's ConfigMap.
+fn config_text(objects: &[Object]) -> String {
+    objects
         .iter()
         .find_map(|o| match o {
             Object::ConfigMap(c) => c.data.as_ref()?.get("config.toml").cloned(),
             _ => None,
         })
-        .expect("a ConfigMap with config.toml");
-    let dir = std::env::temp_dir().join(format!("nudge-manifests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("config-{:x}.toml", text.len()));
-    std::fs::write(&path, &text).unwrap();
+        .expect("a ConfigMap with config.toml")
+}
+
+/// The configuration nudge runs with (see [`effective_config_text`]) loads.
+fn check_config(objects: &[Object]) -> nudge::config::Config {
+    let text = effective_config_text(objects);
+    let scratch = Scratch::new();
+    let path = scratch.file("config.toml", &text);
     let config = nudge::config::Config::load(Some(&path), &Default::default())
-        .unwrap_or_else(|e| panic!("config.toml does not load: {e}\n{text}"));
+        .unwrap_or_else(|e| panic!("nudge's configuration does not load: {e}\n{text}"));
     assert_eq!(config.admin.bind.port(), 9090, "probes use port 9090");
-    let _ = std::fs::remove_file(&path);
     config
 }
 
@@ -1031,327 +1365,4 @@ fn check_rbac(objects: &[Object], own: &str, scope: Scope) {
         Scope::Namespaces(namespaces) => namespaces.iter().map(|n| Some((*n).into())).collect(),
     };
     assert_eq!(workload_roles, expected, "where nudge may stamp workloads");
-}
-
-/// A small interpreter of the Go-template subset nudge's Helm chart uses.
-mod helm_lite {
-    use serde_yaml::Value as Yaml;
-    use sha2::{Digest, Sha256};
-
-    /// Deep-merges `overrides` into `values` (maps merge, everything else
-    /// replaces), like `helm --values`.
-    pub fn merge(values: &mut Yaml, overrides: Yaml) {
-        match (values, overrides) {
-            (Yaml::Mapping(base), Yaml::Mapping(over)) => {
-                for (key, value) in over {
-                    match base.get_mut(&key) {
-                        Some(existing) => merge(existing, value),
-                        None => {
-                            base.insert(key, value);
-                        }
-                    }
-                }
-            }
-            (slot, value) => *slot = value,
-        }
-    }
-
-    #[derive(Debug)]
-    enum Node {
-        Text(String),
-        Output(String),
-        If(String, Vec<Node>, Vec<Node>),
-        Range(String, Vec<Node>),
-    }
-
-    enum Token {
-        Text(String),
-        Action(String),
-    }
-
-    fn tokenize(template: &str) -> Result<Vec<Token>, String> {
-        let mut tokens = Vec::new();
-        let mut rest = template;
-        let mut trim_next = false;
-        while let Some(start) = rest.find("{{") {
-            let mut text = rest[..start].to_owned();
-            if trim_next {
-                text = text.trim_start().to_owned();
-            }
-            let after = &rest[start + 2..];
-            let end = after.find("}}").ok_or("unclosed {{")?;
-            let mut action = &after[..end];
-            if let Some(a) = action.strip_prefix('-') {
-                text = text.trim_end().to_owned();
-                action = a;
-            }
-            trim_next = false;
-            if let Some(a) = action.strip_suffix('-') {
-                trim_next = true;
-                action = a;
-            }
-            tokens.push(Token::Text(text));
-            tokens.push(Token::Action(action.trim().to_owned()));
-            rest = &after[end + 2..];
-        }
-        let text = if trim_next { rest.trim_start() } else { rest };
-        tokens.push(Token::Text(text.to_owned()));
-        Ok(tokens)
-    }
-
-    fn parse(
-        tokens: &mut std::vec::IntoIter<Token>,
-        until: &[&str],
-    ) -> Result<(Vec<Node>, String), String> {
-        let mut nodes = Vec::new();
-        while let Some(token) = tokens.next() {
-            match token {
-                Token::Text(text) => nodes.push(Node::Text(text)),
-                Token::Action(action) => {
-                    if until.contains(&action.as_str()) {
-                        return Ok((nodes, action));
-                    }
-                    if let Some(cond) = action.strip_prefix("if ") {
-                        let (then, end) = parse(tokens, &["else", "end"])?;
-                        let otherwise = if end == "else" {
-                            parse(tokens, &["end"])?.0
-                        } else {
-                            Vec::new()
-                        };
-                        nodes.push(Node::If(cond.trim().to_owned(), then, otherwise));
-                    } else if let Some(list) = action.strip_prefix("range ") {
-                        let (body, _) = parse(tokens, &["end"])?;
-                        nodes.push(Node::Range(list.trim().to_owned(), body));
-                    } else if action == "else" || action == "end" {
-                        return Err(format!("unexpected {{{{ {action} }}}}"));
-                    } else {
-                        nodes.push(Node::Output(action));
-                    }
-                }
-            }
-        }
-        if until.is_empty() {
-            Ok((nodes, String::new()))
-        } else {
-            Err(format!("missing {{{{ {} }}}}", until.join(" or ")))
-        }
-    }
-
-    /// Renders `template` with `root` as `$` and `.`.
-    pub fn render(template: &str, root: &Yaml) -> Result<String, String> {
-        let mut tokens = tokenize(template)?.into_iter();
-        let (nodes, _) = parse(&mut tokens, &[])?;
-        let mut out = String::new();
-        emit(&nodes, root, root, &mut out)?;
-        Ok(out)
-    }
-
-    fn emit(nodes: &[Node], root: &Yaml, dot: &Yaml, out: &mut String) -> Result<(), String> {
-        for node in nodes {
-            match node {
-                Node::Text(text) => out.push_str(text),
-                Node::Output(pipeline) => {
-                    out.push_str(&to_text(&eval_pipeline(pipeline, root, dot)?)?)
-                }
-                Node::If(cond, then, otherwise) => {
-                    let branch = if truthy(&eval_pipeline(cond, root, dot)?) {
-                        then
-                    } else {
-                        otherwise
-                    };
-                    emit(branch, root, dot, out)?;
-                }
-                Node::Range(list, body) => {
-                    let list = eval_pipeline(list, root, dot)?;
-                    for item in list.as_sequence().ok_or("range over a non-list")? {
-                        emit(body, root, item, out)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn truthy(value: &Yaml) -> bool {
-        match value {
-            Yaml::Null => false,
-            Yaml::Bool(b) => *b,
-            Yaml::Number(n) => n.as_f64() != Some(0.0),
-            Yaml::String(s) => !s.is_empty(),
-            Yaml::Sequence(s) => !s.is_empty(),
-            Yaml::Mapping(m) => !m.is_empty(),
-            Yaml::Tagged(_) => true,
-        }
-    }
-
-    fn to_text(value: &Yaml) -> Result<String, String> {
-        Ok(match value {
-            Yaml::String(s) => s.clone(),
-            Yaml::Number(n) => n.to_string(),
-            Yaml::Bool(b) => b.to_string(),
-            other => return Err(format!("cannot print {other:?} without toYaml")),
-        })
-    }
-
-    /// Splits on whitespace, keeping quoted strings whole.
-    fn words(command: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut current = String::new();
-        let mut quoted = false;
-        for c in command.chars() {
-            match c {
-                '"' => {
-                    quoted = !quoted;
-                    current.push(c);
-                }
-                c if c.is_whitespace() && !quoted => {
-                    if !current.is_empty() {
-                        out.push(std::mem::take(&mut current));
-                    }
-                }
-                c => current.push(c),
-            }
-        }
-        if !current.is_empty() {
-            out.push(current);
-        }
-        out
-    }
-
-    const FUNCTIONS: &[&str] = &[
-        "quote",
-        "default",
-        "toYaml",
-        "toToml",
-        "indent",
-        "nindent",
-        "sha256sum",
-    ];
-
-    fn eval_pipeline(pipeline: &str, root: &Yaml, dot: &Yaml) -> Result<Yaml, String> {
-        let mut value: Option<Yaml> = None;
-        for command in pipeline.split('|') {
-            let words = words(command);
-            let (first, args) = words.split_first().ok_or("empty command")?;
-            let mut args: Vec<Yaml> = args
-                .iter()
-                .map(|a| term(a, root, dot))
-                .collect::<Result<_, _>>()?;
-            if FUNCTIONS.contains(&first.as_str()) {
-                if let Some(piped) = value.take() {
-                    args.push(piped);
-                }
-                value = Some(call(first, args)?);
-            } else if value.is_none() && args.is_empty() {
-                value = Some(term(first, root, dot)?);
-            } else {
-                return Err(format!("unsupported command {command:?}"));
-            }
-        }
-        value.ok_or_else(|| "empty pipeline".to_owned())
-    }
-
-    fn term(word: &str, root: &Yaml, dot: &Yaml) -> Result<Yaml, String> {
-        if let Some(s) = word.strip_prefix('"').and_then(|w| w.strip_suffix('"')) {
-            return Ok(Yaml::String(s.to_owned()));
-        }
-        if let Ok(n) = word.parse::<i64>() {
-            return Ok(Yaml::from(n));
-        }
-        let (mut value, path) = if let Some(path) = word.strip_prefix("$") {
-            (root, path)
-        } else if word.starts_with('.') {
-            (dot, word)
-        } else {
-            return Err(format!("unsupported term {word:?}"));
-        };
-        for key in path.split('.').filter(|k| !k.is_empty()) {
-            value = value
-                .get(key)
-                .ok_or_else(|| format!("missing value {word} (at {key})"))?;
-        }
-        Ok(value.clone())
-    }
-
-    fn int(value: &Yaml) -> Result<usize, String> {
-        value
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| format!("expected a number, got {value:?}"))
-    }
-
-    fn indent(width: usize, text: &str) -> String {
-        let pad = " ".repeat(width);
-        format!("{pad}{}", text.replace('\n', &format!("\n{pad}")))
-    }
-
-    fn call(function: &str, args: Vec<Yaml>) -> Result<Yaml, String> {
-        let arity = |n: usize| {
-            if args.len() == n {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{function} takes {n} arguments, got {}",
-                    args.len()
-                ))
-            }
-        };
-        Ok(Yaml::String(match function {
-            "quote" => {
-                arity(1)?;
-                serde_json::to_string(&to_text(&args[0])?).map_err(|e| e.to_string())?
-            }
-            "default" => {
-                arity(2)?;
-                return Ok(if truthy(&args[1]) {
-                    args[1].clone()
-                } else {
-                    args[0].clone()
-                });
-            }
-            "toYaml" => {
-                arity(1)?;
-                let text = serde_yaml::to_string(&args[0]).map_err(|e| e.to_string())?;
-                text.trim_end_matches('\n').to_owned()
-            }
-            "toToml" => {
-                arity(1)?;
-                let value: toml::Value =
-                    serde_yaml::from_value(args[0].clone()).map_err(|e| e.to_string())?;
-                toml::to_string(&value).map_err(|e| e.to_string())?
-            }
-            "indent" => {
-                arity(2)?;
-                indent(int(&args[0])?, &to_text(&args[1])?)
-            }
-            "nindent" => {
-                arity(2)?;
-                format!("\n{}", indent(int(&args[0])?, &to_text(&args[1])?))
-            }
-            "sha256sum" => {
-                arity(1)?;
-                hex::encode(Sha256::digest(to_text(&args[0])?.as_bytes()))
-            }
-            other => return Err(format!("unsupported function {other}")),
-        }))
-    }
-
-    #[test]
-    fn renders_the_supported_subset() {
-        let root: Yaml = serde_yaml::from_str(
-            "Values: {name: web, tag: '', list: [a, b], nested: {x: 1}}\nChart: {AppVersion: '1.0'}",
-        )
-        .unwrap();
-        let template = "name: {{ .Values.name | quote }}\n\
-            image: x:{{ .Values.tag | default .Chart.AppVersion }}\n\
-            {{- if .Values.list }}\n\
-            {{- range .Values.list }}\n- {{ . }}/{{ $.Values.name }}\n{{- end }}\n\
-            {{- else }}\nnone\n{{- end }}\n\
-            nested:\n  {{- toYaml .Values.nested | nindent 2 }}\n";
-        assert_eq!(
-            render(template, &root).unwrap(),
-            "name: \"web\"\nimage: x:1.0\n- a/web\n- b/web\nnested:\n  x: 1\n"
-        );
-        assert!(render("{{ .Values.missing }}", &root).is_err());
-    }
 }

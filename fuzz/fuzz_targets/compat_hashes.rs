@@ -129,7 +129,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             _ => secrets.insert(object.name.clone(), fragment),
         };
         let native = fingerprint::native_object(kind, &data, &key);
-        combined.push((object.name.clone(), native.as_digest().map(|d| d.into_owned())));
+        combined.push((
+            object.name.clone(),
+            native.as_digest().map(|d| d.into_owned()),
+        ));
     }
     // Order independence (names are unique per kind here, as callers ensure).
     let forward = fingerprint::wave_hash(
