@@ -1,0 +1,309 @@
+//! The embedder's controller against the API server double: what the binary
+//! runs (`nudge_embedder::customize`), configured from a TOML file through
+//! nudge's own provider stack.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use apiserver_double::{ApiServerDouble, RecordedRequest};
+use nudge::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use nudge::kube::config::{KubeConfigOptions, Kubeconfig};
+use nudge::source::{FingerprintKey, ObserveContext};
+use nudge::{Config, Controller};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Every wait in these tests ends by then.
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Cluster {
+    double: ApiServerDouble,
+    client: nudge::kube::Client,
+    /// The `file` source's root.
+    root: tempfile::TempDir,
+    /// Holds the TOML configuration.
+    config_dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let double = ApiServerDouble::start().await.unwrap();
+        double
+            .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}))
+            .unwrap();
+        let kubeconfig = Kubeconfig::read_from(double.kubeconfig_path()).unwrap();
+        let options = KubeConfigOptions::default();
+        let client_config = nudge::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .unwrap();
+        let client = nudge::kube::Client::try_from(client_config).unwrap();
+        Self {
+            double,
+            client,
+            root: tempfile::tempdir().unwrap(),
+            config_dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The configuration file the controller reads: short debounce and
+    /// min-interval, the `apps` namespace, the file source's root.
+    fn config_file(&self) -> PathBuf {
+        let path = self.config_dir.path().join("nudge.toml");
+        let text = format!(
+            r#"
+[kubernetes]
+namespaces = ["apps"]
+namespace = "apps"
+
+[engine]
+debounce = "100ms"
+min_interval = "100ms"
+
+[sources.file]
+root = "{}"
+
+[sources.http]
+interval = "1s"
+"#,
+            self.root.path().display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// The controller the binary would build from the configuration file.
+    fn controller(&self) -> Controller {
+        let figment = Config::providers(Some(&self.config_file()), &Default::default()).unwrap();
+        let controller = Controller::from_figment(figment, self.client.clone()).unwrap();
+        nudge_embedder::customize(controller)
+    }
+
+    fn write(&self, file: &str, content: &str) {
+        // Written next to it, then renamed over it, as config management does:
+        // one complete content per change.
+        let temp = self.root.path().join(format!(".{file}.tmp"));
+        std::fs::write(&temp, content).unwrap();
+        std::fs::rename(&temp, self.root.path().join(file)).unwrap();
+    }
+
+    fn deployment(&self, name: &str, file: &str) {
+        self.double
+            .create(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "apps",
+                             "annotations": {"nudge.dev/file-cfg": file}},
+                "spec": {
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "app", "image": "x"}]},
+                    },
+                },
+            }))
+            .unwrap();
+    }
+
+    /// Waits until `annotation` at `template` of `object` holds `value`.
+    async fn until_stamped(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &str,
+        template: &[&str],
+        value: &str,
+    ) {
+        let annotation = "nudge.dev/checksum-cfg";
+        let reached = tokio::time::timeout(WAIT, async {
+            loop {
+                let current = api.get(object).await.unwrap().data;
+                let mut at = &current;
+                for key in template {
+                    at = &at[key];
+                }
+                if at["metadata"]["annotations"][annotation].as_str() == Some(value) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(
+            reached.is_ok(),
+            "{object}: {annotation} never became {value}"
+        );
+    }
+}
+
+fn deployments(client: &nudge::kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("apps", "v1", "Deployment");
+    Api::namespaced_with(
+        client.clone(),
+        "apps",
+        &ApiResource::from_gvk_with_plural(&gvk, "deployments"),
+    )
+}
+
+/// The fingerprint nudge writes for a file holding `content`.
+fn fingerprint(content: &str) -> String {
+    ObserveContext::new(FingerprintKey::generate())
+        .fingerprint(content.as_bytes())
+        .to_string()
+}
+
+/// nudge's writes (server-side applies with its field manager) to `path`.
+fn nudge_patches<'a>(
+    requests: &'a [RecordedRequest],
+    path: &'a str,
+) -> impl Iterator<Item = &'a RecordedRequest> + 'a {
+    requests.iter().filter(move |r| {
+        r.method == "PATCH"
+            && r.path == path
+            && r.query
+                .as_deref()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "fieldManager=nudge"))
+    })
+}
+
+async fn stop(
+    shutdown: CancellationToken,
+    running: tokio::task::JoinHandle<Result<(), nudge::RunError>>,
+) {
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, running)
+        .await
+        .expect("the controller stops on shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+/// (a) A change of a file rolls the Deployment referencing it with exactly
+/// one PATCH. "Exactly one" is proven by a later signal, not a sleep: a second
+/// Deployment's file changes afterwards, and only once its stamp has arrived
+/// are the first Deployment's writes carrying the new fingerprint counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_change_rolls_its_deployment_with_exactly_one_patch() {
+    let cluster = Cluster::start().await;
+    cluster.write("app.conf", "v1");
+    cluster.write("sentinel.conf", "s1");
+    cluster.deployment("web", "app.conf");
+    cluster.deployment("sentinel", "sentinel.conf");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let api = deployments(&cluster.client);
+    let template = ["spec", "template"];
+    cluster
+        .until_stamped(&api, "web", &template, &fingerprint("v1"))
+        .await;
+    cluster
+        .until_stamped(&api, "sentinel", &template, &fingerprint("s1"))
+        .await;
+
+    cluster.write("app.conf", "v2");
+    let v2 = fingerprint("v2");
+    cluster.until_stamped(&api, "web", &template, &v2).await;
+    // The later signal: the sentinel's change, made after web's stamp, arrives.
+    cluster.write("sentinel.conf", "s2");
+    cluster
+        .until_stamped(&api, "sentinel", &template, &fingerprint("s2"))
+        .await;
+
+    let requests = cluster.double.requests();
+    let web = "/apis/apps/v1/namespaces/apps/deployments/web";
+    let carrying_v2 = nudge_patches(&requests, web)
+        .filter(|r| String::from_utf8_lossy(&r.body).contains(&v2))
+        .count();
+    assert_eq!(carrying_v2, 1, "PATCHes of web carrying {v2}");
+    let sentinel = "/apis/apps/v1/namespaces/apps/deployments/sentinel";
+    assert!(nudge_patches(&requests, sentinel).count() >= 2);
+    stop(shutdown, running).await;
+}
+
+/// (b) `Controller::explain` reads the custom source: the file reference and
+/// its fingerprint, and the workload in sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_file_reference_and_its_fingerprint() {
+    let cluster = Cluster::start().await;
+    cluster.write("app.conf", "v1");
+    cluster.deployment("web", "app.conf");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let api = deployments(&cluster.client);
+    cluster
+        .until_stamped(&api, "web", &["spec", "template"], &fingerprint("v1"))
+        .await;
+
+    let report = cluster
+        .controller()
+        .explain("deployment", Some("apps"), "web", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let output = report
+        .outputs
+        .iter()
+        .find(|o| o.output == "nudge.dev/checksum-cfg")
+        .unwrap_or_else(|| panic!("no checksum-cfg output: {report:?}"));
+    let [reference] = output.references.as_slice() else {
+        panic!("one reference expected: {output:?}");
+    };
+    assert_eq!(reference.source.as_str(), "file");
+    assert!(reference.reference.contains("app.conf"), "{reference:?}");
+    assert_eq!(reference.state, nudge::explain::ReferenceState::Present);
+    assert_eq!(
+        reference.fingerprint.as_deref(),
+        Some(fingerprint("v1").as_str())
+    );
+    assert_eq!(
+        report.verdict.state,
+        nudge::explain::State::InSync,
+        "{report:?}"
+    );
+    let table = report.to_table();
+    assert!(table.contains("app.conf"), "{table}");
+    stop(shutdown, running).await;
+}
+
+/// (d) A Widget (`example.com/v1`, pod template at `spec.podTemplate`)
+/// referencing a file is stamped there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_widget_is_stamped_at_its_pod_template() {
+    let cluster = Cluster::start().await;
+    cluster.double.create(widget_crd()).unwrap();
+    cluster.write("widget.conf", "w1");
+    cluster
+        .double
+        .create(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "apps",
+                         "annotations": {"nudge.dev/file-cfg": "widget.conf"}},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "app", "image": "x"}]}}}}))
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Widget");
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client.clone(),
+        "apps",
+        &ApiResource::from_gvk_with_plural(&gvk, "widgets"),
+    );
+    let template = ["spec", "podTemplate"];
+    cluster
+        .until_stamped(&widgets, "w", &template, &fingerprint("w1"))
+        .await;
+    cluster.write("widget.conf", "w2");
+    cluster
+        .until_stamped(&widgets, "w", &template, &fingerprint("w2"))
+        .await;
+    stop(shutdown, running).await;
+}
+
+fn widget_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "listKind": "WidgetList", "singular": "widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}],
+        },
+    })
+}
