@@ -31,10 +31,9 @@ fn mk_settings() -> CoreSettings {
             stamp_on_delete: false,
         },
         scheme: AnnotationScheme::default(),
-        catalog: SourceCatalog(BTreeMap::from([(
-            SourceName::configmap(),
-            Scope::Namespaced,
-        )])),
+        catalog: SourceCatalog::new().with(SourceName::configmap(), Scope::Namespaced, |r| {
+            crate::annotations::check_object_name(r).map_err(str::to_owned)
+        }),
         namespace_selector: false,
         leader: true,
     }
