@@ -56,6 +56,17 @@ impl PollSource for HttpSource {
         self.interval
     }
 
+    /// Only absolute http(s) URLs: a typo is reported on the workload once, as
+    /// an `InvalidAnnotation` Event, instead of failing every poll.
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        nudge::source::default_reference_check(reference)?;
+        if reference.starts_with("https://") || reference.starts_with("http://") {
+            Ok(())
+        } else {
+            Err("expected an http:// or https:// URL".to_owned())
+        }
+    }
+
     /// 2xx → the body's fingerprint; 404/410 → absent; anything else is an error,
     /// and errors are not content. (A body holding secrets would use
     /// `cx.secret_fingerprint`, keyed with the installation key like Secrets.)

@@ -1010,14 +1010,10 @@ fn configured_sources(
         .collect())
 }
 
-/// The scope of every source, as annotations see them.
+/// Every source's scope and reference check, as annotations see them (as the
+/// engine does: `sources::catalog`).
 fn catalog(sources: &BTreeMap<SourceName, Arc<dyn Source>>) -> SourceCatalog {
-    SourceCatalog(
-        sources
-            .iter()
-            .map(|(name, source)| (name.clone(), source.scope()))
-            .collect(),
-    )
+    crate::sources::catalog(sources.values())
 }
 
 /// Observes every tracked input at once, each within `timeout`.

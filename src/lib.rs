@@ -103,7 +103,7 @@ pub mod source {
     };
     pub use crate::model::{
         Algorithm, KeySelection, Name, NameError, Reference, Scope, Shared, SourceName, Tracked,
-        TrackedItem,
+        TrackedItem, default_reference_check,
     };
     pub use crate::sources::{
         Interest, ObservationStream, ObserveContext, PollSource, Source, SourceContext,

@@ -393,14 +393,19 @@ pub fn kinds() -> Vec<WorkloadKind> {
 
 /// Sources as a typical installation configures them.
 pub fn catalog(with_consul: bool) -> SourceCatalog {
-    let mut sources = BTreeMap::from([
-        (SourceName::configmap(), Scope::Namespaced),
-        (SourceName::secret(), Scope::Namespaced),
-    ]);
+    let object_name = |r: &str| annotations::check_object_name(r).map_err(str::to_owned);
+    let catalog = SourceCatalog::new()
+        .with(SourceName::configmap(), Scope::Namespaced, object_name)
+        .with(SourceName::secret(), Scope::Namespaced, object_name);
     if with_consul {
-        sources.insert(SourceName::consul(), Scope::External);
+        catalog.with(
+            SourceName::consul(),
+            Scope::External,
+            nudge::__private::sources::consul::check_key,
+        )
+    } else {
+        catalog
     }
-    SourceCatalog(sources)
 }
 
 /// An annotation scheme with one of [`PREFIXES`].

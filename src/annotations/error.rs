@@ -45,16 +45,17 @@ pub enum AnnotationError {
         error: NameError,
     },
     /// The value is not a valid reference for the source: not a DNS-1123 object
-    /// name for ConfigMaps/Secrets, or an empty / `/`-led / whitespace-holding key
-    /// path for external sources.
+    /// name for a namespaced source (ConfigMaps, Secrets), or refused by the
+    /// source's own check (`Source::check_reference`: Consul's key-path rules, a
+    /// custom source's), whose message is the reason.
     #[error("annotation {key}: invalid reference {value:?}: {reason}")]
     InvalidReference {
         /// The annotation key.
         key: String,
         /// The start of the rejected value.
         value: String,
-        /// What is wrong with it.
-        reason: &'static str,
+        /// What is wrong with it, in the words of the rule that refused it.
+        reason: String,
     },
     /// A yes/no annotation holds something other than `"true"` or `"false"`.
     #[error("annotation {key}: expected \"true\" or \"false\", got {value:?}")]

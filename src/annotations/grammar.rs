@@ -1,6 +1,7 @@
 //! The value grammar every scheme shares: yes/no values, durations (humantime's
-//! and Go's), comma lists, object names, namespaces, key paths, and the error
-//! builders that quote a value safely.
+//! and Go's), comma lists, object names, namespaces, and the error builders that
+//! quote a value safely. A reference's own rules (a Consul key path, a URL) are
+//! its source's: the catalog carries each source's check.
 
 use std::time::Duration;
 
@@ -115,8 +116,9 @@ pub(super) fn parse_namespaced_name(item: &str) -> Result<(Option<&str>, &str), 
     }
 }
 
-/// A DNS-1123 subdomain of at most 253 characters (ConfigMap and Secret names).
-pub(super) fn check_object_name(value: &str) -> Result<(), &'static str> {
+/// A DNS-1123 subdomain of at most 253 characters (ConfigMap and Secret names):
+/// what a reference of a [`Scope::Namespaced`](crate::model::Scope) source must be.
+pub fn check_object_name(value: &str) -> Result<(), &'static str> {
     if value.is_empty() {
         return Err("an object name must not be empty");
     }
@@ -148,26 +150,15 @@ fn is_dns_label(label: &str) -> bool {
     }
 }
 
-/// A key path of an external source (Consul): non-empty, not `/`-led, no
-/// whitespace or control characters.
-pub(super) fn check_key_path(value: &str) -> Result<(), &'static str> {
-    if value.is_empty() {
-        return Err("a key path must not be empty");
-    }
-    if value.starts_with('/') {
-        return Err("a key path must not start with '/'");
-    }
-    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("a key path must not contain whitespace or control characters");
-    }
-    Ok(())
-}
-
-pub(super) fn invalid_reference(key: &str, value: &str, reason: &'static str) -> AnnotationError {
+pub(super) fn invalid_reference(
+    key: &str,
+    value: &str,
+    reason: impl Into<String>,
+) -> AnnotationError {
     AnnotationError::InvalidReference {
         key: key.to_owned(),
         value: excerpt(value),
-        reason,
+        reason: reason.into(),
     }
 }
 

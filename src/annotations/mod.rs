@@ -62,6 +62,7 @@ mod stamps;
 mod wave;
 
 pub use error::AnnotationError;
+pub use grammar::check_object_name;
 pub use mutator::{MUTATOR_LAST_UPDATED, MUTATOR_PREFIX, MUTATOR_SKIP, mutator_checksum};
 pub use reloader::{
     RELOADER_AUTO, RELOADER_CONFIGMAP_AUTO, RELOADER_CONFIGMAP_RELOAD, RELOADER_CONFIGMAPS_EXCLUDE,

@@ -2,7 +2,7 @@
 //! `k8s-consul-mutator.io/skip`; written as `k8s-consul-mutator.io/checksum-<name>`.
 
 use super::AnnotationError;
-use super::grammar::{check_key_path, check_name_len, invalid_reference};
+use super::grammar::check_name_len;
 use super::parser::{Annotations, Parser};
 use super::scheme::{CHECKSUM_PREFIX, MAX_SLOT_LEN};
 use super::stamps::Contribution;
@@ -58,7 +58,7 @@ impl Parser<'_> {
                 source_name: consul.to_string(),
             });
         }
-        check_key_path(value).map_err(|reason| invalid_reference(key, value, reason))?;
+        self.check_reference(key, &consul, value)?;
         self.stamps.add(Contribution {
             output: Output::PodTemplateAndWorkloadAnnotation(mutator_checksum(&slot)),
             combine: Combine::Single,

@@ -4,8 +4,8 @@
 
 use super::AnnotationError;
 use super::grammar::{
-    check_key_path, check_name_len, check_object_name, excerpt, invalid_item, invalid_reference,
-    parse_bool, parse_duration, parse_exclude_item, split_list,
+    check_name_len, check_object_name, excerpt, invalid_item, invalid_reference, parse_bool,
+    parse_duration, parse_exclude_item, split_list,
 };
 use super::parser::Annotations;
 use super::parser::Parser;
@@ -74,15 +74,15 @@ impl Parser<'_> {
             key: key.to_owned(),
             error,
         })?;
+        // A namespaced reference is an object name (what the scope means); beyond
+        // that, the reference is whatever its source accepts.
+        if scope == Scope::Namespaced {
+            check_object_name(value).map_err(|reason| invalid_reference(key, value, reason))?;
+        }
+        self.check_reference(key, &source, value)?;
         let reference = match scope {
-            Scope::Namespaced => {
-                check_object_name(value).map_err(|reason| invalid_reference(key, value, reason))?;
-                Reference::object(source, self.namespace(), value)
-            }
-            Scope::External => {
-                check_key_path(value).map_err(|reason| invalid_reference(key, value, reason))?;
-                Reference::key(source, value)
-            }
+            Scope::Namespaced => Reference::object(source, self.namespace(), value),
+            Scope::External => Reference::key(source, value),
         };
         self.stamps.add(Contribution {
             output: Output::PodTemplateAnnotation(self.scheme.checksum(&slot)),

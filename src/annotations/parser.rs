@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodSpec;
 
-use super::grammar::parse_bool;
+use super::grammar::{excerpt, invalid_reference, parse_bool};
 use super::stamps::Stamps;
 use super::{AnnotationError, AnnotationScheme, Dependencies};
 use crate::discovery::Discovered;
 use crate::fingerprint::ObjectKind;
-use crate::model::{Output, Reference, SourceCatalog, Workload};
+use crate::model::{Output, Reference, SourceCatalog, SourceName, Workload};
 
 pub(super) struct Parser<'a> {
     pub(super) workload: &'a Workload,
@@ -65,6 +65,21 @@ impl<'a> Parser<'a> {
     pub(super) fn report(&mut self, result: Result<(), AnnotationError>) {
         if let Err(error) = result {
             self.deps.errors.push(error);
+        }
+    }
+
+    /// `value` as a reference of `source`, by that source's own check (the
+    /// catalog's; a source that is not configured was reported already). The
+    /// source's message is the reason, cut to its start like any value.
+    pub(super) fn check_reference(
+        &self,
+        key: &str,
+        source: &SourceName,
+        value: &str,
+    ) -> Result<(), AnnotationError> {
+        match self.catalog.check(source, value) {
+            Some(Err(reason)) => Err(invalid_reference(key, value, excerpt(&reason))),
+            Some(Ok(())) | None => Ok(()),
         }
     }
 

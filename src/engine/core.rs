@@ -535,8 +535,13 @@ impl Core {
         if *record.reported_invalid == *messages {
             return;
         }
-        for error in errors {
+        for (error, message) in errors.iter().zip(&messages) {
             tracing::warn!(workload = %id, annotation = error.key(), category = error.category(), %error, "invalid annotation");
+            // Counted when first reported: an error the previous set held was
+            // counted then.
+            if !record.reported_invalid.contains(message) {
+                self.metrics.annotation_error(&id.kind, error.category());
+            }
         }
         record.reported_invalid = messages.clone().into_boxed_slice();
         if !messages.is_empty() {

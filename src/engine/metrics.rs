@@ -62,6 +62,14 @@ struct StampLabels {
     result: StampResult,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct AnnotationErrorLabels {
+    /// The workload kind in lower case.
+    kind: String,
+    /// `AnnotationError::category()` (a fixed set).
+    category: &'static str,
+}
+
 /// The engine's metrics. Clones share the series.
 #[derive(Debug, Clone)]
 pub struct EngineMetrics {
@@ -71,6 +79,7 @@ pub struct EngineMetrics {
     tracked_references: Gauge,
     queue_depth: Gauge,
     events_dropped: Counter,
+    annotation_errors: Family<AnnotationErrorLabels, Counter>,
 }
 
 impl Default for EngineMetrics {
@@ -83,6 +92,7 @@ impl Default for EngineMetrics {
             tracked_references: Gauge::default(),
             queue_depth: Gauge::default(),
             events_dropped: Counter::default(),
+            annotation_errors: Family::default(),
         }
     }
 }
@@ -91,7 +101,7 @@ impl EngineMetrics {
     /// Metrics registered into `registry` (nudge's root registry:
     /// `nudge_stamps_total`, `nudge_stamp_latency_seconds`, `nudge_tracked_workloads`,
     /// `nudge_tracked_references`, `nudge_debounce_queue_depth`,
-    /// `nudge_events_dropped_total`).
+    /// `nudge_events_dropped_total`, `nudge_annotation_errors_total`).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -125,7 +135,33 @@ impl EngineMetrics {
             "Events (and the notifications made from them) dropped because the publisher fell behind",
             metrics.events_dropped.clone(),
         );
+        registry.register(
+            "annotation_errors",
+            "Invalid workload annotations by workload kind and error category, each counted when first reported",
+            metrics.annotation_errors.clone(),
+        );
         metrics
+    }
+
+    /// An invalid annotation of category `category` on a workload of `kind` was
+    /// reported (once per distinct error, when it first appears).
+    pub fn annotation_error(&self, kind: &WorkloadKind, category: &'static str) {
+        self.annotation_errors
+            .get_or_create(&AnnotationErrorLabels {
+                kind: kind.label().to_owned(),
+                category,
+            })
+            .inc();
+    }
+
+    /// Invalid annotations reported so far with these labels.
+    pub fn annotation_errors(&self, kind: &WorkloadKind, category: &'static str) -> u64 {
+        self.annotation_errors
+            .get_or_create(&AnnotationErrorLabels {
+                kind: kind.label().to_owned(),
+                category,
+            })
+            .get()
     }
 
     /// An Event was dropped: its queue was full.
@@ -212,5 +248,23 @@ mod tests {
         assert!(text.contains("nudge_tracked_references 7"));
         assert!(text.contains("nudge_debounce_queue_depth 2"));
         assert!(text.contains("nudge_events_dropped_total 0"));
+    }
+
+    #[test]
+    fn annotation_errors_are_labelled_with_kind_and_category() {
+        let mut registry = Registry::with_prefix("nudge");
+        let metrics = EngineMetrics::register(&mut registry);
+        metrics.annotation_error(&WorkloadKind::deployment(), "bad_reference");
+        let text = encode(&registry);
+        assert!(
+            text.contains(
+                r#"nudge_annotation_errors_total{kind="deployment",category="bad_reference"} 1"#
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            metrics.annotation_errors(&WorkloadKind::deployment(), "bad_reference"),
+            1
+        );
     }
 }

@@ -156,12 +156,7 @@ impl Engine {
 
     /// The configured sources, as annotations see them.
     pub fn catalog(&self) -> SourceCatalog {
-        SourceCatalog(
-            self.sources
-                .iter()
-                .map(|(name, source)| (name.clone(), source.scope()))
-                .collect(),
-        )
+        crate::sources::catalog(self.sources.values())
     }
 
     /// The kinds with a registered target.

@@ -52,11 +52,15 @@ fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
 }
 
 fn mk_catalog() -> SourceCatalog {
-    SourceCatalog(BTreeMap::from([
-        (SourceName::configmap(), Scope::Namespaced),
-        (SourceName::secret(), Scope::Namespaced),
-        (SourceName::consul(), Scope::External),
-    ]))
+    let object_name = |r: &str| crate::annotations::check_object_name(r).map_err(str::to_owned);
+    SourceCatalog::new()
+        .with(SourceName::configmap(), Scope::Namespaced, object_name)
+        .with(SourceName::secret(), Scope::Namespaced, object_name)
+        .with(
+            SourceName::consul(),
+            Scope::External,
+            crate::sources::consul::check_key,
+        )
 }
 
 fn mk_settings() -> ExplainSettings {

@@ -3,16 +3,18 @@
 //!
 //! Everything here is plain data: no I/O, no Kubernetes client types.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
 use serde::Serialize;
 use smol_str::SmolStr;
 
+mod catalog;
 mod kind;
 mod workload;
 
+pub use catalog::{ReferenceCheck, SourceCatalog, default_reference_check};
 pub use kind::{TemplatePath, TemplatePathError, WorkloadKind};
 pub use workload::{Rollout, Workload, WorkloadError};
 
@@ -600,16 +602,4 @@ pub enum Scope {
     Namespaced,
     /// Consul and other external stores: the reference is a key path.
     External,
-}
-
-/// The sources configured in this installation, by annotation name. Annotations that
-/// name any other source are invalid.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SourceCatalog(pub BTreeMap<SourceName, Scope>);
-
-impl SourceCatalog {
-    /// The scope of a configured source, or `None` when it is not configured.
-    pub fn scope(&self, name: &SourceName) -> Option<Scope> {
-        self.0.get(name).copied()
-    }
 }

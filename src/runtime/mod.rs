@@ -577,7 +577,7 @@ impl Controller {
         tracing::info!(
             namespaces = %scope_description(&kubernetes.namespaces),
             kinds = ?targets.iter().map(|t| t.kind().to_string()).collect::<Vec<_>>(),
-            sources = ?engine.catalog().0.keys().map(SourceName::as_str).collect::<Vec<_>>(),
+            sources = ?engine.catalog().names().map(SourceName::as_str).collect::<Vec<_>>(),
             "watching"
         );
         for target in targets {

@@ -509,6 +509,11 @@ impl<K: ContentObject> Source for ObjectSource<K> {
         Scope::Namespaced
     }
 
+    /// A ConfigMap or Secret name: a DNS-1123 subdomain.
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        crate::annotations::check_object_name(reference).map_err(str::to_owned)
+    }
+
     fn supports(&self, algorithm: Algorithm) -> bool {
         algorithm != Algorithm::Md5
     }

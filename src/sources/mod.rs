@@ -35,7 +35,7 @@ use crate::config::ConsulConfig;
 use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
 pub use crate::health::SourceMetrics;
 use crate::health::{Readiness, ReadyStatus, WatchHealth, WatchReady};
-use crate::model::{Scope, SourceName, Tracked};
+use crate::model::{Scope, SourceCatalog, SourceName, Tracked};
 
 mod configmap;
 pub mod consul;
@@ -419,6 +419,18 @@ pub trait Source: Send + Sync + 'static {
         algorithm == Algorithm::Native
     }
 
+    /// Whether `reference` (the value of a `<prefix>/<name>-<slot>` annotation)
+    /// can name anything in this source; `Err` says why not, and becomes the
+    /// reason of the workload's `InvalidAnnotation` Event. Checked when
+    /// annotations are parsed (engine, webhook, `nudge explain`), so a bad
+    /// reference is reported once instead of failing every read. By default:
+    /// [`default_reference_check`](crate::model::default_reference_check) (not
+    /// empty, no control characters). References of a namespaced source must
+    /// also be object names (DNS-1123), whatever this says.
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        crate::model::default_reference_check(reference)
+    }
+
     /// Reads the current observation of one reference now. Used by the admission
     /// webhook and `nudge explain` for references the engine has not observed;
     /// callers put a deadline around it.
@@ -432,6 +444,22 @@ pub trait Source: Send + Sync + 'static {
     /// and reporting every observation. Returns `Ok` on shutdown; an error return
     /// is logged and the engine restarts the source with backoff.
     async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError>;
+}
+
+/// The catalog annotations are parsed with: each source's name, scope and its
+/// own [`Source::check_reference`]. The engine (and through it the webhook) and
+/// `nudge explain` build theirs here, so they apply the same rules.
+pub fn catalog<'a>(sources: impl IntoIterator<Item = &'a Arc<dyn Source>>) -> SourceCatalog {
+    let mut catalog = SourceCatalog::new();
+    for source in sources {
+        let checker = Arc::clone(source);
+        catalog.insert(
+            source.name().clone(),
+            source.scope(),
+            Arc::new(move |reference: &str| checker.check_reference(reference)),
+        );
+    }
+    catalog
 }
 
 /// The built-in sources `config` asks for: ConfigMaps, Secrets and every enabled

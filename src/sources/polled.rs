@@ -43,6 +43,18 @@ pub trait PollSource: Send + Sync + 'static {
         algorithm == Algorithm::Native
     }
 
+    /// Whether `reference` (the value of a `<prefix>/<name>-<slot>` annotation)
+    /// can name anything in this source; `Err` says why not, and becomes the
+    /// reason of the workload's `InvalidAnnotation` Event. Checked when
+    /// annotations are parsed (engine, webhook, `nudge explain`), so a bad
+    /// reference is reported once instead of failing every read. By default:
+    /// [`default_reference_check`](crate::model::default_reference_check) (not
+    /// empty, no control characters). References of a namespaced source must
+    /// also be object names (DNS-1123), whatever this says.
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        crate::model::default_reference_check(reference)
+    }
+
     /// How often each tracked reference is read.
     fn interval(&self) -> Duration;
 
@@ -199,6 +211,10 @@ impl<S: PollSource> Source for Polled<S> {
 
     fn scope(&self) -> Scope {
         self.0.scope()
+    }
+
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        self.0.check_reference(reference)
     }
 
     fn supports(&self, algorithm: Algorithm) -> bool {

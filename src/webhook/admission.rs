@@ -506,7 +506,6 @@ fn bad_request(message: &str) -> ReviewAnswer {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use async_trait::async_trait;
 
@@ -535,7 +534,7 @@ mod tests {
                 observe_timeout: Duration::from_secs(1),
             },
             AdmissionParts {
-                catalog: SourceCatalog(BTreeMap::new()),
+                catalog: SourceCatalog::new(),
                 kinds: vec![WorkloadKind::deployment()],
                 fingerprints: Arc::default(),
                 reader: Arc::new(Unreachable),

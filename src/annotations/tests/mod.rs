@@ -2,6 +2,7 @@
 //! helpers they share live here.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     ConfigMapKeySelector, ConfigMapVolumeSource, Container, EnvFromSource, EnvVar, EnvVarSource,
@@ -28,16 +29,34 @@ mod wave;
 // --- builders ---
 
 fn mk_catalog() -> SourceCatalog {
-    let mut catalog = mk_catalog_without_consul();
-    catalog.0.insert(SourceName::consul(), Scope::External);
-    catalog
+    mk_catalog_without_consul().with(SourceName::consul(), Scope::External, key_path)
 }
 
 fn mk_catalog_without_consul() -> SourceCatalog {
-    SourceCatalog(BTreeMap::from([
-        (SourceName::configmap(), Scope::Namespaced),
-        (SourceName::secret(), Scope::Namespaced),
-    ]))
+    SourceCatalog::new()
+        .with(SourceName::configmap(), Scope::Namespaced, object_name)
+        .with(SourceName::secret(), Scope::Namespaced, object_name)
+}
+
+/// What the ConfigMap and Secret sources check.
+fn object_name(reference: &str) -> Result<(), String> {
+    check_object_name(reference).map_err(str::to_owned)
+}
+
+/// Stands in for Consul's own check (`sources::consul::check_key`, tested
+/// there; this layer may not import sources): not empty, not `/`-led, no
+/// whitespace or control characters.
+fn key_path(reference: &str) -> Result<(), String> {
+    if reference.is_empty() || reference.starts_with('/') {
+        return Err("a key must not be empty or start with '/'".to_owned());
+    }
+    if reference
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err("a key must not contain whitespace".to_owned());
+    }
+    Ok(())
 }
 
 fn mk_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

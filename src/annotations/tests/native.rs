@@ -95,9 +95,11 @@ fn slot_longer_than_checksum_name_allows_is_reported() {
     let fits = format!("nudge.dev/consul-{}", "s".repeat(MAX_SLOT_LEN));
     let too_long = format!("nudge.dev/c-{}", "s".repeat(MAX_SLOT_LEN + 1));
     let mut catalog = mk_catalog();
-    catalog
-        .0
-        .insert(SourceName::new("c").expect("valid"), Scope::External);
+    catalog.insert(
+        SourceName::new("c").expect("valid"),
+        Scope::External,
+        Arc::new(key_path),
+    );
     let workload = mk_annotated(&[(fits.as_str(), "a"), (too_long.as_str(), "b")]);
     let deps = dependencies(&workload, &AnnotationScheme::default(), &catalog);
     assert_eq!(categories(&deps), vec![(too_long.as_str(), "bad_slot")]);
@@ -128,9 +130,10 @@ fn unknown_source_is_reported_and_valid_sibling_still_works() {
 #[test]
 fn second_consul_cluster_is_a_source_when_configured() {
     let mut catalog = mk_catalog();
-    catalog.0.insert(
+    catalog.insert(
         SourceName::new("consul.eu").expect("valid"),
         Scope::External,
+        Arc::new(key_path),
     );
     let workload = mk_annotated(&[("nudge.dev/consul.eu-db", "db/url")]);
     let deps = dependencies(&workload, &AnnotationScheme::default(), &catalog);
@@ -159,6 +162,122 @@ fn invalid_references_are_reported_per_scope() {
     assert!(bad.iter().all(|(_, c)| *c == "bad_reference"));
     stamp(&deps, "nudge.dev/checksum-unicode");
     stamp(&deps, "nudge.dev/checksum-dotted");
+}
+
+/// An HTTP-like custom source: its references are absolute URLs or absolute
+/// paths, which Consul's rules would refuse (a leading '/').
+fn url_or_path(reference: &str) -> Result<(), String> {
+    if reference.starts_with("https://") || reference.starts_with('/') {
+        Ok(())
+    } else {
+        Err("expected an https:// URL or an absolute path".to_owned())
+    }
+}
+
+#[test]
+fn custom_external_source_references_follow_the_sources_own_rule() {
+    let catalog = mk_catalog().with(
+        SourceName::new("http").expect("valid"),
+        Scope::External,
+        url_or_path,
+    );
+    let workload = mk_annotated(&[
+        ("nudge.dev/http-motd", "https://config.example.com/motd.txt"),
+        ("nudge.dev/http-root", "/etc/motd"),
+        ("nudge.dev/http-bare", "config.example.com/motd.txt"),
+        ("nudge.dev/consul-lead", "/etc/motd"),
+    ]);
+    let deps = dependencies(&workload, &AnnotationScheme::default(), &catalog);
+    assert_eq!(
+        categories(&deps),
+        vec![
+            ("nudge.dev/consul-lead", "bad_reference"),
+            ("nudge.dev/http-bare", "bad_reference"),
+        ]
+    );
+    // The reason is the source's own message.
+    let bare = deps
+        .errors
+        .iter()
+        .find(|e| e.key() == "nudge.dev/http-bare")
+        .expect("reported");
+    assert_eq!(
+        bare.to_string(),
+        "annotation nudge.dev/http-bare: invalid reference \"config.example.com/motd.txt\": expected an https:// URL or an absolute path"
+    );
+    // A leading '/' is fine for a source whose rule allows it: Consul's rules are
+    // Consul's.
+    let root = stamp(&deps, "nudge.dev/checksum-root");
+    assert_eq!(
+        root.inputs[0].tracked.reference,
+        Reference::key(SourceName::new("http").expect("valid"), "/etc/motd")
+    );
+    stamp(&deps, "nudge.dev/checksum-motd");
+}
+
+#[test]
+fn custom_source_with_the_default_rule_takes_any_printable_reference() {
+    let catalog = mk_catalog().with(
+        SourceName::new("vault").expect("valid"),
+        Scope::External,
+        crate::model::default_reference_check,
+    );
+    let workload = mk_annotated(&[
+        ("nudge.dev/vault-lead", "/secret/data/app"),
+        ("nudge.dev/vault-space", "kv/my app"),
+        ("nudge.dev/vault-empty", ""),
+        ("nudge.dev/vault-newline", "kv/app\nmore"),
+    ]);
+    let deps = dependencies(&workload, &AnnotationScheme::default(), &catalog);
+    assert_eq!(
+        categories(&deps),
+        vec![
+            ("nudge.dev/vault-empty", "bad_reference"),
+            ("nudge.dev/vault-newline", "bad_reference"),
+        ]
+    );
+    stamp(&deps, "nudge.dev/checksum-lead");
+    stamp(&deps, "nudge.dev/checksum-space");
+}
+
+#[test]
+fn namespaced_custom_source_needs_an_object_name_and_its_own_rule() {
+    // Its own rule accepts anything; the scope still asks for an object name.
+    let catalog = mk_catalog()
+        .with(
+            SourceName::new("lax").expect("valid"),
+            Scope::Namespaced,
+            |_: &str| Ok(()),
+        )
+        .with(
+            SourceName::new("strict").expect("valid"),
+            Scope::Namespaced,
+            |r: &str| {
+                r.starts_with("app-")
+                    .then_some(())
+                    .ok_or_else(|| "must start with app-".to_owned())
+            },
+        );
+    let workload = mk_annotated(&[
+        ("nudge.dev/lax-slash", "a/b"),
+        ("nudge.dev/lax-ok", "flags"),
+        ("nudge.dev/strict-other", "flags"),
+        ("nudge.dev/strict-good", "app-flags"),
+    ]);
+    let deps = dependencies(&workload, &AnnotationScheme::default(), &catalog);
+    assert_eq!(
+        categories(&deps),
+        vec![
+            ("nudge.dev/lax-slash", "bad_reference"),
+            ("nudge.dev/strict-other", "bad_reference"),
+        ]
+    );
+    let ok = stamp(&deps, "nudge.dev/checksum-ok");
+    assert_eq!(
+        ok.inputs[0].tracked.reference.namespace.as_deref(),
+        Some(NS)
+    );
+    stamp(&deps, "nudge.dev/checksum-good");
 }
 
 #[test]

@@ -330,14 +330,23 @@ pub(super) fn settings() -> CoreSettings {
             stamp_on_delete: false,
         },
         scheme: AnnotationScheme::default(),
-        catalog: SourceCatalog(BTreeMap::from([
-            (SourceName::configmap(), Scope::Namespaced),
-            (SourceName::secret(), Scope::Namespaced),
-            (SourceName::consul(), Scope::External),
-        ])),
+        catalog: builtin_catalog(),
         namespace_selector: false,
         leader: true,
     }
+}
+
+/// ConfigMaps, Secrets and Consul, with the checks those sources have.
+pub(super) fn builtin_catalog() -> SourceCatalog {
+    let object_name = |r: &str| crate::annotations::check_object_name(r).map_err(str::to_owned);
+    SourceCatalog::new()
+        .with(SourceName::configmap(), Scope::Namespaced, object_name)
+        .with(SourceName::secret(), Scope::Namespaced, object_name)
+        .with(
+            SourceName::consul(),
+            Scope::External,
+            crate::sources::consul::check_key,
+        )
 }
 
 /// The fingerprint a source reports for `tracked` holding `content`.

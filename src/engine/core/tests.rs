@@ -31,10 +31,9 @@ fn mk_settings() -> CoreSettings {
             stamp_on_delete: false,
         },
         scheme: AnnotationScheme::default(),
-        catalog: SourceCatalog(BTreeMap::from([(
-            SourceName::configmap(),
-            Scope::Namespaced,
-        )])),
+        catalog: SourceCatalog::new().with(SourceName::configmap(), Scope::Namespaced, |r| {
+            crate::annotations::check_object_name(r).map_err(str::to_owned)
+        }),
         namespace_selector: false,
         leader: true,
     }
@@ -298,6 +297,64 @@ fn a_rejected_write_publishes_stamp_failed_and_is_not_retried() {
     );
     assert_eq!(notices(&effects)[0].reason, Reason::StampFailed);
     assert_eq!(wake(&effects), None);
+}
+
+#[test]
+fn a_custom_sources_invalid_reference_is_one_event_with_its_reason_and_counted_once() {
+    let t0 = Instant::now();
+    let mut settings = mk_settings();
+    // A custom external source whose rule wants absolute paths: Consul's rules
+    // (no leading '/') are not its.
+    settings.catalog = settings.catalog.with(
+        SourceName::new("files").expect("valid"),
+        Scope::External,
+        |r: &str| {
+            r.starts_with('/')
+                .then_some(())
+                .ok_or_else(|| "files wants an absolute path".to_owned())
+        },
+    );
+    let metrics = EngineMetrics::default();
+    let mut core = Core::new(settings, Arc::default(), metrics.clone()).unwrap();
+    let kind = WorkloadKind::deployment();
+    let mut workload = mk_workload("web", "cfg", None);
+    let annotate = |w: &mut Workload, key: &str, value: &str| {
+        w.annotations.insert(key.to_owned(), value.to_owned());
+    };
+    annotate(&mut workload, "nudge.dev/files-motd", "etc/motd");
+    annotate(&mut workload, "nudge.dev/files-root", "/etc/hosts");
+    let effects = core.handle(Input::workload(WorkloadEvent::Apply(workload.clone())), t0);
+    let invalid = notices(&effects);
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!(invalid[0].reason, Reason::InvalidAnnotation);
+    assert_eq!(
+        invalid[0].note,
+        r#"annotation nudge.dev/files-motd: invalid reference "etc/motd": files wants an absolute path"#
+    );
+    assert_eq!(metrics.annotation_errors(&kind, "bad_reference"), 1);
+    // The valid sibling with a leading '/' is tracked.
+    let files_root = Tracked::new(
+        Reference::key(SourceName::new("files").expect("valid"), "/etc/hosts"),
+        Algorithm::Native,
+    );
+    assert!(effects.contains(&Effect::Track(files_root)), "{effects:?}");
+
+    // Seen again (a status update): no second Event, not counted again.
+    let effects = core.handle(
+        Input::workload(WorkloadEvent::Apply(workload.clone())),
+        t0 + secs(1),
+    );
+    assert!(notices(&effects).is_empty());
+    assert_eq!(metrics.annotation_errors(&kind, "bad_reference"), 1);
+
+    // A second bad reference: one Event for the new set, only the new error counted.
+    annotate(&mut workload, "nudge.dev/files-other", "");
+    let effects = core.handle(
+        Input::workload(WorkloadEvent::Apply(workload)),
+        t0 + secs(2),
+    );
+    assert_eq!(notices(&effects).len(), 1);
+    assert_eq!(metrics.annotation_errors(&kind, "bad_reference"), 2);
 }
 
 #[test]

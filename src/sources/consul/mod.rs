@@ -205,22 +205,32 @@ impl ConsulSource {
     }
 }
 
-/// Why `key` cannot name a Consul key, if it cannot.
+/// Why `key` cannot name a Consul key, if it cannot: the one place Consul's
+/// key-path rules live ([`Source::check_reference`] for annotations, and every
+/// read). Not empty, not `/`-led (the KV path is relative), no `.` or `..`
+/// segment (it could leave the KV path), no whitespace or control characters
+/// (a key with them is almost surely a slip in the annotation).
 pub fn key_problem(key: &str) -> Option<&'static str> {
     if key.is_empty() {
-        Some("the key is empty")
+        Some("a Consul key must not be empty")
     } else if key.starts_with('/') {
-        Some("the key must not start with /")
+        Some("a Consul key must not start with '/'")
     } else if key
         .split('/')
         .any(|segment| segment == "." || segment == "..")
     {
-        Some("the key must not contain . or .. segments")
-    } else if key.chars().any(char::is_control) {
-        Some("the key must not contain control characters")
+        Some("a Consul key must not contain . or .. segments")
+    } else if key.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("a Consul key must not contain whitespace or control characters")
     } else {
         None
     }
+}
+
+/// [`key_problem`] as a reference check (what `ConsulSource::check_reference`
+/// answers).
+pub fn check_key(key: &str) -> Result<(), String> {
+    key_problem(key).map_or(Ok(()), |reason| Err(reason.to_owned()))
 }
 
 #[async_trait]
@@ -231,6 +241,11 @@ impl Source for ConsulSource {
 
     fn scope(&self) -> Scope {
         Scope::External
+    }
+
+    /// Consul's key-path rules ([`check_key`]).
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        check_key(reference)
     }
 
     fn supports(&self, algorithm: Algorithm) -> bool {
@@ -279,10 +294,10 @@ mod tests {
 
     #[test]
     fn keys_that_could_escape_the_kv_path_are_refused() {
-        for key in ["", "/abs", "a/../agent/self", "./x", "a\nb"] {
+        for key in ["", "/abs", "a/../agent/self", "./x", "a\nb", "a b", "a\tb"] {
             assert!(key_problem(key).is_some(), "{key:?}");
         }
-        for key in ["app/config", "app/", "a b/ü%?#", "a..b"] {
+        for key in ["app/config", "app/", "a%20b/ü%?#", "a..b", "app/größe"] {
             assert_eq!(key_problem(key), None, "{key:?}");
         }
     }
