@@ -1,9 +1,13 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease (design §7): every replica
 //! watches and serves the webhook; only the Lease holder stamps.
 //!
-//! No published crate supports kube 5 / k8s-openapi 0.29 yet (kube-leader-election
-//! 0.44 needs kube 4, kube-coordinate kube 2, kubert's lease kube 1.1), so this is a
-//! small implementation of client-go's algorithm:
+//! A small implementation of client-go's algorithm, kept rather than a crate
+//! (design §7, Decisions): of the crates checked only kube-lease-manager 0.13
+//! supports kube 5, and it judges expiry from `renewTime` against the local wall
+//! clock, keeps reporting leadership while renewals fail, and lets a successor
+//! take a released Lease only when the old one would have expired (kubert's lease
+//! needs kube 1.1, kube-leader-election 0.44 kube 4, kube-coordinate kube 2). The
+//! algorithm:
 //!
 //! - **Acquire**: every `retry_period` a candidate reads the Lease. Absent: it
 //!   creates it. Held by nobody, or expired (see below): it takes it over with an
