@@ -63,7 +63,8 @@ enum Command {
     /// Show what a workload tracks and why it is or is not in sync.
     Explain {
         /// The workload, as `<kind>/<name>` (kind: deployment, statefulset, daemonset,
-        /// rollout, or the kind of a `[[targets]]` entry).
+        /// cronjob, job, rollout, the kind of a `[[targets]]` entry, or of a target
+        /// registered in code).
         workload: String,
         /// Its namespace (default: the kubeconfig context's namespace, as kubectl).
         #[arg(short, long)]
@@ -170,8 +171,10 @@ fn config_failed(error: &crate::config::ConfigError) -> ExitCode {
 }
 
 /// A client that answers every request with an error: `check-config` builds
-/// the controller, with its custom sources, without a cluster.
-fn offline_client() -> kube::Client {
+/// the controller, with its custom sources, without a cluster, and so can an
+/// embedder's test of its configuration (`Controller::from_figment`, then
+/// [`Controller::check`]).
+pub fn offline_client() -> kube::Client {
     let refuse = tower::service_fn(|_: http::Request<kube::client::Body>| async {
         Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
             "check-config reads no cluster",

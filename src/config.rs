@@ -1016,7 +1016,9 @@ where
     let Ok(value) = figment.find_value(path) else {
         return Ok(T::default());
     };
-    let typed: T = figment.extract_inner(path).map_err(load_error)?;
+    let typed: T = figment
+        .extract_inner(path)
+        .map_err(|error| load_error(with_section(error, path)))?;
     let mut unknown = Vec::new();
     let _: Result<T, figment::Error> =
         serde_ignored::deserialize(&value, |field| unknown.push(field.to_string()));
@@ -1031,9 +1033,27 @@ where
     Ok(typed)
 }
 
-/// Where the value at `key` came from, for error messages.
+/// `error` from reading the section at `path`, its path made whole: figment
+/// appends the section's path after the field's instead of before it.
+fn with_section(mut error: figment::Error, path: &str) -> figment::Error {
+    let section: Vec<String> = path.split('.').map(str::to_owned).collect();
+    if error.path.ends_with(&section) {
+        let field = error.path.len() - section.len();
+        error.path.truncate(field);
+    }
+    error.path.splice(0..0, section);
+    error
+}
+
+/// Where the section at `key` came from, for error messages: the file, or the
+/// environment variables under it (`NUDGE_SOURCES__FILE__*`).
 pub(crate) fn origin_of(figment: &Figment, key: &str) -> String {
-    origin(figment.find_metadata(key), key)
+    let origin = origin(figment.find_metadata(key), key);
+    if origin.starts_with("environment variable ") {
+        format!("{origin}{ENV_SEPARATOR}*")
+    } else {
+        origin
+    }
 }
 
 fn load_error(error: figment::Error) -> ConfigError {

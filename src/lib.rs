@@ -102,8 +102,8 @@ pub mod source {
         DigestValue, Fingerprint, FingerprintError, FingerprintKey, Observation, WaveFragment,
     };
     pub use crate::model::{
-        Algorithm, KeySelection, Name, NameError, Reference, Scope, Shared, SourceName, Tracked,
-        TrackedItem, default_reference_check,
+        Algorithm, Gate, KeySelection, Name, NameError, Reference, Scope, Shared, SourceName,
+        Tracked, TrackedItem, default_reference_check,
     };
     pub use crate::sources::{
         Interest, ObservationStream, ObserveContext, PollSource, Source, SourceContext,
@@ -142,6 +142,20 @@ pub use k8s_openapi;
 /// Shutting down on SIGTERM or SIGINT.
 pub mod shutdown {
     pub use crate::runtime::shutdown::on_signal;
+    /// What [`Controller::run`](crate::Controller::run) stops on (tokio-util's).
+    pub use tokio_util::sync::CancellationToken;
+}
+
+/// The errors inside [`RunError`] and [`explain::ExplainError`], so that an
+/// embedder can name and match them.
+pub mod error {
+    pub use crate::config::ConfigError;
+    pub use crate::engine::EngineError;
+    pub use crate::events::notify::NotifyError;
+    pub use crate::runtime::admin::AdminError;
+    pub use crate::sources::consul::SettingsError as ConsulSettingsError;
+    pub use crate::sources::secret::KeyError;
+    pub use crate::webhook::WebhookError;
 }
 
 /// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).

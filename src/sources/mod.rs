@@ -372,6 +372,19 @@ impl SourceError {
         }
     }
 
+    /// A reference this source cannot track, and why.
+    pub fn invalid_reference(
+        source_name: &SourceName,
+        reference: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self::InvalidReference {
+            source_name: source_name.clone(),
+            reference: reference.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// A backend error without an underlying error value (e.g. an unexpected
     /// HTTP status).
     pub fn backend_message(source_name: &SourceName, message: impl Into<String>) -> Self {

@@ -19,6 +19,8 @@ use crate::model::{Scope, SourceName, Tracked};
 use crate::rate::Backoff;
 
 /// The observations of one reference: the current one first, then each change.
+/// A `futures` `BoxStream`: build one with `futures::StreamExt::boxed` (or
+/// `Box::pin` of any `Stream + Send + 'static`).
 pub type ObservationStream = BoxStream<'static, Result<Observation, SourceError>>;
 
 /// First delay before a failed or ended watch is started again (doubling).

@@ -155,14 +155,24 @@ impl WatchSource for FileSource {
         &self.name
     }
 
+    /// A reference must stay below the root: nudge refuses any other with one
+    /// `InvalidAnnotation` Event on the workload, before anything is read.
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        relative_path(&self.name, reference)
+            .map(drop)
+            .map_err(|error| match error {
+                SourceError::InvalidReference { reason, .. } => reason,
+                other => other.to_string(),
+            })
+    }
+
     /// The file's current observation, then one after every event on it or a
     /// directory above it. The receiver is taken before the first read, so no
     /// change between the two is missed.
     fn watch(&self, tracked: &Tracked, cx: &ObserveContext) -> ObservationStream {
         let reference = tracked.reference.name.as_str().to_owned();
         let name = self.name.clone();
-        // nudge has no hook to refuse a reference up front: a bad one is an
-        // error of every read (and so of every restart of this stream).
+        // Refused up front (`check_reference`); kept for a caller that did not.
         if let Err(error) = relative_path(&name, &reference) {
             return stream::once(async move { Err(error) }).boxed();
         }
@@ -247,11 +257,7 @@ impl Stream {
 /// The reference as a path below the root: relative, without `..`.
 fn relative_path<'a>(name: &SourceName, reference: &'a str) -> Result<&'a Path, SourceError> {
     let path = Path::new(reference);
-    let invalid = |reason: &str| SourceError::InvalidReference {
-        source_name: name.clone(),
-        reference: reference.to_owned(),
-        reason: reason.to_owned(),
-    };
+    let invalid = |reason: &str| SourceError::invalid_reference(name, reference, reason);
     if reference.is_empty() {
         return Err(invalid("a file path must not be empty"));
     }
@@ -291,11 +297,11 @@ async fn read(
         }
     };
     if !real.starts_with(&root) {
-        return Err(SourceError::InvalidReference {
-            source_name: name.clone(),
-            reference: reference.to_owned(),
-            reason: "a symbolic link leads outside the root".to_owned(),
-        });
+        return Err(SourceError::invalid_reference(
+            name,
+            reference,
+            "a symbolic link leads outside the root",
+        ));
     }
     match tokio::fs::read(&real).await {
         Ok(content) => Ok(Observation::Present(cx.fingerprint(&content))),

@@ -8,10 +8,10 @@ use std::time::Duration;
 use apiserver_double::{ApiServerDouble, RecordedRequest};
 use nudge::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use nudge::kube::config::{KubeConfigOptions, Kubeconfig};
+use nudge::shutdown::CancellationToken;
 use nudge::source::{FingerprintKey, ObserveContext};
 use nudge::{Config, Controller};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 /// Every wait in these tests ends by then.
 const WAIT: Duration = Duration::from_secs(20);
@@ -306,4 +306,134 @@ fn widget_crd() -> Value {
                     "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}],
         },
     })
+}
+
+/// A free port on 127.0.0.1 for the admin endpoint.
+fn free_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// The body of `GET http://<addr><path>`, once it answers.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answered = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
+                let request =
+                    format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+                stream.write_all(request.as_bytes()).await.unwrap();
+                let mut body = String::new();
+                stream.read_to_string(&mut body).await.unwrap();
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    answered.expect("the admin endpoint answers")
+}
+
+/// InvalidAnnotation Events about `name`.
+async fn invalid_annotation_events(client: &nudge::kube::Client, name: &str) -> Vec<Value> {
+    let gvk = GroupVersionKind::gvk("events.k8s.io", "v1", "Event");
+    let events: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "apps", &ApiResource::from_gvk(&gvk));
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["reason"] == "InvalidAnnotation" && e["regarding"]["name"] == name)
+        .collect()
+}
+
+/// (e) A reference the file source refuses (it leaves the root) is one
+/// `InvalidAnnotation` Warning Event with the source's reason, counted once
+/// in `nudge_annotation_errors_total`, however long nudge runs: proven after
+/// a later stamp of another workload, not by waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_file_reference_is_one_warning_event_and_counted() {
+    let cluster = Cluster::start().await;
+    cluster.write("sentinel.conf", "s1");
+    cluster.deployment("escaping", "../etc/passwd");
+    cluster.deployment("sentinel", "sentinel.conf");
+    let admin = free_port();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(cluster.controller().admin(admin).run(shutdown.clone()));
+    let api = deployments(&cluster.client);
+    let template = ["spec", "template"];
+    cluster
+        .until_stamped(&api, "sentinel", &template, &fingerprint("s1"))
+        .await;
+    let first = tokio::time::timeout(WAIT, async {
+        loop {
+            let events = invalid_annotation_events(&cluster.client, "escaping").await;
+            if !events.is_empty() {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("an InvalidAnnotation Event");
+    let note = first[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("nudge.dev/file-cfg") && note.contains("root"),
+        "{note}"
+    );
+    assert_eq!(first[0]["type"], "Warning");
+
+    // A later signal: the sentinel's next change is stamped.
+    cluster.write("sentinel.conf", "s2");
+    cluster
+        .until_stamped(&api, "sentinel", &template, &fingerprint("s2"))
+        .await;
+    let events = invalid_annotation_events(&cluster.client, "escaping").await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert!(events[0]["series"].is_null(), "reported once: {events:#?}");
+    let metrics = http_get(admin, "/metrics").await;
+    let counted = metrics
+        .lines()
+        .find(|l| l.starts_with("nudge_annotation_errors_total{") && l.contains("deployment"))
+        .unwrap_or_else(|| panic!("no annotation error counted:\n{metrics}"));
+    assert!(counted.ends_with(" 1"), "{counted}");
+    stop(shutdown, running).await;
+}
+
+/// (f) The Widget CRD installed after nudge started: the Widget target starts
+/// working without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn widgets_are_stamped_once_their_crd_appears_after_start() {
+    let cluster = Cluster::start().await;
+    cluster.write("widget.conf", "w1");
+    cluster.write("sentinel.conf", "s1");
+    cluster.deployment("sentinel", "sentinel.conf");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let api = deployments(&cluster.client);
+    cluster
+        .until_stamped(&api, "sentinel", &["spec", "template"], &fingerprint("s1"))
+        .await;
+
+    cluster.double.create(widget_crd()).unwrap();
+    cluster
+        .double
+        .create(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "apps",
+                         "annotations": {"nudge.dev/file-cfg": "widget.conf"}},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "app", "image": "x"}]}}}}))
+        .unwrap();
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Widget");
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client.clone(),
+        "apps",
+        &ApiResource::from_gvk_with_plural(&gvk, "widgets"),
+    );
+    cluster
+        .until_stamped(&widgets, "w", &["spec", "podTemplate"], &fingerprint("w1"))
+        .await;
+    stop(shutdown, running).await;
 }

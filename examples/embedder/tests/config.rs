@@ -118,7 +118,6 @@ fn a_bad_interval_stops_check_config() {
 /// `extract_inner` error path, which appends the section's path instead of
 /// prefixing it (see the embedder's report).
 #[test]
-#[ignore = "nudge defect: a bad value in a custom source's section is named interval.sources.http"]
 fn a_bad_interval_fails_naming_its_key_and_environment_variable() {
     let message = stderr(&bad_interval());
     assert!(message.contains("sources.http.interval"), "{message}");
@@ -161,9 +160,7 @@ fn embedder_controller(file: &str) -> Controller {
     nudge_embedder::customize(controller)
 }
 
-/// A client that is never used: `check` reads no cluster. (nudge's
-/// `check-config` has one of these, but it is not public.)
+/// A client that is never used: `check` reads no cluster.
 fn offline_client() -> Client {
-    let config = nudge::kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-    Client::try_from(config).unwrap()
+    nudge::cli::offline_client()
 }
