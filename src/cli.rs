@@ -173,7 +173,7 @@ fn config_failed(error: &crate::config::ConfigError) -> ExitCode {
 /// A client that answers every request with an error: `check-config` builds
 /// the controller, with its custom sources, without a cluster, and so can an
 /// embedder's test of its configuration (`Controller::from_figment`, then
-/// [`Controller::check`]).
+/// [`Controller::check`]). Call it inside a tokio runtime.
 pub fn offline_client() -> kube::Client {
     let refuse = tower::service_fn(|_: http::Request<kube::client::Body>| async {
         Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(

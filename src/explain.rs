@@ -846,6 +846,7 @@ pub(crate) fn resolve_kind(name: &str, config: &Config) -> Option<TargetConfig> 
         "job" | "jobs" => Some(entry("batch", "v1", "Job")),
         _ => config
             .targets
+            .kinds
             .iter()
             .find(|t| t.kind.to_ascii_lowercase() == lower)
             .cloned(),

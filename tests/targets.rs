@@ -140,7 +140,7 @@ async fn reloaders_env_var_on_a_rollout_is_updated_in_place_and_the_pod_spec_kep
 async fn a_configured_kind_that_is_not_served_is_noted_in_ready_and_the_rest_works() {
     let cluster = TestCluster::start("unserved-kind").await;
     let mut config = cluster.nudge_config();
-    config.targets = vec![TargetConfig {
+    config.targets.kinds = vec![TargetConfig {
         group: "gizmos.nudge.invalid".into(),
         version: "v1".into(),
         kind: "Gizmo".into(),
@@ -171,7 +171,7 @@ async fn a_targets_entry_stamps_its_kind_at_its_template_path() {
     let _crd = cluster.ensure_crd(crd).await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     let mut config = cluster.nudge_config();
-    config.targets = vec![TargetConfig {
+    config.targets.kinds = vec![TargetConfig {
         group: "nudge.test".into(),
         version: "v1".into(),
         kind: "Gadget".into(),
@@ -299,7 +299,7 @@ async fn a_targets_entry_whose_crd_appears_later_is_stamped_without_a_restart() 
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     let (group, kind) = ("late.nudge.test", "Sprocket");
     let mut config = cluster.nudge_config();
-    config.targets = vec![TargetConfig {
+    config.targets.kinds = vec![TargetConfig {
         group: group.into(),
         version: "v1".into(),
         kind: kind.into(),

@@ -11,7 +11,9 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use nudge::__private::sources::consul::client::{ClientError, parse_key_response, parse_prefix_response};
+use nudge::__private::sources::consul::client::{
+    ClientError, parse_key_response, parse_prefix_response,
+};
 use serde_json::json;
 
 #[derive(Arbitrary, Debug)]

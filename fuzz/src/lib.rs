@@ -438,6 +438,7 @@ pub fn workload(u: &mut Unstructured<'_>, prefix: &str) -> Result<Workload> {
         },
         rollout,
         ordered_pods: u.arbitrary()?,
+        resource_version: None,
     })
 }
 

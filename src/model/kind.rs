@@ -45,7 +45,7 @@ impl TemplatePath {
     }
 
     /// The field names, from the object's root.
-    pub(crate) fn segments(&self) -> impl Iterator<Item = &str> {
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(String::as_str)
     }
 }

@@ -167,6 +167,8 @@ pub struct Controller {
     figment: figment::Figment,
     /// The keys of custom sources' `[sources.<key>]` sections.
     configured: BTreeSet<String>,
+    /// The keys of custom targets' `[targets.<key>]` sections.
+    configured_targets: BTreeSet<String>,
     /// Configuration problems found while custom sources were registered,
     /// reported when the controller runs or explains.
     problems: Vec<ConfigError>,
@@ -214,6 +216,7 @@ impl Controller {
             config,
             figment,
             configured: BTreeSet::new(),
+            configured_targets: BTreeSet::new(),
             problems: Vec::new(),
             client,
             sources: Vec::new(),
@@ -323,51 +326,99 @@ impl Controller {
         C: serde::de::DeserializeOwned + Default,
         E: std::fmt::Display,
     {
-        let path = format!("sources.{key}");
-        let built = crate::config::section::<C>(&self.figment, &path).and_then(|config| {
-            make(config).map_err(|error| ConfigError::Load {
-                origin: crate::config::origin_of(&self.figment, &path),
-                key: path.clone(),
-                problem: error.to_string(),
-            })
-        });
-        if key == "consul" || !self.configured.insert(key.to_owned()) {
-            self.problems.push(ConfigError::Load {
-                key: path,
-                problem: "two sources are configured under this key".to_owned(),
-                origin: "code".to_owned(),
-            });
-            return self;
-        }
-        match built {
+        let fresh = key != "consul" && self.configured.insert(key.to_owned());
+        match self.configured_section("sources", key, fresh, make) {
             Ok(source) => self.sources.push(source),
             Err(problem) => self.problems.push(problem),
         }
         self
     }
 
-    /// Every configuration problem: those met registering custom sources,
-    /// then `[sources.<key>]` sections no source is registered for.
+    /// Adds a custom target configured like a custom source
+    /// ([`with_configured_source`](Self::with_configured_source)), from
+    /// `[targets.<key>]` and `NUDGE_TARGETS__<KEY>__<FIELD>`. With custom target
+    /// sections, `targets` is a table: the `[[targets]]` kinds move to
+    /// `[[targets.kinds]]`.
+    pub fn with_configured_target<C, E>(
+        mut self,
+        key: &str,
+        make: impl FnOnce(C) -> Result<Arc<dyn Target>, E>,
+    ) -> Self
+    where
+        C: serde::de::DeserializeOwned + Default,
+        E: std::fmt::Display,
+    {
+        let fresh = key != "kinds" && self.configured_targets.insert(key.to_owned());
+        match self.configured_section("targets", key, fresh, make) {
+            Ok(target) => self.targets.push(target),
+            Err(problem) => self.problems.push(problem),
+        }
+        self
+    }
+
+    /// Reads `[<table>.<key>]` as `C` and builds with `make`; `fresh`: the key
+    /// was not taken.
+    fn configured_section<C, E, T>(
+        &self,
+        table: &str,
+        key: &str,
+        fresh: bool,
+        make: impl FnOnce(C) -> Result<T, E>,
+    ) -> Result<T, ConfigError>
+    where
+        C: serde::de::DeserializeOwned + Default,
+        E: std::fmt::Display,
+    {
+        let path = format!("{table}.{key}");
+        if !fresh {
+            return Err(ConfigError::Load {
+                key: path,
+                problem: "two components are configured under this key".to_owned(),
+                origin: "code".to_owned(),
+            });
+        }
+        let config = crate::config::section::<C>(&self.figment, &path)?;
+        make(config).map_err(|error| ConfigError::Load {
+            origin: crate::config::origin_of(&self.figment, &path),
+            key: path.clone(),
+            problem: error.to_string(),
+        })
+    }
+
+    /// Every configuration problem: those met registering custom sources and
+    /// targets, then `[sources.<key>]` and `[targets.<key>]` sections nothing
+    /// is registered for.
     pub fn check(&self) -> Result<(), ConfigError> {
         if let Some(problem) = self.problems.first() {
             return Err(clone_problem(problem));
         }
-        let unknown = self
-            .config
-            .sources
-            .custom
-            .keys()
-            .find(|key| !self.configured.contains(*key));
-        if let Some(key) = unknown {
-            let known: Vec<&str> = std::iter::once("consul")
-                .chain(self.configured.iter().map(String::as_str))
+        let sections = [
+            (
+                "sources",
+                &self.config.sources.custom,
+                &self.configured,
+                "consul",
+            ),
+            (
+                "targets",
+                &self.config.targets.custom,
+                &self.configured_targets,
+                "kinds",
+            ),
+        ];
+        for (table, written, registered, builtin) in sections {
+            let Some(key) = written.keys().find(|key| !registered.contains(*key)) else {
+                continue;
+            };
+            let known: Vec<&str> = std::iter::once(builtin)
+                .chain(registered.iter().map(String::as_str))
                 .collect();
-            let path = format!("sources.{key}");
+            let path = format!("{table}.{key}");
             return Err(ConfigError::Load {
                 origin: crate::config::origin_of(&self.figment, &path),
                 key: path,
                 problem: format!(
-                    "no source is configured under this key (configured: {})",
+                    "nothing is configured under this key (configured: {})",
                     known.join(", ")
                 ),
             });
@@ -381,7 +432,12 @@ impl Controller {
     /// `secret`, `key`) redacted.
     pub fn effective_config(&self) -> Config {
         let mut config = self.config.redacted();
-        for value in config.sources.custom.values_mut() {
+        for value in config
+            .sources
+            .custom
+            .values_mut()
+            .chain(config.targets.custom.values_mut())
+        {
             redact_secret_fields(value);
         }
         config
@@ -486,6 +542,7 @@ impl Controller {
             config,
             figment: _,
             configured: _,
+            configured_targets: _,
             problems: _,
             client,
             sources: custom_sources,
@@ -569,7 +626,7 @@ impl Controller {
         let targets = targets(
             &client,
             target_settings,
-            &target_configs,
+            &target_configs.kinds,
             custom_targets,
             &readiness,
         )
