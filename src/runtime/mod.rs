@@ -567,17 +567,7 @@ impl Controller {
             targets: target_configs,
         } = config;
         // Configuration problems first, before anything talks to the cluster.
-        let notifier = match NotifySettings::from_config(&notify)? {
-            Some(settings) => {
-                tracing::info!(
-                    host = settings.host(),
-                    format = settings.format.as_str(),
-                    "notifying stamps"
-                );
-                Some(Notifier::new(settings, metrics.notify())?)
-            }
-            None => None,
-        };
+        let notifier = notifier(&notify, &metrics)?;
         let namespace = if kubernetes.namespace.is_empty() {
             client.default_namespace().to_owned()
         } else {
@@ -645,39 +635,29 @@ impl Controller {
             engine = engine.with_namespace_feed(feed.boxed());
         }
         let election = if elect {
-            let settings = LeaseSettings::from_config(&leader_election);
-            let span =
-                tracing::info_span!("lease", lease = %settings.name, identity = %settings.identity);
-            let elector = LeaderElector::new(client.clone(), &namespace, settings, metrics.clone());
-            engine = engine.with_leadership(elector.subscribe());
-            Some(tokio::spawn(elector.run(shutdown.clone()).instrument(span)))
+            let (leadership, task) =
+                start_election(&client, &namespace, &leader_election, &metrics, &shutdown);
+            engine = engine.with_leadership(leadership);
+            Some(task)
         } else {
             metrics.set_leader(true);
             None
         };
         // Every replica serves the webhook, leader or not.
         let webhook = if webhook_config.enabled {
-            let prefix = scheme.prefix.clone();
             let settings = AdmissionSettings {
                 scheme,
                 stamp_on_delete,
                 scope,
                 observe_timeout: webhook_config.observe_timeout,
             };
-            let parts = AdmissionParts {
-                catalog: engine.catalog(),
-                kinds: engine.kinds(),
-                fingerprints: engine.fingerprints(),
-                reader: engine.reader(),
-            };
-            let admission = Arc::new(Admission::new(settings, parts, metrics.webhook()));
-            let running = webhook::start(
+            let running = start_webhook(
+                webhook_parts(&engine),
+                settings,
                 &webhook_config,
-                admission,
-                client,
-                &namespace,
-                &prefix,
-                shutdown.clone(),
+                (client, &namespace),
+                &metrics,
+                &shutdown,
             )
             .await?;
             if let Some(tx) = webhook_addr {
@@ -709,6 +689,75 @@ impl Controller {
         }
         Ok(result?)
     }
+}
+
+/// The notifier `[notify]` asks for, if any.
+fn notifier(
+    notify: &crate::config::NotifyConfig,
+    metrics: &Metrics,
+) -> Result<Option<(Notifier, NotifyWorker)>, RunError> {
+    let Some(settings) = NotifySettings::from_config(notify)? else {
+        return Ok(None);
+    };
+    tracing::info!(
+        host = settings.host(),
+        format = settings.format.as_str(),
+        "notifying stamps"
+    );
+    Ok(Some(Notifier::new(settings, metrics.notify())?))
+}
+
+/// Starts competing for the Lease: the leadership feed for the engine, and
+/// the task that returns once it has released the Lease (when it led).
+fn start_election(
+    client: &kube::Client,
+    namespace: &str,
+    config: &crate::config::LeaderElectionConfig,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> (
+    tokio::sync::watch::Receiver<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let settings = LeaseSettings::from_config(config);
+    let span = tracing::info_span!("lease", lease = %settings.name, identity = %settings.identity);
+    let elector = LeaderElector::new(client.clone(), namespace, settings, metrics.clone());
+    let leadership = elector.subscribe();
+    let task = tokio::spawn(elector.run(shutdown.clone()).instrument(span));
+    (leadership, task)
+}
+
+/// What the webhook shares with `engine`: its catalog, kinds, fingerprints
+/// and input reader.
+fn webhook_parts(engine: &Engine) -> AdmissionParts {
+    AdmissionParts {
+        catalog: engine.catalog(),
+        kinds: engine.kinds(),
+        fingerprints: engine.fingerprints(),
+        reader: engine.reader(),
+    }
+}
+
+/// Starts the admission webhook over `parts` of the engine.
+async fn start_webhook(
+    parts: AdmissionParts,
+    settings: AdmissionSettings,
+    config: &crate::config::WebhookConfig,
+    (client, namespace): (kube::Client, &str),
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<webhook::RunningWebhook, RunError> {
+    let prefix = settings.scheme.prefix.clone();
+    let admission = Arc::new(Admission::new(settings, parts, metrics.webhook()));
+    Ok(webhook::start(
+        config,
+        admission,
+        client,
+        namespace,
+        &prefix,
+        shutdown.clone(),
+    )
+    .await?)
 }
 
 /// A copy of a configuration problem (the error type holds no sources).
