@@ -780,6 +780,9 @@ fn verb(r: &RecordedRequest) -> &'static str {
     };
     let item = rest.len() >= 2;
     match r.method.as_str() {
+        // `/apis/<group>/<version>`: API discovery (an absent CRD's kind is
+        // looked up again now and then), not a list of objects.
+        "GET" if rest.is_empty() => "DISCOVERY",
         "GET" if r.is_watch() => "WATCH",
         "GET" if item => "GET",
         "GET" => "LIST",
