@@ -53,27 +53,43 @@ impl Args {
             bookmark_interval: Duration::from_secs_f64(bookmark_interval.max(0.05)),
             ..Config::default()
         };
+        // Listening for the signals before announcing the kubeconfig: a caller
+        // that reads it and sends SIGTERM at once must find them handled.
+        let signals = Signals::listen()?;
         let api = ApiServerDouble::start_with(config).await?;
         let mut out = std::io::stdout().lock();
         writeln!(out, "{}", api.kubeconfig_path().display())?;
         out.flush()?;
         drop(out);
         eprintln!("apiserver-double listening on {}", api.url());
-        wait_for_signal().await?;
+        signals.wait().await;
         api.shutdown().await;
         Ok(())
     }
 }
 
-async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, handled from when they are listened for.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    Ok(())
+
+    /// Resolves at the first of them.
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }
 
 #[tokio::main]
