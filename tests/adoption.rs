@@ -125,6 +125,25 @@ async fn adopted_now(
     own_annotation(cluster, witness, key).await
 }
 
+/// ConfigMap `acfg` (`a=1`) and Deployment `app` mounting it, with
+/// `annotations` and, on its pod template, `template`.
+async fn reloader_app(
+    cluster: &TestCluster,
+    annotations: &[(&str, &str)],
+    template: &[(&str, &str)],
+) {
+    cluster.put_configmap("acfg", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "app",
+            annotations,
+            template,
+            pod_mounting_configmap("acfg"),
+        )
+        .await;
+}
+
 fn config_with_debounce(cluster: &TestCluster, debounce: Duration) -> nudge::config::Config {
     let mut config = cluster.nudge_config();
     config.engine.debounce = debounce;
@@ -135,16 +154,7 @@ fn config_with_debounce(cluster: &TestCluster, debounce: Duration) -> nudge::con
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloader_auto_a_change_in_the_first_debounce_window_rolls_once_with_the_new_content() {
     let cluster = TestCluster::start("adopt-race").await;
-    cluster.put_configmap("acfg", &[("a", "1")]).await;
-    cluster
-        .create_workload(
-            "Deployment",
-            "app",
-            &[RELOADER_AUTO],
-            &[],
-            pod_mounting_configmap("acfg"),
-        )
-        .await;
+    reloader_app(&cluster, &[RELOADER_AUTO], &[]).await;
     let template = history(&cluster, "app", CONFIG_HASH);
     let nudge = cluster
         .start_ready_nudge(config_with_debounce(&cluster, WINDOW))
@@ -172,19 +182,8 @@ async fn reloader_auto_a_change_in_the_first_debounce_window_rolls_once_with_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloader_pause_period_changes_in_the_first_period_roll_once_at_its_end() {
     let cluster = TestCluster::start("adopt-pause").await;
-    cluster.put_configmap("acfg", &[("a", "1")]).await;
-    cluster
-        .create_workload(
-            "Deployment",
-            "app",
-            &[
-                RELOADER_AUTO,
-                ("deployment.reloader.stakater.com/pause-period", "8s"),
-            ],
-            &[],
-            pod_mounting_configmap("acfg"),
-        )
-        .await;
+    let paused = ("deployment.reloader.stakater.com/pause-period", "8s");
+    reloader_app(&cluster, &[RELOADER_AUTO, paused], &[]).await;
     let template = history(&cluster, "app", CONFIG_HASH);
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     for value in ["2", "3", "4"] {
@@ -203,17 +202,13 @@ async fn reloader_pause_period_changes_in_the_first_period_roll_once_at_its_end(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloader_annotations_strategy_a_change_in_the_first_window_rewrites_its_document_once() {
     let cluster = TestCluster::start("adopt-annotations").await;
-    cluster.put_configmap("acfg", &[("a", "1")]).await;
     let document = r#"{"type":"CONFIGMAP","name":"acfg","namespace":"x","hash":"h","containerRefs":null,"observedAt":1}"#;
-    cluster
-        .create_workload(
-            "Deployment",
-            "app",
-            &[RELOADER_AUTO],
-            &[(LAST_RELOADED_FROM, document)],
-            pod_mounting_configmap("acfg"),
-        )
-        .await;
+    reloader_app(
+        &cluster,
+        &[RELOADER_AUTO],
+        &[(LAST_RELOADED_FROM, document)],
+    )
+    .await;
     let template = history(&cluster, "app", LAST_RELOADED_FROM);
     let nudge = cluster
         .start_ready_nudge(config_with_debounce(&cluster, WINDOW))
@@ -297,16 +292,7 @@ async fn cron_job_a_change_in_the_first_window_reaches_its_job_template_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloader_auto_a_change_while_nudge_is_stopped_rolls_once_after_the_adoption() {
     let cluster = TestCluster::start("adopt-restart").await;
-    cluster.put_configmap("acfg", &[("a", "1")]).await;
-    cluster
-        .create_workload(
-            "Deployment",
-            "app",
-            &[RELOADER_AUTO],
-            &[],
-            pod_mounting_configmap("acfg"),
-        )
-        .await;
+    reloader_app(&cluster, &[RELOADER_AUTO], &[]).await;
     let template = history(&cluster, "app", CONFIG_HASH);
     // The adoption is written at once, whatever the debounce.
     let nudge = cluster.start_nudge(config_with_debounce(&cluster, WINDOW));

@@ -163,16 +163,28 @@ fn nudge_patches<'a>(
     })
 }
 
-async fn stop(
+/// A controller running until [`stop`](Self::stop).
+struct Running {
     shutdown: CancellationToken,
-    running: tokio::task::JoinHandle<Result<(), nudge::RunError>>,
-) {
-    shutdown.cancel();
-    tokio::time::timeout(WAIT, running)
-        .await
-        .expect("the controller stops on shutdown")
-        .unwrap()
-        .unwrap();
+    task: tokio::task::JoinHandle<Result<(), nudge::RunError>>,
+}
+
+impl Running {
+    fn start(controller: Controller) -> Self {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(controller.run(shutdown.clone()));
+        Self { shutdown, task }
+    }
+
+    /// Shuts it down and checks that it stops cleanly.
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("the controller stops on shutdown")
+            .unwrap()
+            .unwrap();
+    }
 }
 
 /// (a) A change of a file rolls the Deployment referencing it with exactly
@@ -186,8 +198,7 @@ async fn a_file_change_rolls_its_deployment_with_exactly_one_patch() {
     cluster.write("sentinel.conf", "s1");
     cluster.deployment("web", "app.conf");
     cluster.deployment("sentinel", "sentinel.conf");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let running = Running::start(cluster.controller());
     let api = deployments(&cluster.client);
     let template = ["spec", "template"];
     cluster
@@ -214,7 +225,7 @@ async fn a_file_change_rolls_its_deployment_with_exactly_one_patch() {
     assert_eq!(carrying_v2, 1, "PATCHes of web carrying {v2}");
     let sentinel = "/apis/apps/v1/namespaces/apps/deployments/sentinel";
     assert!(nudge_patches(&requests, sentinel).count() >= 2);
-    stop(shutdown, running).await;
+    running.stop().await;
 }
 
 /// (b) `Controller::explain` reads the custom source: the file reference and
@@ -224,8 +235,7 @@ async fn explain_shows_the_file_reference_and_its_fingerprint() {
     let cluster = Cluster::start().await;
     cluster.write("app.conf", "v1");
     cluster.deployment("web", "app.conf");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let running = Running::start(cluster.controller());
     let api = deployments(&cluster.client);
     cluster
         .until_stamped(&api, "web", &["spec", "template"], &fingerprint("v1"))
@@ -258,7 +268,7 @@ async fn explain_shows_the_file_reference_and_its_fingerprint() {
     );
     let table = report.to_table();
     assert!(table.contains("app.conf"), "{table}");
-    stop(shutdown, running).await;
+    running.stop().await;
 }
 
 /// (d) A Widget (`example.com/v1`, pod template at `spec.podTemplate`)
@@ -275,8 +285,7 @@ async fn a_widget_is_stamped_at_its_pod_template() {
                          "annotations": {"nudge.dev/file-cfg": "widget.conf"}},
             "spec": {"podTemplate": {"spec": {"containers": [{"name": "app", "image": "x"}]}}}}))
         .unwrap();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let running = Running::start(cluster.controller());
     let gvk = GroupVersionKind::gvk("example.com", "v1", "Widget");
     let widgets: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
@@ -291,7 +300,7 @@ async fn a_widget_is_stamped_at_its_pod_template() {
     cluster
         .until_stamped(&widgets, "w", &template, &fingerprint("w2"))
         .await;
-    stop(shutdown, running).await;
+    running.stop().await;
 }
 
 fn widget_crd() -> Value {
@@ -361,8 +370,7 @@ async fn an_invalid_file_reference_is_one_warning_event_and_counted() {
     cluster.deployment("escaping", "../etc/passwd");
     cluster.deployment("sentinel", "sentinel.conf");
     let admin = free_port();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(cluster.controller().admin(admin).run(shutdown.clone()));
+    let running = Running::start(cluster.controller().admin(admin));
     let api = deployments(&cluster.client);
     let template = ["spec", "template"];
     cluster
@@ -400,7 +408,7 @@ async fn an_invalid_file_reference_is_one_warning_event_and_counted() {
         .find(|l| l.starts_with("nudge_annotation_errors_total{") && l.contains("deployment"))
         .unwrap_or_else(|| panic!("no annotation error counted:\n{metrics}"));
     assert!(counted.ends_with(" 1"), "{counted}");
-    stop(shutdown, running).await;
+    running.stop().await;
 }
 
 /// (f) The Widget CRD installed after nudge started: the Widget target starts
@@ -411,8 +419,7 @@ async fn widgets_are_stamped_once_their_crd_appears_after_start() {
     cluster.write("widget.conf", "w1");
     cluster.write("sentinel.conf", "s1");
     cluster.deployment("sentinel", "sentinel.conf");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(cluster.controller().run(shutdown.clone()));
+    let running = Running::start(cluster.controller());
     let api = deployments(&cluster.client);
     cluster
         .until_stamped(&api, "sentinel", &["spec", "template"], &fingerprint("s1"))
@@ -435,5 +442,5 @@ async fn widgets_are_stamped_once_their_crd_appears_after_start() {
     cluster
         .until_stamped(&widgets, "w", &["spec", "podTemplate"], &fingerprint("w1"))
         .await;
-    stop(shutdown, running).await;
+    running.stop().await;
 }
