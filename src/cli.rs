@@ -117,17 +117,15 @@ impl Cli {
             Ok(figment) => providers(figment),
             Err(error) => return config_failed(&error),
         };
-        if let Command::CheckConfig = command {
-            return match Controller::from_figment(figment, offline_client()) {
-                Ok(controller) => check_config(&customize(controller)),
-                Err(error) => config_failed(&error),
-            };
-        }
-        let log = match Config::from_figment(&figment) {
-            Ok(config) => config.log,
+        let config = match Config::from_figment(&figment) {
+            Ok(config) => config,
             Err(error) => return config_failed(&error),
         };
-        crate::telemetry::init_logging(&log);
+        if let Command::CheckConfig = command {
+            let controller = Controller::assemble(config, figment, offline_client());
+            return check_config(&customize(controller));
+        }
+        crate::telemetry::init_logging(&config.log);
         let client = match kube::Client::try_default().await {
             Ok(client) => client,
             Err(error) => {
@@ -138,10 +136,8 @@ impl Cli {
                 return ExitCode::FAILURE;
             }
         };
-        let controller = match Controller::from_figment(figment, client) {
-            Ok(controller) => customize(controller.operate_as_configured()),
-            Err(error) => return config_failed(&error),
-        };
+        let controller =
+            customize(Controller::assemble(config, figment, client).operate_as_configured());
         match command {
             Command::Run => run_controller(controller).await,
             Command::Explain {

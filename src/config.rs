@@ -21,7 +21,7 @@ pub(crate) const ENV_PREFIX: &str = "NUDGE_";
 pub(crate) const ENV_SEPARATOR: &str = "__";
 
 /// Why configuration could not be loaded.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// A key is unknown, has the wrong type or does not parse.

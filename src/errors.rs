@@ -1,4 +1,13 @@
-//! Errors for people: one line with every cause, for logs and Event notes.
+//! Errors for people: one line with every cause, and values cut short, for
+//! logs and Event notes.
+
+/// The first `max_chars` characters of `value`, with `…` when it was longer.
+pub fn excerpt(value: &str, max_chars: usize) -> String {
+    match value.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &value[..end]),
+        None => value.to_owned(),
+    }
+}
 
 /// An error and its causes on one line (`outer: cause: root cause`), for logs and
 /// Event notes.

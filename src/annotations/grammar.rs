@@ -173,9 +173,5 @@ pub(super) fn invalid_item(key: &str, item: &str, reason: &'static str) -> Annot
 /// The start of a user-supplied value, so that a huge value cannot flood Events
 /// and logs.
 pub(super) fn excerpt(value: &str) -> String {
-    const MAX_CHARS: usize = 100;
-    match value.char_indices().nth(MAX_CHARS) {
-        Some((end, _)) => format!("{}…", &value[..end]),
-        None => value.to_owned(),
-    }
+    crate::errors::excerpt(value, 100)
 }

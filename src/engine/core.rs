@@ -230,7 +230,7 @@ enum WriteState {
 /// A write in flight; `again` when the workload became due meanwhile. It
 /// carries the changes observed up to its dispatch; those observed while it is
 /// in flight stay pending for the next write.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct InFlight {
     again: bool,
     sources: BTreeSet<SourceName>,
@@ -887,14 +887,7 @@ impl Core {
         };
         let write = match std::mem::replace(&mut record.write, WriteState::Idle) {
             WriteState::InFlight(write) => *write,
-            WriteState::Idle => InFlight {
-                again: false,
-                sources: BTreeSet::new(),
-                changed: BTreeSet::new(),
-                observed_at: None,
-                carries: String::new(),
-                rolls: false,
-            },
+            WriteState::Idle => InFlight::default(),
         };
         let InFlight {
             again,
@@ -1066,10 +1059,7 @@ fn carried(patch: &StampPatch) -> String {
                 .find(|(written, _)| written.key() == key)
                 .map(|(_, value)| value.as_str())
                 .unwrap_or("lifted");
-            match value.char_indices().nth(SHOWN) {
-                Some((end, _)) => format!("{key}={}…", &value[..end]),
-                None => format!("{key}={value}"),
-            }
+            format!("{key}={}", crate::errors::excerpt(value, SHOWN))
         })
         .collect();
     shown.join(", ")

@@ -211,7 +211,13 @@ impl Controller {
         Ok(Self::assemble(config, figment, client))
     }
 
-    fn assemble(config: Config, figment: figment::Figment, client: kube::Client) -> Self {
+    /// A controller with `config`, read from `figment` (which custom sources
+    /// and targets read their sections from).
+    pub(crate) fn assemble(
+        config: Config,
+        figment: figment::Figment,
+        client: kube::Client,
+    ) -> Self {
         Self {
             config,
             figment,
@@ -390,7 +396,7 @@ impl Controller {
     /// is registered for.
     pub fn check(&self) -> Result<(), ConfigError> {
         if let Some(problem) = self.problems.first() {
-            return Err(clone_problem(problem));
+            return Err(problem.clone());
         }
         let sections = [
             (
@@ -758,26 +764,6 @@ async fn start_webhook(
         shutdown.clone(),
     )
     .await?)
-}
-
-/// A copy of a configuration problem (the error type holds no sources).
-fn clone_problem(problem: &ConfigError) -> ConfigError {
-    match problem {
-        ConfigError::Load {
-            key,
-            problem,
-            origin,
-        } => ConfigError::Load {
-            key: key.clone(),
-            problem: problem.clone(),
-            origin: origin.clone(),
-        },
-        other => ConfigError::Load {
-            key: String::new(),
-            problem: other.to_string(),
-            origin: "code".to_owned(),
-        },
-    }
 }
 
 /// Replaces the values of fields whose names say they hold secrets.
