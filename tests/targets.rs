@@ -28,6 +28,25 @@ fn rollout(name: &str, configmap: &str) -> serde_json::Value {
     })
 }
 
+fn rollout_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout")
+}
+
+/// The test namespace's API for `gvk`, found by discovery (it must be served).
+async fn dynamic_api(cluster: &TestCluster, gvk: &GroupVersionKind) -> Api<DynamicObject> {
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), gvk)
+        .await
+        .unwrap();
+    Api::namespaced_with(cluster.client(), cluster.namespace(), &resource)
+}
+
+/// Creates Rollout `name` mounting `configmap` (the CRD must be served).
+async fn create_rollout(cluster: &TestCluster, name: &str, configmap: &str) {
+    let api = dynamic_api(cluster, &rollout_gvk()).await;
+    let object: DynamicObject = serde_json::from_value(rollout(name, configmap)).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
 async fn rollout_stamp(cluster: &TestCluster, name: &str) -> Option<String> {
     let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
     let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
@@ -48,14 +67,7 @@ async fn argo_rollouts_are_stamped_like_deployments_when_their_crd_is_served() {
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
 
-    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
-    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
-        .await
-        .unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
-    let object: DynamicObject = serde_json::from_value(rollout("canary", "cfg")).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
+    create_rollout(&cluster, "canary", "cfg").await;
     let first = wait_for("the Rollout to be stamped", WAIT, || {
         rollout_stamp(&cluster, "canary")
     })
@@ -97,12 +109,7 @@ async fn reloaders_env_var_on_a_rollout_is_updated_in_place_and_the_pod_spec_kep
         { "name": "LOG_LEVEL", "value": "debug" },
         { "name": "STAKATER_APP_CFG_CONFIGMAP", "value": "before-nudge" },
     ]);
-    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
-    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
-        .await
-        .unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let api = dynamic_api(&cluster, &rollout_gvk()).await;
     let object: DynamicObject = serde_json::from_value(body).unwrap();
     api.create(&PostParams::default(), &object).await.unwrap();
 
@@ -266,12 +273,7 @@ async fn create_custom(
     kind: &str,
     name: &str,
 ) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(group, "v1", kind);
-    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
-        .await
-        .unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
+    let api = dynamic_api(cluster, &GroupVersionKind::gvk(group, "v1", kind)).await;
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("{group}/v1"), "kind": kind,
         "metadata": { "name": name, "annotations": { "nudge.dev/configmap-cfg": "cfg" } },
@@ -386,14 +388,7 @@ async fn argo_rollouts_installed_after_start_are_stamped_without_a_restart() {
     let body = wait_ready(admin).await;
     assert!(!body.contains("Rollout"), "no /ready note for Argo: {body}");
     let _crd = cluster.ensure_crd(rollout_crd()).await;
-    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
-    let (resource, _) = kube::discovery::pinned_kind(&cluster.client(), &gvk)
-        .await
-        .unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client(), cluster.namespace(), &resource);
-    let object: DynamicObject = serde_json::from_value(rollout("late", "cfg")).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
+    create_rollout(&cluster, "late", "cfg").await;
     let stamp = wait_for("the Rollout to be stamped", PICKED_UP, || {
         rollout_stamp(&cluster, "late")
     })
