@@ -103,25 +103,52 @@ impl ConsulAgent {
         })
     }
 
+    /// Starts an agent on free ports. Tests run in parallel processes, so a
+    /// port found free can be taken by another agent before this one binds
+    /// it: an agent that exits while starting is started again on other ports.
     fn launch(mode: Mode) -> Result<Self> {
+        const ATTEMPTS: usize = 3;
         let n = NEXT_AGENT.fetch_add(1, Ordering::Relaxed);
         let work_dir =
             std::env::temp_dir().join(format!("nudge-consul-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&work_dir)?;
-        let [http, serf_lan, server] = free_ports()?;
         let mut agent = Self {
             ports: Ports {
-                http,
-                serf_lan,
-                server,
+                http: 0,
+                serf_lan: 0,
+                server: 0,
             },
             mode,
             child: None,
             work_dir,
             http: reqwest::Client::new(),
         };
-        agent.spawn(agent.ports.http)?;
-        Ok(agent)
+        let mut attempt = 1;
+        loop {
+            let [http, serf_lan, server] = free_ports()?;
+            agent.ports = Ports {
+                http,
+                serf_lan,
+                server,
+            };
+            match agent.spawn(http) {
+                Ok(()) => return Ok(agent),
+                Err(error) if attempt < ATTEMPTS && agent.exited() => {
+                    eprintln!(
+                        "consul agent did not start (attempt {attempt}): {error:#}; new ports"
+                    );
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Whether the agent process has exited (it is not running).
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|child| child.try_wait().is_ok_and(|status| status.is_some()))
     }
 
     /// `http://127.0.0.1:<port>`.
