@@ -228,6 +228,14 @@ pub struct EngineConfig {
     /// Stamp a deleted required reference as `absent` instead of keeping the
     /// current stamp.
     pub stamp_on_delete: bool,
+    /// How long a rollout nudge started may run before nudge reports it failed,
+    /// for kinds without a progress deadline of their own (every kind but
+    /// Deployment, whose `progressDeadlineSeconds` kube-controller-manager
+    /// enforces). Override per workload: `<prefix>/progress-deadline`.
+    #[serde(with = "humantime_serde")]
+    pub progress_deadline: Duration,
+    /// Config revisions kept in each workload's `<prefix>/history` annotation.
+    pub history_limit: usize,
 }
 
 impl Default for EngineConfig {
@@ -239,6 +247,8 @@ impl Default for EngineConfig {
             burst: 50,
             min_interval: Duration::from_secs(30),
             stamp_on_delete: false,
+            progress_deadline: Duration::from_secs(600),
+            history_limit: 10,
         }
     }
 }
@@ -885,6 +895,10 @@ impl AnnotationsConfig {
     }
 }
 
+/// The most config revisions a workload's history may keep: annotations share
+/// 256 KiB per object with everyone else's.
+const MAX_HISTORY: usize = 50;
+
 impl EngineConfig {
     fn problem(&self) -> Problem {
         if !(self.stamps_per_second.is_finite() && self.stamps_per_second > 0.0) {
@@ -895,6 +909,21 @@ impl EngineConfig {
         }
         if self.burst == 0 {
             return Some(("engine.burst", "must be at least 1".to_owned()));
+        }
+        if self.progress_deadline.is_zero() {
+            return Some((
+                "engine.progress_deadline",
+                "must be above 0 (a rollout cannot complete in no time)".to_owned(),
+            ));
+        }
+        if !(1..=MAX_HISTORY).contains(&self.history_limit) {
+            return Some((
+                "engine.history_limit",
+                format!(
+                    "must be between 1 and {MAX_HISTORY} (each revision is a few hundred bytes of a workload annotation), got {}",
+                    self.history_limit
+                ),
+            ));
         }
         if self.max_delay < self.debounce {
             return Some((

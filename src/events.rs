@@ -1,5 +1,7 @@
 //! Kubernetes Events nudge publishes on workloads: `ConfigChanged` for each stamp,
-//! `InvalidAnnotation` and `MissingConfig` for configuration problems. Notes name
+//! `RolloutComplete`, `RolloutFailed` and `RolloutSuperseded` for how the
+//! rollout it started ended, `InvalidAnnotation` and `MissingConfig` for
+//! configuration problems. Notes name
 //! references and annotations, never content. [`notify`] sends stamps to a chat or
 //! HTTP webhook as well; [`FanOut`] publishes to both.
 
@@ -33,6 +35,14 @@ pub enum Reason {
     MissingConfig,
     /// The API server refused a stamp for good (Warning).
     StampFailed,
+    /// A rollout nudge started completed (Normal).
+    RolloutComplete,
+    /// A rollout nudge started failed: its controller gave up, or it ran past
+    /// its progress deadline (Warning).
+    RolloutFailed,
+    /// A rollout nudge started was replaced before it ended: by a newer stamp,
+    /// or someone else's pod-template change (Normal).
+    RolloutSuperseded,
 }
 
 impl Reason {
@@ -43,11 +53,17 @@ impl Reason {
             Self::InvalidAnnotation => "InvalidAnnotation",
             Self::MissingConfig => "MissingConfig",
             Self::StampFailed => "StampFailed",
+            Self::RolloutComplete => "RolloutComplete",
+            Self::RolloutFailed => "RolloutFailed",
+            Self::RolloutSuperseded => "RolloutSuperseded",
         }
     }
 
     fn is_warning(self) -> bool {
-        !matches!(self, Self::ConfigChanged)
+        !matches!(
+            self,
+            Self::ConfigChanged | Self::RolloutComplete | Self::RolloutSuperseded
+        )
     }
 
     /// The Event `type`.

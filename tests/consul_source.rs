@@ -33,10 +33,27 @@ fn md5(value: &[u8]) -> Observation {
 }
 
 fn update(key: &str, algorithm: Algorithm, observation: Observation) -> SourceUpdate {
-    SourceUpdate {
-        tracked: tracked(key, algorithm),
-        observation,
-    }
+    SourceUpdate::new(tracked(key, algorithm), observation)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_reported_with_its_modify_index_as_the_version() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    agent.put("app/config", b"v1").await?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    driver.track(tracked("app/config", Algorithm::Native));
+    let first = driver.next_with_provenance(SOON).await?;
+    agent.put("app/config", b"v2").await?;
+    let second = driver.next_with_provenance(SOON).await?;
+    let version = |u: &SourceUpdate| -> u64 {
+        let provenance = u
+            .provenance
+            .as_deref()
+            .expect("a present key has a version");
+        provenance.version.as_deref().unwrap().parse().unwrap()
+    };
+    assert!(version(&second) > version(&first), "ModifyIndex grows");
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

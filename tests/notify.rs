@@ -183,6 +183,7 @@ async fn a_changed_configmap_sends_one_json_message_with_the_workload_and_its_re
         body,
         json!({
             "workload": { "kind": "Deployment", "namespace": ns, "name": "web" },
+            "reason": "ConfigChanged",
             "references": [{ "source": "configmap", "namespace": ns, "name": "app-config" }],
             "message": format!(
                 "nudge detected changes in configmap {ns}/app-config. \

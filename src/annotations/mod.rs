@@ -91,6 +91,8 @@ pub struct Dependencies {
     /// The ceiling of the debounce window, when the workload sets one (Reloader's
     /// `pause-period`).
     pub max_delay: Option<Duration>,
+    /// `<prefix>/progress-deadline`, when set and valid.
+    pub progress_deadline: Option<Duration>,
     /// Objects `<prefix>/exclude` drops from `auto` discovery (whole-object
     /// references in the workload's namespace).
     pub excluded: BTreeSet<Reference>,

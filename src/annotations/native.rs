@@ -10,8 +10,9 @@ use super::grammar::{
 use super::parser::Annotations;
 use super::parser::Parser;
 use super::scheme::{
-    AUTO, CHECKSUM_PREFIX, CONFIG_HASH, DEBOUNCE, EXCLUDE, IGNORE, LAST_UPDATED, MAX_SLOT_LEN,
-    MIN_INTERVAL, RELOADER_STATE, RUN_ON_CHANGE, SCHEDULING_GATE,
+    AUTO, CHECKSUM_PREFIX, CONFIG_HASH, DEBOUNCE, EXCLUDE, HISTORY, IGNORE, LAST_UPDATED,
+    MAX_SLOT_LEN, MIN_INTERVAL, PROGRESS_DEADLINE, RELOADER_STATE, ROLLOUT, RUN_ON_CHANGE,
+    SCHEDULING_GATE,
 };
 use super::stamps::Contribution;
 use crate::discovery;
@@ -50,12 +51,16 @@ impl Parser<'_> {
             EXCLUDE => self.exclude(key, value),
             DEBOUNCE => self.deps.debounce = Some(parse_duration(key, value)?),
             MIN_INTERVAL => self.deps.min_interval = Some(parse_duration(key, value)?),
+            PROGRESS_DEADLINE => {
+                self.deps.progress_deadline = Some(parse_duration(key, value)?);
+            }
             // Read by the CronJob target; checked here so a typo is reported.
             RUN_ON_CHANGE => {
                 parse_bool(key, value)?;
             }
             SCHEDULING_GATE => self.gate_choice = Some(parse_bool(key, value)?),
-            IGNORE | CONFIG_HASH | LAST_UPDATED | RELOADER_STATE => {}
+            // Written by nudge.
+            IGNORE | CONFIG_HASH | LAST_UPDATED | RELOADER_STATE | ROLLOUT | HISTORY => {}
             _ if name.starts_with(CHECKSUM_PREFIX) => {}
             _ => self.explicit(key, name, value)?,
         }

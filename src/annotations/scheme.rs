@@ -24,6 +24,9 @@ pub(super) const LAST_UPDATED: &str = "last-updated";
 pub(super) const RUN_ON_CHANGE: &str = "run-on-change";
 pub(super) const RELOADER_STATE: &str = "reloader-state";
 pub(super) const SCHEDULING_GATE: &str = "scheduling-gate";
+pub(super) const PROGRESS_DEADLINE: &str = "progress-deadline";
+pub(super) const ROLLOUT: &str = "rollout";
+pub(super) const HISTORY: &str = "history";
 const AWAITING_CONFIG: &str = "awaiting-config";
 pub(super) const CHECKSUM_PREFIX: &str = "checksum-";
 
@@ -102,6 +105,18 @@ impl AnnotationScheme {
     /// (on by default for Wave workloads), `"false"` opts out.
     pub fn scheduling_gate(&self) -> String {
         self.key(SCHEDULING_GATE)
+    }
+
+    /// `<prefix>/rollout`: on a workload, the rollout nudge started and follows
+    /// (written with the stamp, removed when its outcome is recorded).
+    pub fn rollout(&self) -> String {
+        self.key(ROLLOUT)
+    }
+
+    /// `<prefix>/history`: on a workload, its last config revisions and how
+    /// each rollout ended.
+    pub fn history(&self) -> String {
+        self.key(HISTORY)
     }
 
     /// `<prefix>/awaiting-config`: the name of the pod scheduling gate that holds

@@ -26,7 +26,8 @@ use crate::model::{
     Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload, WorkloadId,
 };
 use crate::rate::{Backoff, PacingError, TokenBucket};
-use crate::sources::SourceUpdate;
+use crate::sources::{Provenance, SourceUpdate};
+use crate::stamp::history::{Change, Revision};
 use crate::stamp::{
     self, BlockReason, CurrentOutputs, FingerprintLookup, FingerprintStore, StampPatch,
 };
@@ -115,6 +116,9 @@ pub enum Effect {
     /// queued are handled when it is not in the future (replaces any earlier
     /// request).
     WakeAt(Instant),
+    /// A rollout nudge started ended: publish its outcome, then record it in
+    /// the workload's history (design §9). Leader only.
+    Conclude(Box<Conclusion>),
 }
 
 /// One stamp to write.
@@ -153,13 +157,22 @@ struct Record {
         reason = "8 bytes instead of 24 in every record"
     )]
     reported_missing: Option<Box<BTreeSet<Reference>>>,
-    reported_invalid: Box<[String]>,
+    /// The invalid annotations last reported; `None`: none (boxed alike).
+    #[expect(
+        clippy::box_collection,
+        reason = "8 bytes instead of 16 in every record"
+    )]
+    reported_invalid: Option<Box<Vec<String>>>,
     /// While the workload has an output still to adopt: its inputs as first
     /// seen (see [`FirstSight`]).
     first_sight: Option<Box<FirstSight>>,
     /// The revision (etcd's, in `resourceVersion`) of the workload as nudge's
     /// last write left it; 0: unknown.
     written: u64,
+    /// The newest config revision number known for it (history or marker).
+    revision: u32,
+    /// The rollout nudge started and follows (see [`follow`]).
+    follow: Option<Box<follow::Follow>>,
 }
 
 /// What a workload's inputs were when nudge first saw it with an output still
@@ -200,6 +213,7 @@ struct Timing {
     debounce: Option<Duration>,
     min_interval: Option<Duration>,
     max_delay: Option<Duration>,
+    progress_deadline: Option<Duration>,
 }
 
 impl Timing {
@@ -209,6 +223,7 @@ impl Timing {
             debounce: deps.debounce,
             min_interval: deps.min_interval,
             max_delay: deps.max_delay,
+            progress_deadline: deps.progress_deadline,
         };
         (timing != Self::default()).then(|| Box::new(timing))
     }
@@ -242,6 +257,9 @@ struct InFlight {
     carries: String,
     /// Whether it changes the pod template (starts a rollout), not only metadata.
     rolls: bool,
+    /// The config revision a rolling write starts, and the first reference it
+    /// carries (see [`follow`]).
+    revision: Option<(Revision, Option<Reference>)>,
 }
 
 /// Which namespaces workloads may be stamped in.
@@ -289,6 +307,11 @@ pub struct Core {
     leader: bool,
     in_flight: usize,
     metrics: EngineMetrics,
+    /// nudge's own progress deadlines of the rollouts it follows.
+    deadlines: BTreeSet<(Instant, WorkloadId)>,
+    /// Who changed each reference last, for references that changed while
+    /// tracked (a rollout names them).
+    provenance: HashMap<Tracked, Box<Provenance>>,
 }
 
 // === impl Core ===
@@ -327,6 +350,8 @@ impl Core {
             leader,
             in_flight: 0,
             metrics,
+            deadlines: BTreeSet::new(),
+            provenance: HashMap::new(),
         })
     }
 
@@ -350,14 +375,18 @@ impl Core {
             // Due workloads go out only on a tick: the driver handles every input
             // already queued first, so a burst (a workload's four Consul keys
             // observed together) is written once, not once per input.
-            Input::Tick => self.release(now, &mut out),
+            Input::Tick => {
+                self.expire_deadlines(now, &mut out);
+                self.release(now, &mut out);
+            }
         }
         self.metrics.set_gauges(
             self.graph.workload_count(),
             self.graph.tracked_count(),
             self.queue.len(),
         );
-        if let Some(at) = self.queue.next_wake(self.room() > 0) {
+        let wake = [self.queue.next_wake(self.room() > 0), self.next_deadline()];
+        if let Some(at) = wake.into_iter().flatten().min() {
             out.push(Effect::WakeAt(at));
         }
         out
@@ -447,6 +476,7 @@ impl Core {
         if self.graph.specs(&id).is_none() && deps.errors.is_empty() {
             // Nothing to track or report: forget it (memory grows with what is
             // tracked, not with the cluster).
+            self.drop_follow(&id);
             self.records.remove(&id);
             self.queue.forget(&id);
             return;
@@ -466,9 +496,11 @@ impl Core {
                 unknown_since: None,
                 last_stamp: None,
                 reported_missing: None,
-                reported_invalid: Box::default(),
+                reported_invalid: None,
                 first_sight: None,
                 written: 0,
+                revision: 0,
+                follow: None,
             })
         });
         let specs = self.graph.specs(&id).unwrap_or_default();
@@ -493,6 +525,7 @@ impl Core {
             self.queue.rehold(&id, |since| since);
         }
         self.evaluate(&id, now);
+        self.follow_workload(&workload, now, out);
     }
 
     /// The copy of `id` the core already keeps: every event and write result
@@ -504,6 +537,7 @@ impl Core {
     }
 
     fn on_delete(&mut self, id: &WorkloadId, out: &mut Vec<Effect>) {
+        self.drop_follow(id);
         self.parked.remove(id);
         let delta = self.graph.delete(id);
         self.drop_tracked(delta.droppable, out);
@@ -518,6 +552,7 @@ impl Core {
         let mut store = self.store.write().unwrap_or_else(|e| e.into_inner());
         for tracked in droppable {
             store.remove(&tracked);
+            self.provenance.remove(&tracked);
             out.push(Effect::Untrack(tracked));
         }
     }
@@ -532,18 +567,22 @@ impl Core {
             return;
         };
         let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        if *record.reported_invalid == *messages {
+        let reported = record
+            .reported_invalid
+            .as_deref()
+            .map_or(&[][..], Vec::as_slice);
+        if *reported == *messages {
             return;
         }
         for (error, message) in errors.iter().zip(&messages) {
             tracing::warn!(workload = %id, annotation = error.key(), category = error.category(), %error, "invalid annotation");
             // Counted when first reported: an error the previous set held was
             // counted then.
-            if !record.reported_invalid.contains(message) {
+            if !reported.contains(message) {
                 self.metrics.annotation_error(&id.kind, error.category());
             }
         }
-        record.reported_invalid = messages.clone().into_boxed_slice();
+        record.reported_invalid = (!messages.is_empty()).then(|| Box::new(messages.clone()));
         if !messages.is_empty() {
             let note = messages.join("; ");
             self.publish(
@@ -615,8 +654,8 @@ impl Core {
                 continue;
             };
             record.reported_missing = None;
-            if !record.reported_invalid.is_empty() {
-                let note = record.reported_invalid.join("; ");
+            if let Some(reported) = &record.reported_invalid {
+                let note = reported.join("; ");
                 self.publish(
                     out,
                     Notice::new(id.clone(), Reason::InvalidAnnotation, note),
@@ -626,6 +665,7 @@ impl Core {
         for id in &ids {
             self.evaluate(id, now);
         }
+        self.conclude_again(out);
     }
 }
 
@@ -636,6 +676,8 @@ impl Core {
         let SourceUpdate {
             tracked,
             observation,
+            provenance,
+            ..
         } = update;
         // The store keeps the graph's copy (a custom source may report its own).
         let Some(tracked) = self.graph.shared(&tracked).cloned() else {
@@ -661,6 +703,9 @@ impl Core {
         drop(store);
         if !changed {
             return;
+        }
+        if let Some(provenance) = provenance {
+            self.provenance.insert(tracked.clone(), provenance);
         }
         tracing::debug!(%tracked, dependents = dependents.len(), "observation changed");
         for id in dependents {
@@ -836,14 +881,44 @@ impl Core {
             changed.clear();
             observed_at = None;
         }
-        record.write = WriteState::InFlight(Box::new(InFlight {
+        let carries = carried(&patch);
+        let revision = (rolls && follow::follows(&id.kind)).then(|| {
+            let specs = self.graph.specs(&id).unwrap_or_default();
+            let provenance = &self.provenance;
+            let change = |reference: &Reference| change_of(reference, specs, provenance);
+            let number = record.revision + 1;
+            follow::revision_of(number, &changed, change, &workload, specs, &patch)
+        });
+        let related = changed.first().cloned();
+        let mut write = InFlight {
             again: false,
             sources,
             changed,
             observed_at,
-            carries: carried(&patch),
+            carries,
             rolls,
-        }));
+            revision: None,
+        };
+        let mut patch = patch;
+        if let Some(revision) = revision {
+            let following = record
+                .follow
+                .as_deref()
+                .is_some_and(follow::Follow::in_progress);
+            if following {
+                self.supersede(&id, revision.revision, now, out);
+            }
+            // The revision goes with the stamp, in one request: whatever happens
+            // next, the workload says which rollout is in flight.
+            let marker = Output::WorkloadAnnotation(self.scheme.rollout());
+            patch.values.insert(marker.clone(), revision.to_json());
+            patch.changed.push(marker);
+            write.revision = Some((revision, related));
+        }
+        let Some(record) = self.records.get_mut(&id) else {
+            return;
+        };
+        record.write = WriteState::InFlight(Box::new(write));
         self.in_flight += 1;
         out.push(Effect::Write(Box::new(StampWrite { workload, patch })));
     }
@@ -896,7 +971,9 @@ impl Core {
             observed_at,
             carries,
             rolls,
+            revision,
         } = write;
+        let mut started = None;
         if !matches!(outcome, WriteOutcome::Applied(_) | WriteOutcome::Gone) {
             // Not written: its changes are still to be written.
             record.pending.extend(changed.iter().cloned());
@@ -926,6 +1003,9 @@ impl Core {
                     record.first_sight = None;
                 }
                 record.current = CurrentOutputs::new(&workload, specs.iter().map(|s| &s.output));
+                if let Some((revision, related)) = revision {
+                    started = Some((revision, related, workload.clone()));
+                }
                 if record.full.is_some() {
                     record.full = Some(workload);
                 }
@@ -959,6 +1039,9 @@ impl Core {
                 let notice = Notice::new(id.clone(), Reason::StampFailed, error.to_string());
                 self.publish(out, notice);
             }
+        }
+        if let Some((revision, related, workload)) = started {
+            self.start_following(&id, revision, related, &workload, now, out);
         }
         if again {
             self.evaluate(&id, now);
@@ -1045,6 +1128,26 @@ fn change_note(changed: &BTreeSet<Reference>, carries: &str, rolls: bool) -> Str
     format!("{} changed; {what}", refs.join(", "))
 }
 
+/// `reference` as a rollout names it: with who changed it last, when a source
+/// said so.
+fn change_of(
+    reference: &Reference,
+    specs: &[StampSpec],
+    provenance: &HashMap<Tracked, Box<Provenance>>,
+) -> Change {
+    let known = specs
+        .iter()
+        .flat_map(|spec| &spec.inputs)
+        .filter(|input| input.tracked.reference == *reference)
+        .find_map(|input| provenance.get(&input.tracked));
+    Change {
+        reference: reference.to_string(),
+        version: known.and_then(|p| p.version.clone()),
+        by: known.and_then(|p| p.changed_by.clone()),
+        at: known.and_then(|p| p.changed_at.clone()),
+    }
+}
+
 /// The values a patch changes, each shortened: fingerprints, never content.
 fn carried(patch: &StampPatch) -> String {
     const SHOWN: usize = 19; // `sha256-` and 12 hex digits
@@ -1065,8 +1168,13 @@ fn carried(patch: &StampPatch) -> String {
     shown.join(", ")
 }
 
+mod follow;
+pub use follow::Conclusion;
+
 #[cfg(test)]
 mod adoption_tests;
+#[cfg(test)]
+mod follow_tests;
 #[cfg(test)]
 mod harness;
 #[cfg(test)]

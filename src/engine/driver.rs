@@ -13,8 +13,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+use super::core::{Conclusion, Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
 use super::metrics::EngineMetrics;
+use super::outcome;
 use super::{Engine, EngineError};
 use crate::events::{EventSink, Notice};
 use crate::health::{Readiness, WatchReady};
@@ -91,6 +92,8 @@ struct Driver {
     since_tick: usize,
     /// Cancelled at shutdown: stops every task the driver spawned.
     tasks_shutdown: CancellationToken,
+    /// Where rollout outcomes are recorded.
+    recording: outcome::Recording,
 }
 
 impl Driver {
@@ -112,6 +115,11 @@ impl Driver {
             leadership,
             namespaces,
         } = engine;
+        let recording = outcome::Recording {
+            rollout_key: scheme.rollout(),
+            history_key: scheme.history(),
+            limit: config.history_limit,
+        };
         let settings = CoreSettings {
             engine: config,
             scheme,
@@ -158,6 +166,7 @@ impl Driver {
             wake: None,
             since_tick: 0,
             tasks_shutdown,
+            recording,
         };
         let feeds = Feeds {
             workloads,
@@ -311,8 +320,27 @@ impl Driver {
                 Effect::Write(write) => spawn_write(&self.targets, *write, &mut self.tasks),
                 Effect::Publish(notice) => self.events.queue(notice),
                 Effect::WakeAt(at) => self.wake = Some(at),
+                Effect::Conclude(conclusion) => self.spawn_record(*conclusion),
             }
         }
+    }
+
+    /// Publishes and records a rollout's outcome in a task of its own.
+    fn spawn_record(&mut self, conclusion: Conclusion) {
+        let id = conclusion.workload.clone();
+        let Some(target) = self.targets.get(&id.kind).cloned() else {
+            return;
+        };
+        let events = self.events.clone();
+        let recording = self.recording.clone();
+        let span = tracing::info_span!("outcome", workload = %id);
+        self.tasks.spawn(
+            async move {
+                outcome::record(target, conclusion, recording, |n| events.queue(n)).await;
+                Done::Other
+            }
+            .instrument(span),
+        );
     }
 
     /// Stops every task, waiting [`SHUTDOWN_GRACE`] before aborting them.
@@ -488,6 +516,7 @@ fn spawn_write(
 }
 
 /// Events on their way to the publisher, which never makes stamping wait.
+#[derive(Clone)]
 struct EventQueue {
     tx: mpsc::Sender<Notice>,
     metrics: EngineMetrics,

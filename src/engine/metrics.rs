@@ -63,6 +63,29 @@ struct StampLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RolloutLabels {
+    /// The workload kind in lower case.
+    kind: String,
+    /// A configured source name (the source of a change the rollout carries;
+    /// `workload` when the workload itself was new or edited).
+    source: String,
+    /// `started`, `complete`, `failed`, `superseded`.
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RolloutDurationLabels {
+    kind: String,
+    /// `complete`, `failed`, `superseded`.
+    outcome: &'static str,
+}
+
+/// Rollout durations: seconds to an hour.
+const ROLLOUT_BUCKETS: [f64; 10] = [
+    5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct AnnotationErrorLabels {
     /// The workload kind in lower case.
     kind: String,
@@ -80,6 +103,8 @@ pub struct EngineMetrics {
     queue_depth: Gauge,
     events_dropped: Counter,
     annotation_errors: Family<AnnotationErrorLabels, Counter>,
+    rollouts: Family<RolloutLabels, Counter>,
+    rollout_duration: Family<RolloutDurationLabels, Histogram>,
 }
 
 impl Default for EngineMetrics {
@@ -93,6 +118,8 @@ impl Default for EngineMetrics {
             queue_depth: Gauge::default(),
             events_dropped: Counter::default(),
             annotation_errors: Family::default(),
+            rollouts: Family::default(),
+            rollout_duration: Family::new_with_constructor(|| Histogram::new(ROLLOUT_BUCKETS)),
         }
     }
 }
@@ -101,9 +128,21 @@ impl EngineMetrics {
     /// Metrics registered into `registry` (nudge's root registry:
     /// `nudge_stamps_total`, `nudge_stamp_latency_seconds`, `nudge_tracked_workloads`,
     /// `nudge_tracked_references`, `nudge_debounce_queue_depth`,
-    /// `nudge_events_dropped_total`, `nudge_annotation_errors_total`).
+    /// `nudge_events_dropped_total`, `nudge_annotation_errors_total`,
+    /// `nudge_rollouts_total`, `nudge_rollout_duration_seconds`).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
+        registry.register(
+            "rollouts",
+            "Rollouts nudge started, and how they ended, by workload kind, source of the change and outcome",
+            metrics.rollouts.clone(),
+        );
+        registry.register_with_unit(
+            "rollout_duration",
+            "Time from nudge's stamp to the end of the rollout it started, by workload kind and outcome",
+            Unit::Seconds,
+            metrics.rollout_duration.clone(),
+        );
         registry.register(
             "stamps",
             "Stamp decisions by workload kind, source of the change and result",
@@ -162,6 +201,46 @@ impl EngineMetrics {
                 category,
             })
             .get()
+    }
+
+    /// A rollout of a workload of `kind` carrying changes of `sources` started
+    /// or ended (`outcome`).
+    pub fn rollout(&self, kind: &WorkloadKind, sources: &[&str], outcome: &'static str) {
+        let sources = if sources.is_empty() {
+            &["workload"][..]
+        } else {
+            sources
+        };
+        for source in sources {
+            self.rollouts
+                .get_or_create(&RolloutLabels {
+                    kind: kind.label().to_owned(),
+                    source: (*source).to_owned(),
+                    outcome,
+                })
+                .inc();
+        }
+    }
+
+    /// Rollouts counted so far with these labels.
+    pub fn rollouts(&self, kind: &WorkloadKind, source: &str, outcome: &'static str) -> u64 {
+        self.rollouts
+            .get_or_create(&RolloutLabels {
+                kind: kind.label().to_owned(),
+                source: source.to_owned(),
+                outcome,
+            })
+            .get()
+    }
+
+    /// A rollout of a workload of `kind` ended (`outcome`) after `took`.
+    pub fn rollout_ended(&self, kind: &WorkloadKind, outcome: &'static str, took: Duration) {
+        self.rollout_duration
+            .get_or_create(&RolloutDurationLabels {
+                kind: kind.label().to_owned(),
+                outcome,
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// An Event was dropped: its queue was full.

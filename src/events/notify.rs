@@ -3,7 +3,10 @@
 //! Reloader's alerts do. A message names the workload and the references whose
 //! change it carries; never content, never fingerprints.
 //!
-//! [`Notifier`] is an [`EventSink`] that reacts to `ConfigChanged` only. Its
+//! [`Notifier`] is an [`EventSink`] that reacts to `ConfigChanged` (a stamp),
+//! `RolloutComplete` and `RolloutFailed` (how the rollout it started ended; the
+//! message carries the Event's note: references, who changed them, and values
+//! as nudge's history keeps them, keyed or redacted, never content). Its
 //! `publish` renders the message and queues it without waiting (a full queue
 //! drops it); a [`NotifyWorker`] POSTs the queue one message at a time, with a
 //! deadline and no retries, and refuses redirects. Every outcome is counted
@@ -322,7 +325,9 @@ fn message(notice: &Notice, emphasis: Emphasis, additional_info: &str) -> String
         emphasis.mark(&workload.namespace)
     );
     let named = named(notice);
-    let text = if named.is_empty() {
+    let text = if let Some(ended) = rollout_ended(notice.reason) {
+        format!("nudge: the rollout of {rolled} {ended}: {}", notice.note)
+    } else if named.is_empty() {
         format!("nudge rolled {rolled} ({})", notice.note)
     } else {
         let names: Vec<String> = named
@@ -345,6 +350,15 @@ fn message(notice: &Notice, emphasis: Emphasis, additional_info: &str) -> String
     }
 }
 
+/// How a rollout outcome's message says it ended; `None` for other notices.
+fn rollout_ended(reason: Reason) -> Option<&'static str> {
+    match reason {
+        Reason::RolloutComplete => Some("completed"),
+        Reason::RolloutFailed => Some("FAILED"),
+        _ => None,
+    }
+}
+
 /// The JSON body POSTed for `notice` in `format`; `time` (RFC 3339) is when it
 /// was published.
 fn payload(format: NotifyFormat, notice: &Notice, additional_info: &str, time: &str) -> Value {
@@ -352,7 +366,7 @@ fn payload(format: NotifyFormat, notice: &Notice, additional_info: &str, time: &
         NotifyFormat::Slack => json!({
             "attachments": [{
                 "author_name": "nudge",
-                "color": "good",
+                "color": if notice.reason == Reason::RolloutFailed { "danger" } else { "good" },
                 "text": message(notice, Emphasis::Bold, additional_info),
             }],
         }),
@@ -377,6 +391,7 @@ fn payload(format: NotifyFormat, notice: &Notice, additional_info: &str, time: &
                     "name": workload.name,
                 },
                 "references": references,
+                "reason": notice.reason.as_str(),
                 "message": message(notice, Emphasis::Plain, additional_info),
                 "time": time,
             })
@@ -392,7 +407,7 @@ struct Message {
     body: Vec<u8>,
 }
 
-/// The [`EventSink`] half: renders each `ConfigChanged` notice and queues it for
+/// The [`EventSink`] half: renders each stamp and rollout outcome and queues it for
 /// the [`NotifyWorker`] without waiting.
 pub struct Notifier {
     queue: mpsc::Sender<Message>,
@@ -473,9 +488,15 @@ impl Notifier {
         Ok((notifier, worker))
     }
 
-    /// Renders and queues `notice` when it is a stamp; never waits.
+    /// Renders and queues `notice` when it is a stamp or a rollout's end; never
+    /// waits.
     fn queue(&self, notice: &Notice) {
-        if notice.reason != Reason::ConfigChanged {
+        let notified = [
+            Reason::ConfigChanged,
+            Reason::RolloutComplete,
+            Reason::RolloutFailed,
+        ];
+        if !notified.contains(&notice.reason) {
             return;
         }
         let time = k8s_openapi::jiff::Timestamp::now().to_string();

@@ -16,7 +16,7 @@ mod workload;
 
 pub use catalog::{ReferenceCheck, SourceCatalog, default_reference_check};
 pub use kind::{TemplatePath, TemplatePathError, WorkloadKind};
-pub use workload::{Rollout, Workload, WorkloadError};
+pub use workload::{Rollout, RolloutFailure, Workload, WorkloadError};
 
 /// Wave's annotation holding the original `schedulerName` while it keeps a
 /// workload's pods from scheduling.

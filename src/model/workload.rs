@@ -20,10 +20,37 @@ pub enum Rollout {
     Complete,
     /// The controller has not caught up, or replicas are still being replaced.
     InProgress,
+    /// The workload's controller gave up on the rollout: a Deployment's
+    /// `Progressing` condition is `False` with reason `ProgressDeadlineExceeded`,
+    /// an Argo Rollout's `status.phase` is `Degraded`.
+    Failed {
+        /// The condition reason or phase that says so.
+        reason: RolloutFailure,
+    },
     /// The status says nothing usable (no status yet, or a kind without
     /// replica counts).
     #[default]
     Unknown,
+}
+
+/// Why a workload's controller says its rollout failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RolloutFailure {
+    /// A Deployment's `Progressing` condition: `False`, `ProgressDeadlineExceeded`.
+    ProgressDeadlineExceeded,
+    /// An Argo Rollout's `status.phase`: `Degraded`.
+    Degraded,
+}
+
+impl RolloutFailure {
+    /// The condition reason or phase, as the controller wrote it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+            Self::Degraded => "Degraded",
+        }
+    }
 }
 
 /// The parts of a workload nudge reads: what annotations and discovery look at,
@@ -150,7 +177,8 @@ fn take_at(object: &mut Value, kind: &WorkloadKind) -> Option<Value> {
 
 /// The rollout state a workload's `status` shows. Rules, in order:
 /// `status.observedGeneration` (when a number) behind `metadata.generation` is in
-/// progress; DaemonSet counts (`desiredNumberScheduled`, `updatedNumberScheduled`,
+/// progress; a controller's verdict of failure ([`failure_of`]) is failed; an
+/// Argo Rollout's `status.phase` is complete when `Healthy`; DaemonSet counts (`desiredNumberScheduled`, `updatedNumberScheduled`,
 /// `numberAvailable`) or replica counts (`spec.replicas` against
 /// `status.replicas`, `updatedReplicas`, `readyReplicas`, and
 /// `currentRevision`/`updateRevision` when both are set; absent counts are 0
@@ -164,10 +192,25 @@ fn rollout_of(object: &Value) -> Rollout {
     let generation = object
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);
-    if let (Some(observed), Some(generation)) = (int(status, "observedGeneration"), generation)
+    // Argo Rollouts writes its observedGeneration as a string.
+    let observed = status.get("observedGeneration").and_then(|v| {
+        v.as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    });
+    if let (Some(observed), Some(generation)) = (observed, generation)
         && observed < generation
     {
         return Rollout::InProgress;
+    }
+    if let Some(failed) = failure_of(status) {
+        return failed;
+    }
+    if let Some(phase) = status.get("phase").and_then(Value::as_str) {
+        // Argo Rollouts: its phase sums up the counts below.
+        return match phase {
+            "Healthy" => Rollout::Complete,
+            _ => Rollout::InProgress,
+        };
     }
     let complete = if let Some(desired) = int(status, "desiredNumberScheduled") {
         let updated = int(status, "updatedNumberScheduled").unwrap_or(0);
@@ -178,7 +221,7 @@ fn rollout_of(object: &Value) -> Rollout {
         .any(|f| status.get(f).is_some())
         // A Deployment's counts are `omitempty`: scaled to zero, a caught-up
         // status has none of them.
-        || (int(status, "observedGeneration").is_some()
+        || (observed.is_some()
             && object.pointer("/spec/replicas").and_then(Value::as_i64).is_some())
     {
         let desired = object
@@ -204,6 +247,27 @@ fn rollout_of(object: &Value) -> Rollout {
     } else {
         Rollout::InProgress
     }
+}
+
+/// A controller's verdict that the rollout failed: a Deployment's
+/// `Progressing=False` with `ProgressDeadlineExceeded` (kube-controller-manager's
+/// `deployment/util/deployment_util.go`), an Argo Rollout's `Degraded` phase.
+fn failure_of(status: &Value) -> Option<Rollout> {
+    const DEADLINE: &str = "ProgressDeadlineExceeded";
+    let conditions = status.get("conditions").and_then(Value::as_array);
+    let deadline_exceeded = conditions.into_iter().flatten().any(|c| {
+        c.get("type").and_then(Value::as_str) == Some("Progressing")
+            && c.get("status").and_then(Value::as_str) == Some("False")
+            && c.get("reason").and_then(Value::as_str) == Some(DEADLINE)
+    });
+    if deadline_exceeded {
+        return Some(Rollout::Failed {
+            reason: RolloutFailure::ProgressDeadlineExceeded,
+        });
+    }
+    (status.get("phase").and_then(Value::as_str) == Some("Degraded")).then_some(Rollout::Failed {
+        reason: RolloutFailure::Degraded,
+    })
 }
 
 #[cfg(test)]
@@ -290,6 +354,48 @@ mod tests {
         let no_counts_yet = json!({"metadata": {"generation": 2}, "spec": {"replicas": 2},
                                    "status": {"observedGeneration": 2}});
         assert_eq!(rollout_of(&no_counts_yet), Rollout::InProgress);
+    }
+
+    #[test]
+    fn a_deployment_past_its_progress_deadline_failed_once_caught_up() {
+        let timed_out = |observed: i64| {
+            json!({"metadata": {"generation": 2}, "spec": {"replicas": 1},
+                   "status": {"observedGeneration": observed, "replicas": 1,
+                              "updatedReplicas": 1, "unavailableReplicas": 1,
+                              "conditions": [
+                {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+                {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}})
+        };
+        assert_eq!(
+            rollout_of(&timed_out(2)),
+            Rollout::Failed {
+                reason: RolloutFailure::ProgressDeadlineExceeded
+            }
+        );
+        // Not yet caught up with the latest template: that one is in progress.
+        assert_eq!(rollout_of(&timed_out(1)), Rollout::InProgress);
+    }
+
+    #[test]
+    fn an_argo_rollout_is_read_by_its_phase_and_string_generation() {
+        let rollout = |observed: &str, phase: &str| {
+            json!({"metadata": {"generation": 4}, "spec": {"replicas": 1},
+                   "status": {"observedGeneration": observed, "phase": phase,
+                              "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}})
+        };
+        assert_eq!(rollout_of(&rollout("4", "Healthy")), Rollout::Complete);
+        assert_eq!(rollout_of(&rollout("3", "Healthy")), Rollout::InProgress);
+        assert_eq!(
+            rollout_of(&rollout("4", "Progressing")),
+            Rollout::InProgress
+        );
+        assert_eq!(rollout_of(&rollout("4", "Paused")), Rollout::InProgress);
+        assert_eq!(
+            rollout_of(&rollout("4", "Degraded")),
+            Rollout::Failed {
+                reason: RolloutFailure::Degraded
+            }
+        );
     }
 
     #[test]

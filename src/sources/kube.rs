@@ -23,7 +23,8 @@ use tokio_util::time::DelayQueue;
 use tracing::Instrument;
 
 use super::{
-    ContextParts, Interest, ObserveContext, Source, SourceContext, SourceError, SourceUpdate,
+    ContextParts, Interest, ObserveContext, Provenance, Source, SourceContext, SourceError,
+    SourceUpdate,
 };
 use crate::annotations::{AnnotationScheme, RELOADER_MATCH, is_ignored};
 use crate::fingerprint::{self, Algorithm, Fingerprint, ObjectData, ObjectKind, Observation};
@@ -396,10 +397,13 @@ impl<K: ContentObject> Runner<K> {
             }
             *reported = true;
             match self.source.observation(tracked, object.as_ref(), &self.cx) {
-                Ok(observation) => updates.push(SourceUpdate {
-                    tracked: tracked.clone(),
-                    observation,
-                }),
+                Ok(observation) => {
+                    let update = SourceUpdate::new(tracked.clone(), observation);
+                    updates.push(match object.as_ref() {
+                        Some(object) => update.with_provenance(provenance_of(object.meta())),
+                        None => update,
+                    });
+                }
                 Err(error) => {
                     self.metrics.failed(name, error.category());
                     tracing::warn!(%tracked, %error, "cannot fingerprint");
@@ -471,10 +475,7 @@ impl<K: ContentObject> Runner<K> {
         watched.applied = watched.started;
         let items: Vec<Tracked> = watched.items.keys().cloned().collect();
         for tracked in items {
-            let update = SourceUpdate {
-                tracked,
-                observation: Observation::Absent,
-            };
+            let update = SourceUpdate::new(tracked, Observation::Absent);
             if self.updates.send(update).await.is_err() {
                 return;
             }
@@ -581,4 +582,24 @@ impl<K: ContentObject> Source for ObjectSource<K> {
         runner.fetches.shutdown().await;
         Ok(())
     }
+}
+
+/// Who changed `meta`'s object last: the manager and time of its latest
+/// `managedFields` entry, with its `resourceVersion`.
+fn provenance_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Provenance {
+    let latest = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| entry.manager.is_some())
+        .max_by_key(|entry| entry.time.as_ref().map(|t| t.0));
+    let mut provenance = Provenance {
+        version: meta.resource_version.clone(),
+        ..Provenance::default()
+    };
+    if let Some(entry) = latest {
+        let at = entry.time.as_ref().map(|t| t.0.to_string());
+        provenance = provenance.changed_by(entry.manager.clone().unwrap_or_default(), at);
+    }
+    provenance
 }

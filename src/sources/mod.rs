@@ -61,11 +61,86 @@ pub enum Interest {
 
 /// A source's report of what a tracked reference currently holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SourceUpdate {
     /// What was observed.
     pub tracked: Tracked,
     /// Its current state.
     pub observation: Observation,
+    /// Who changed it last and when, when the backend tells (boxed: most
+    /// reports carry none).
+    pub provenance: Option<Box<Provenance>>,
+}
+
+impl SourceUpdate {
+    /// A report of `observation` for `tracked`, with no provenance.
+    pub fn new(tracked: Tracked, observation: Observation) -> Self {
+        Self {
+            tracked,
+            observation,
+            provenance: None,
+        }
+    }
+
+    /// The same report, saying who changed the content last.
+    pub fn with_provenance(mut self, provenance: Provenance) -> Self {
+        self.provenance = Some(Box::new(provenance));
+        self
+    }
+}
+
+/// Who changed a config object last, and when, as its backend records it:
+/// named in the rollout outcome nudge reports (design §9). Never content.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Provenance {
+    /// The backend's version of the object: a Kubernetes `resourceVersion`, a
+    /// Consul `ModifyIndex`.
+    pub version: Option<String>,
+    /// Who changed it: the field manager of the latest `managedFields` entry
+    /// (`kubectl-edit`, `helm`, `argocd-controller`, …).
+    pub changed_by: Option<String>,
+    /// When (RFC 3339), as the backend recorded it.
+    pub changed_at: Option<String>,
+}
+
+impl Provenance {
+    /// Provenance with only a version (what a key-value store knows).
+    pub fn version(version: impl Into<String>) -> Self {
+        Self {
+            version: Some(version.into()),
+            ..Self::default()
+        }
+    }
+
+    /// The same, changed by `manager` at `at` (RFC 3339).
+    pub fn changed_by(mut self, manager: impl Into<String>, at: Option<String>) -> Self {
+        self.changed_by = Some(manager.into());
+        self.changed_at = at;
+        self
+    }
+}
+
+impl std::fmt::Display for Provenance {
+    /// `by kubectl-edit at 2026-11-25T12:59:58Z, version 12345`; the parts known.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(by) = &self.changed_by {
+            parts.push(format!("by {by}"));
+        }
+        if let Some(at) = &self.changed_at {
+            parts.push(format!("at {at}"));
+        }
+        let mut text = parts.join(" ");
+        if let Some(version) = &self.version {
+            if !text.is_empty() {
+                text.push_str(", ");
+            }
+            text.push_str("version ");
+            text.push_str(version);
+        }
+        f.write_str(&text)
+    }
 }
 
 /// What every observation needs besides the reference: the installation key.
@@ -163,10 +238,22 @@ impl SourceContext {
     /// behind (the backpressure a source should feel); `false` once the engine is
     /// gone or nudge shuts down (the source should return).
     pub async fn report(&self, tracked: Tracked, observation: Observation) -> bool {
-        let update = SourceUpdate {
-            tracked,
-            observation,
-        };
+        self.send(SourceUpdate::new(tracked, observation)).await
+    }
+
+    /// [`report`](Self::report) with who changed the content and when, which
+    /// nudge names in the outcome of the rollout the change causes.
+    pub async fn report_with(
+        &self,
+        tracked: Tracked,
+        observation: Observation,
+        provenance: Provenance,
+    ) -> bool {
+        self.send(SourceUpdate::new(tracked, observation).with_provenance(provenance))
+            .await
+    }
+
+    async fn send(&self, update: SourceUpdate) -> bool {
         tokio::select! {
             () = self.shutdown.cancelled() => false,
             sent = self.updates.send(update) => sent.is_ok(),

@@ -22,6 +22,7 @@ use crate::model::{Combine, Input, Output, Reference, StampSpec, Tracked, Worklo
 mod admission;
 mod apply;
 mod current_outputs;
+pub mod history;
 
 pub use admission::{admission_patch, release_ops};
 pub use apply::apply_body;

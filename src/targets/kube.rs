@@ -12,6 +12,7 @@
 //! `/ready` note, and keeps checking (discovery, or the watch's list, every
 //! 30 s at most) until the kind is served, then watches it.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -380,6 +381,33 @@ impl KubeTarget {
         }
     }
 
+    /// A merge patch of `annotations` on the object's own metadata, guarded by
+    /// `current`'s resourceVersion (a merge patch carrying one is refused with
+    /// 409 when the object moved on). `Ok(false)`: the workload is gone.
+    pub(crate) async fn annotate_object(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        let id = &current.id;
+        let body = serde_json::json!({
+            "metadata": {
+                "resourceVersion": current.resource_version,
+                "annotations": annotations,
+            },
+        });
+        let params = PatchParams {
+            field_manager: Some(self.settings.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        let api = self.api(Some(&id.namespace));
+        match api.patch(&id.name, &params, &Patch::Merge(&body)).await {
+            Ok(_) => Ok(true),
+            Err(error) if is_status(&error, 404) => Ok(false),
+            Err(error) => Err(classify(id, error)),
+        }
+    }
+
     /// Reads the whole object of `id` now.
     pub(crate) async fn get_object(
         &self,
@@ -541,6 +569,14 @@ impl Target for KubeTarget {
                 .map_or(ApplyOutcome::Gone, |w| ApplyOutcome::Applied(Box::new(w))),
             None => ApplyOutcome::Gone,
         })
+    }
+
+    async fn annotate(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        self.annotate_object(current, annotations).await
     }
 
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {

@@ -10,6 +10,7 @@
 //! This layer imports only the bottom contracts (`model`, `stamp`, `health`,
 //! `scope`, `annotations`), never the engine, sources, the webhook or the runtime.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -216,6 +217,21 @@ pub trait Target: Send + Sync + 'static {
         patch: &StampPatch,
     ) -> Result<ApplyOutcome, TargetError>;
 
-    /// Reads one workload now (for `nudge explain`).
+    /// Reads one workload now (for `nudge explain`, and before recording a
+    /// rollout's outcome).
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError>;
+
+    /// Sets (`Some`) or removes (`None`) annotations on the workload's own
+    /// metadata, only if it is still at `current`'s `resourceVersion` (else
+    /// [`TargetError::Conflict`]): how nudge records a rollout's outcome in its
+    /// config history (design §9). A target that keeps no history returns
+    /// `Ok(false)`, the default; nudge then reports outcomes without keeping them.
+    async fn annotate(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        let _ = (current, annotations);
+        Ok(false)
+    }
 }

@@ -545,7 +545,16 @@ impl Driver {
     }
 
     /// The next update, or an error after `within`.
+    /// The next update, without its provenance (compared with
+    /// `SourceUpdate::new`; [`next_with_provenance`](Self::next_with_provenance)
+    /// keeps it).
     pub async fn next(&mut self, within: Duration) -> Result<SourceUpdate> {
+        let update = self.next_with_provenance(within).await?;
+        Ok(SourceUpdate::new(update.tracked, update.observation))
+    }
+
+    /// The next update as the source sent it.
+    pub async fn next_with_provenance(&mut self, within: Duration) -> Result<SourceUpdate> {
         match tokio::time::timeout(within, self.engine.next_update()).await {
             Ok(Some(update)) => Ok(update),
             Ok(None) => bail!("the source closed its updates channel"),
@@ -560,7 +569,7 @@ impl Driver {
         while let Ok(Some(update)) =
             tokio::time::timeout_at(deadline, self.engine.next_update()).await
         {
-            seen.push(update);
+            seen.push(SourceUpdate::new(update.tracked, update.observation));
         }
         seen
     }

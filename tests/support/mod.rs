@@ -408,23 +408,25 @@ impl TestCluster {
             .is_ok_and(|list| list.resources.iter().any(|r| r.name == resource))
     }
 
-    /// Counts nudge's writes to a workload from now on. On the double it counts
-    /// PATCH requests by field manager `nudge`; on an external cluster it counts
-    /// `metadata.generation` bumps, which every nudge stamp causes, and so does a
-    /// write to a Deployment's own annotations (an adoption), though not one to a
-    /// StatefulSet's or DaemonSet's. Whether pods rolled is [`rollout_marker`]'s
-    /// business.
+    /// Counts nudge's stamp writes to a workload from now on. On the double it
+    /// counts PATCH requests by field manager `nudge` other than merge patches
+    /// (those record a rollout's outcome in `nudge.dev/history`); on an external
+    /// cluster it counts `metadata.generation` bumps, which every nudge stamp
+    /// causes, and so does a write to a Deployment's own annotations (an
+    /// adoption), though not one to a StatefulSet's or DaemonSet's, less the
+    /// revisions recorded in `nudge.dev/history` meanwhile (each such record
+    /// bumps a Deployment's generation too). Whether pods rolled is
+    /// [`rollout_marker`]'s business.
     ///
     /// [`rollout_marker`]: Self::rollout_marker
     pub async fn patch_counter(&self, kind: &str, name: &str) -> PatchCounter {
-        let generation = self.workload(kind, name).await["metadata"]["generation"]
-            .as_i64()
-            .unwrap_or(0);
+        let workload = self.workload(kind, name).await;
         PatchCounter {
             kind: kind.to_owned(),
             name: name.to_owned(),
             requests_before: self.nudge_patches(kind, name).unwrap_or(0),
-            generation_before: generation,
+            generation_before: generation_of(&workload),
+            recorded_before: recorded_revisions(&workload),
         }
     }
 
@@ -440,6 +442,8 @@ impl TestCluster {
                     r.method == "PATCH"
                         && r.path == path
                         && r.query_param("fieldManager").as_deref() == Some("nudge")
+                        && r.headers.get("content-type").map(String::as_str)
+                            != Some("application/merge-patch+json")
                 })
                 .count(),
         )
@@ -844,6 +848,7 @@ pub struct PatchCounter {
     name: String,
     requests_before: usize,
     generation_before: i64,
+    recorded_before: i64,
 }
 
 impl PatchCounter {
@@ -852,11 +857,25 @@ impl PatchCounter {
         if let Some(now) = cluster.nudge_patches(&self.kind, &self.name) {
             return now - self.requests_before;
         }
-        let generation = cluster.workload(&self.kind, &self.name).await["metadata"]["generation"]
-            .as_i64()
-            .unwrap_or(0);
-        usize::try_from(generation - self.generation_before).unwrap_or(0)
+        let workload = cluster.workload(&self.kind, &self.name).await;
+        let bumps = generation_of(&workload) - self.generation_before;
+        let recorded = recorded_revisions(&workload) - self.recorded_before;
+        usize::try_from(bumps - recorded).unwrap_or(0)
     }
+}
+
+fn generation_of(workload: &Value) -> i64 {
+    workload["metadata"]["generation"].as_i64().unwrap_or(0)
+}
+
+/// How many revisions the workload's `nudge.dev/history` holds (each record
+/// adds one, up to the history limit, far beyond what a test rolls).
+fn recorded_revisions(workload: &Value) -> i64 {
+    let history = workload["metadata"]["annotations"]["nudge.dev/history"]
+        .as_str()
+        .and_then(|h| serde_json::from_str::<Vec<Value>>(h).ok())
+        .unwrap_or_default();
+    history.len() as i64
 }
 
 /// nudge running inside the test process.

@@ -14,7 +14,9 @@ use tokio::time::Instant;
 use crate::annotations::AnnotationScheme;
 use crate::config::EngineConfig;
 use crate::engine::EngineMetrics;
-use crate::engine::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+use crate::engine::core::{
+    Conclusion, Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome,
+};
 use crate::fingerprint::{self, DataValue, Fingerprint, ObjectData, Observation};
 use crate::model::{
     Algorithm, Output, Scope, SourceCatalog, SourceName, Tracked, Workload, WorkloadKind,
@@ -82,6 +84,8 @@ pub(super) struct Harness {
     /// Which process this is: 0, then one more at each restart.
     pub(super) epoch: u32,
     pub(super) leader: bool,
+    /// Every rollout outcome the core concluded aloud.
+    pub(super) conclusions: Vec<Conclusion>,
 }
 
 impl Harness {
@@ -108,6 +112,7 @@ impl Harness {
             watch: VecDeque::new(),
             epoch: 0,
             leader,
+            conclusions: Vec::new(),
         }
     }
 
@@ -154,10 +159,7 @@ impl Harness {
         };
         let observation = Observation::Present(fingerprint_of(&tracked, &content));
         self.reports.push((self.epoch, content));
-        self.input(Input::Observation(SourceUpdate {
-            tracked,
-            observation,
-        }));
+        self.input(Input::Observation(SourceUpdate::new(tracked, observation)));
     }
 
     pub(super) fn advance(&mut self, by: Duration) {
@@ -179,6 +181,27 @@ impl Harness {
             wake = self.input(Input::Tick);
         }
         self.now = until;
+    }
+
+    /// The workload's controller reports `rollout` in its status (a new
+    /// version of the workload, delivered with every event still queued).
+    pub(super) fn rollout_status(&mut self, rollout: crate::model::Rollout) {
+        self.workload.rollout = rollout;
+        self.status_update();
+        while self.deliver() {}
+    }
+
+    /// The driver's part of the latest conclusion: its revision into the
+    /// history and the marker off, in one write (delivered).
+    pub(super) fn record_outcome(&mut self) {
+        let conclusion = self.conclusions.last().expect("a conclusion").clone();
+        let scheme = AnnotationScheme::default();
+        let history = self.workload.annotations.get(&scheme.history()).cloned();
+        let recorded = crate::stamp::history::recorded(history.as_deref(), conclusion.revision, 10);
+        self.workload.annotations.insert(scheme.history(), recorded);
+        self.workload.annotations.remove(&scheme.rollout());
+        self.status_update();
+        while self.deliver() {}
     }
 
     /// Runs for long enough for every delay to pass (ten minutes).
@@ -286,6 +309,7 @@ impl Harness {
                 }
                 Effect::Publish(notice) => self.notes.push(notice.note),
                 Effect::WakeAt(at) => earliest(at),
+                Effect::Conclude(conclusion) => self.conclusions.push(*conclusion),
                 Effect::Untrack(_) => {}
             }
         }
@@ -328,6 +352,7 @@ pub(super) fn settings() -> CoreSettings {
             burst: 1000,
             min_interval: Duration::from_secs(30),
             stamp_on_delete: false,
+            ..EngineConfig::default()
         },
         scheme: AnnotationScheme::default(),
         catalog: builtin_catalog(),
@@ -373,6 +398,10 @@ fn bump(workload: &mut Workload) {
 pub(super) fn applied(workload: &Workload, patch: &StampPatch) -> Workload {
     let mut next = workload.clone();
     bump(&mut next);
+    if stamp::changes_pod_template(workload, patch) {
+        // A new template: the controller has not observed it yet.
+        next.rollout = crate::model::Rollout::InProgress;
+    }
     let meta = next.template.metadata.get_or_insert_default();
     let template = meta.annotations.get_or_insert_default();
     for (output, value) in &patch.values {

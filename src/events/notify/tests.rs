@@ -80,6 +80,7 @@ fn nudges_json_names_the_workload_and_each_reference_in_fields() {
                 { "source": "configmap", "namespace": "shop", "name": "app-config" },
                 { "source": "consul", "key": "app/config" },
             ],
+            "reason": "ConfigChanged",
             "message": "nudge detected changes in configmap shop/app-config, consul key app/config. \
                         Hence rolled web of type Deployment in namespace shop",
             "time": TIME,
@@ -233,10 +234,42 @@ fn a_url_file_without_an_http_url_is_rejected_without_repeating_it() {
     }
 }
 
+#[test]
+fn a_failed_rollout_is_sent_in_red_with_the_events_note() {
+    let note = "config revision 4 failed after 10m (ProgressDeadlineExceeded): \
+                configmap/shop/app-config (by kubectl-edit) changed; last good: config revision 3";
+    let notice = Notice::new(mk_id(), Reason::RolloutFailed, note.into())
+        .with_changed(vec![configmap("app-config")]);
+    assert_eq!(
+        payload(NotifyFormat::Slack, &notice, "", TIME),
+        json!({
+            "attachments": [{
+                "author_name": "nudge",
+                "color": "danger",
+                "text": format!(
+                    "nudge: the rollout of *web* of type *Deployment* in namespace *shop* FAILED: {note}"
+                ),
+            }],
+        })
+    );
+    let json = payload(NotifyFormat::Json, &notice, "", TIME);
+    assert_eq!(json["reason"], "RolloutFailed");
+    let complete = Notice::new(
+        mk_id(),
+        Reason::RolloutComplete,
+        "config revision 4 complete in 42s".into(),
+    );
+    assert_eq!(
+        payload(NotifyFormat::Teams, &complete, "", TIME)["text"],
+        "nudge: the rollout of *web* of type *Deployment* in namespace *shop* completed: \
+         config revision 4 complete in 42s"
+    );
+}
+
 // === the queue ===
 
 #[tokio::test]
-async fn only_stamps_are_queued() {
+async fn only_stamps_and_rollout_outcomes_are_queued() {
     let metrics = NotifyMetrics::default();
     let (notifier, mut worker) =
         Notifier::with_capacity(mk_settings("http://127.0.0.1:9/hook"), metrics.clone(), 8)
@@ -245,6 +278,7 @@ async fn only_stamps_are_queued() {
         Reason::InvalidAnnotation,
         Reason::MissingConfig,
         Reason::StampFailed,
+        Reason::RolloutSuperseded,
     ] {
         notifier
             .publish(Notice::new(
@@ -260,6 +294,12 @@ async fn only_stamps_are_queued() {
         .await;
     let message = worker.queue.try_recv().expect("the stamp is queued");
     assert_eq!(message.workload, mk_id());
+    for reason in [Reason::RolloutComplete, Reason::RolloutFailed] {
+        notifier
+            .publish(Notice::new(mk_id(), reason, "config revision 2".into()))
+            .await;
+        assert!(worker.queue.try_recv().is_ok(), "{reason:?} is sent");
+    }
     for result in NotifyResult::ALL {
         assert_eq!(metrics.count(NotifyFormat::Slack, result), 0);
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::fingerprint::{Algorithm, Fingerprint, Observation, md5_value, native_value};
 use crate::model::{Name, Tracked};
 use crate::small::SmallMap;
-use crate::sources::SourceUpdate;
+use crate::sources::{Provenance, SourceUpdate};
 
 /// What one answer says about one key.
 #[derive(Clone, Copy)]
@@ -169,9 +169,13 @@ impl Registry {
                 })
                 .clone();
             if last.as_ref() != Some(&observation) {
-                updates.push(SourceUpdate {
-                    tracked: tracked.clone(),
-                    observation: observation.clone(),
+                let update = SourceUpdate::new(tracked.clone(), observation.clone());
+                updates.push(match seen {
+                    // Consul records no author: its ModifyIndex is the version.
+                    Seen::Present { modify_index, .. } => {
+                        update.with_provenance(Provenance::version(modify_index.to_string()))
+                    }
+                    Seen::Absent { .. } => update,
                 });
                 *last = Some(observation);
             }

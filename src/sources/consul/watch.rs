@@ -155,10 +155,9 @@ impl Watch {
                     TrackOutcome::NewItem => {
                         self.pending_reads.insert(key.to_string());
                     }
-                    TrackOutcome::Known(Some(observation)) => outgoing.push(SourceUpdate {
-                        tracked,
-                        observation,
-                    }),
+                    TrackOutcome::Known(Some(observation)) => {
+                        outgoing.push(SourceUpdate::new(tracked, observation))
+                    }
                     TrackOutcome::Known(None) => {}
                 }
                 false

@@ -1,0 +1,426 @@
+//! Following the rollouts nudge starts, until they end (design §9).
+//!
+//! A stamp that changes a pod template carries `<prefix>/rollout`: the config
+//! revision it starts (number, the changes it carries and who made them, each
+//! value before and after). From the write's result on, the core follows the
+//! workload's own `status` ([`Rollout`]) until the rollout completes, fails
+//! (the controller's verdict, or nudge's own deadline for kinds without one),
+//! or is superseded (a newer stamp, or someone else's pod-template change).
+//! Then the driver publishes the outcome and records it in `<prefix>/history`,
+//! removing the marker ([`Effect::Conclude`]).
+//!
+//! Every replica follows (from the marker on the workload events it sees); only
+//! the leader concludes aloud. A new leader concludes again what it saw end
+//! while the marker is still on the workload: the old leader may have died
+//! between publishing and recording, so at most one outcome is published twice
+//! per failover, and none is lost.
+
+use std::collections::BTreeSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Core, Effect};
+use crate::fingerprint::ObjectKind;
+use crate::model::{Output, Reference, Rollout, StampSpec, Workload, WorkloadId, WorkloadKind};
+use crate::stamp::StampPatch;
+use crate::stamp::history::{self, Change, Outcome, Revision, ValueChange};
+
+/// A rollout being followed.
+#[derive(Debug)]
+pub(super) struct Follow {
+    /// The revision it rolls out, as written in `<prefix>/rollout`.
+    revision: Revision,
+    /// The first reference it carries, when known (the Event's related object).
+    related: Option<Reference>,
+    started: Instant,
+    /// nudge's own progress deadline (kinds without one of their own).
+    deadline: Option<Instant>,
+    /// A digest of the pod template as nudge's write left it; `None` when
+    /// resumed from the marker (the template as first seen then).
+    template: Option<u64>,
+    /// How it ended, once it has; kept until the marker leaves the workload.
+    ended: Option<Outcome>,
+}
+
+impl Follow {
+    /// Whether it has not ended yet.
+    pub(super) fn in_progress(&self) -> bool {
+        self.ended.is_none()
+    }
+}
+
+/// A rollout's end, for the driver to publish and record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conclusion {
+    /// The workload.
+    pub workload: WorkloadId,
+    /// The revision, with its outcome, reason and duration.
+    pub revision: Revision,
+    /// The first reference whose change it carried, when known.
+    pub related: Option<Reference>,
+}
+
+/// Whether nudge follows rollouts of `kind`: not CronJobs and Jobs, whose
+/// "rollout" is the next run, not a status of their own.
+pub(super) fn follows(kind: &WorkloadKind) -> bool {
+    !(kind.group() == "batch" && matches!(kind.as_str(), "CronJob" | "Job"))
+}
+
+/// Whether `kind` has a progress deadline its controller enforces (a
+/// Deployment's `progressDeadlineSeconds`).
+fn has_own_deadline(kind: &WorkloadKind) -> bool {
+    kind.group() == "apps" && kind.as_str() == "Deployment"
+}
+
+/// A digest of the pod template: tells nudge's write from someone else's.
+fn template_digest(workload: &Workload) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_vec(&workload.template)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The revision a rolling stamp starts: number `number`, the changes in
+/// `changed` with who made them, and each value `patch` changes (before, from
+/// `current`; after).
+pub(super) fn revision_of(
+    number: u32,
+    changed: &BTreeSet<Reference>,
+    change: impl Fn(&Reference) -> Change,
+    current: &Workload,
+    specs: &[StampSpec],
+    patch: &StampPatch,
+) -> Revision {
+    let stamp = patch
+        .changed
+        .iter()
+        .filter_map(|output| {
+            let after = patch.values.get(output)?;
+            let secret = reads_a_secret(specs, output);
+            let before = crate::stamp::current(current, output);
+            Some(ValueChange {
+                key: output.key().to_owned(),
+                before: before.map(|v| history::kept_value(&v, secret)),
+                after: history::kept_value(after, secret),
+            })
+        })
+        .collect();
+    let changed = changed.iter().map(change).collect();
+    Revision {
+        revision: number,
+        changed,
+        stamp,
+        outcome: None,
+        reason: None,
+        ended: None,
+        seconds: None,
+    }
+}
+
+/// Whether Secret content goes into `output`.
+fn reads_a_secret(specs: &[StampSpec], output: &Output) -> bool {
+    specs
+        .iter()
+        .filter(|spec| spec.output == *output)
+        .flat_map(|spec| &spec.inputs)
+        .any(|input| {
+            ObjectKind::of_source(&input.tracked.reference.source) == Some(ObjectKind::Secret)
+        })
+}
+
+impl Core {
+    /// nudge's own progress deadline for workload `id`, from `now`.
+    fn deadline_for(&self, id: &WorkloadId, now: Instant) -> Option<Instant> {
+        if has_own_deadline(&id.kind) {
+            return None;
+        }
+        let window = self
+            .records
+            .get(id)
+            .and_then(|record| record.timing().progress_deadline)
+            .unwrap_or(self.engine.progress_deadline);
+        Some(crate::rate::saturating_add(now, window))
+    }
+
+    /// nudge's stamp starting `revision` was written; `workload` is the
+    /// workload as stored afterwards.
+    pub(super) fn start_following(
+        &mut self,
+        id: &WorkloadId,
+        revision: Revision,
+        related: Option<Reference>,
+        workload: &Workload,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let sources = source_names(&revision);
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        record.revision = record.revision.max(revision.revision);
+        let deadline = self.deadline_for(id, now);
+        if self.leader {
+            let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+            self.metrics.rollout(&id.kind, &names, "started");
+        }
+        let follow = Follow {
+            revision,
+            related,
+            started: now,
+            deadline,
+            template: Some(template_digest(workload)),
+            ended: None,
+        };
+        self.set_follow(id, follow);
+        self.judge(id, workload.rollout, now, out);
+    }
+
+    /// A newer stamp of `id` is on its way: the rollout followed so far is
+    /// superseded by revision `by`.
+    pub(super) fn supersede(
+        &mut self,
+        id: &WorkloadId,
+        by: u32,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let reason = format!("superseded by config revision {by}");
+        self.end(id, Outcome::Superseded, Some(reason), now, out);
+    }
+
+    /// A workload event: resume following from its marker, or judge the
+    /// rollout followed by its status.
+    pub(super) fn follow_workload(
+        &mut self,
+        workload: &Workload,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let id = &workload.id;
+        if !follows(&id.kind) {
+            return;
+        }
+        let marker = workload.annotations.get(&self.scheme.rollout());
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        let history_revision = history::last_revision(
+            workload
+                .annotations
+                .get(&self.scheme.history())
+                .map(String::as_str),
+        );
+        record.revision = record.revision.max(history_revision);
+        match (&record.follow, marker) {
+            (Some(follow), marker) if follow.ended.is_some() => {
+                // Ended: kept until its marker is gone (recorded), so that a
+                // new leader can conclude it aloud again.
+                let ours = marker
+                    .and_then(|m| Revision::parse(m))
+                    .is_some_and(|m| m.revision == follow.revision.revision);
+                if !ours {
+                    self.drop_follow(id);
+                }
+            }
+            (Some(follow), _) => {
+                if follow
+                    .template
+                    .is_some_and(|digest| digest != template_digest(workload))
+                {
+                    let reason = "the pod template was changed by someone else".to_owned();
+                    self.end(id, Outcome::Superseded, Some(reason), now, out);
+                } else {
+                    self.judge(id, workload.rollout, now, out);
+                }
+            }
+            (None, Some(marker)) => {
+                let Some(revision) = Revision::parse(marker) else {
+                    tracing::warn!(workload = %id, "unreadable rollout annotation; not followed");
+                    return;
+                };
+                if history::has_outcome(
+                    workload
+                        .annotations
+                        .get(&self.scheme.history())
+                        .map(String::as_str),
+                    revision.revision,
+                ) {
+                    return;
+                }
+                self.resume(workload, revision, now, out);
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// Follows a rollout another process started (a restart, a failover).
+    fn resume(
+        &mut self,
+        workload: &Workload,
+        revision: Revision,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let id = &workload.id;
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        record.revision = record.revision.max(revision.revision);
+        let deadline = self.deadline_for(id, now);
+        tracing::info!(workload = %id, revision = revision.revision, "following the rollout in flight");
+        let follow = Follow {
+            revision,
+            related: None,
+            started: now,
+            deadline,
+            template: Some(template_digest(workload)),
+            ended: None,
+        };
+        self.set_follow(id, follow);
+        self.judge(id, workload.rollout, now, out);
+    }
+
+    /// Ends the rollout of `id` when its status says it has.
+    fn judge(&mut self, id: &WorkloadId, rollout: Rollout, now: Instant, out: &mut Vec<Effect>) {
+        match rollout {
+            Rollout::Complete => self.end(id, Outcome::Complete, None, now, out),
+            Rollout::Failed { reason } => {
+                self.end(
+                    id,
+                    Outcome::Failed,
+                    Some(reason.as_str().to_owned()),
+                    now,
+                    out,
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Rollouts past nudge's own deadline fail.
+    pub(super) fn expire_deadlines(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        while let Some((at, id)) = self.deadlines.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let window = self
+                .records
+                .get(&id)
+                .and_then(|r| r.follow.as_deref())
+                .filter(|f| f.ended.is_none() && f.deadline == Some(at))
+                .map(|f| at.saturating_duration_since(f.started));
+            if let Some(window) = window {
+                let reason = format!(
+                    "not complete within its progress deadline ({})",
+                    humantime::format_duration(round_seconds(window))
+                );
+                self.end(&id, Outcome::Failed, Some(reason), now, out);
+            }
+        }
+    }
+
+    /// When nudge's next own deadline falls.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
+    fn set_follow(&mut self, id: &WorkloadId, follow: Follow) {
+        self.drop_follow(id);
+        if let Some(at) = follow.deadline {
+            self.deadlines.insert((at, id.clone()));
+        }
+        if let Some(record) = self.records.get_mut(id) {
+            record.follow = Some(Box::new(follow));
+        }
+    }
+
+    pub(super) fn drop_follow(&mut self, id: &WorkloadId) {
+        let Some(follow) = self.records.get_mut(id).and_then(|r| r.follow.take()) else {
+            return;
+        };
+        if let Some(at) = follow.deadline {
+            self.deadlines.remove(&(at, id.clone()));
+        }
+    }
+
+    /// The rollout of `id` ended: count it, and have the leader publish and
+    /// record it.
+    fn end(
+        &mut self,
+        id: &WorkloadId,
+        outcome: Outcome,
+        reason: Option<String>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(follow) = self
+            .records
+            .get_mut(id)
+            .and_then(|r| r.follow.as_deref_mut())
+            .filter(|f| f.ended.is_none())
+        else {
+            return;
+        };
+        follow.ended = Some(outcome);
+        let took = now.saturating_duration_since(follow.started);
+        follow.revision.outcome = Some(outcome);
+        follow.revision.reason = reason;
+        follow.revision.seconds = Some(took.as_secs());
+        let conclusion = Conclusion {
+            workload: id.clone(),
+            revision: follow.revision.clone(),
+            related: follow.related.clone(),
+        };
+        if let Some(at) = follow.deadline.take() {
+            self.deadlines.remove(&(at, id.clone()));
+        }
+        tracing::info!(workload = %id, revision = conclusion.revision.revision, outcome = outcome.as_str(), took = ?took, "rollout ended");
+        if self.leader {
+            let sources = source_names(&conclusion.revision);
+            let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+            self.metrics.rollout(&id.kind, &names, outcome.as_str());
+            self.metrics.rollout_ended(&id.kind, outcome.as_str(), took);
+            out.push(Effect::Conclude(Box::new(conclusion)));
+        }
+    }
+
+    /// This replica became leader: what it saw end while another led, and is
+    /// still marked in flight on the workload, is concluded aloud again.
+    pub(super) fn conclude_again(&mut self, out: &mut Vec<Effect>) {
+        for (id, record) in &self.records {
+            let Some(follow) = record.follow.as_deref() else {
+                continue;
+            };
+            if follow.ended.is_some() {
+                out.push(Effect::Conclude(Box::new(Conclusion {
+                    workload: id.clone(),
+                    revision: follow.revision.clone(),
+                    related: follow.related.clone(),
+                })));
+            }
+        }
+    }
+}
+
+/// The distinct sources of the changes `revision` carries, sorted (a
+/// reference prints as `<source>/…`).
+fn source_names(revision: &Revision) -> Vec<String> {
+    let names: BTreeSet<String> = revision
+        .changed
+        .iter()
+        .filter_map(|c| {
+            c.reference
+                .split_once('/')
+                .map(|(source, _)| source.to_owned())
+        })
+        .collect();
+    names.into_iter().collect()
+}
+
+fn round_seconds(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs())
+}

@@ -1,0 +1,263 @@
+//! Following the rollouts nudge starts: complete, failed, superseded, each
+//! concluded aloud once, across restarts and leader changes.
+
+use serde_json::json;
+
+use super::harness::{CHECKSUM, Harness, batch, cron_job, native_deployment, reloader_auto};
+use super::*;
+use crate::model::{RolloutFailure, WorkloadKind};
+use crate::stamp::history::{Outcome, Revision};
+
+const MARKER: &str = "nudge.dev/rollout";
+
+fn marker(h: &Harness) -> Option<Revision> {
+    h.workload
+        .annotations
+        .get(MARKER)
+        .and_then(|m| Revision::parse(m))
+}
+
+/// A native Deployment stamped with `v1`: its first rollout in flight.
+fn stamped(workload: Workload) -> Harness {
+    let mut h = Harness::new(workload);
+    h.content("v1");
+    h.see();
+    // The debounce, well short of any progress deadline.
+    h.advance(Duration::from_secs(10));
+    assert!(
+        marker(&h).is_some(),
+        "the stamp carries the rollout it starts"
+    );
+    h
+}
+
+fn outcomes(h: &Harness) -> Vec<(u32, Outcome)> {
+    h.conclusions
+        .iter()
+        .map(|c| (c.revision.revision, c.revision.outcome.unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_rolling_stamp_is_followed_until_its_controller_completes_it() {
+    let mut h = stamped(native_deployment());
+    let first = marker(&h).unwrap();
+    assert_eq!(first.revision, 1);
+    assert_eq!(first.stamp[0].key, CHECKSUM);
+    assert_eq!(first.stamp[0].before, None);
+    assert!(first.stamp[0].after.starts_with("sha256-"));
+    h.rollout_status(Rollout::InProgress);
+    assert!(h.conclusions.is_empty(), "still rolling");
+    h.rollout_status(Rollout::Complete);
+    assert_eq!(outcomes(&h), [(1, Outcome::Complete)]);
+    h.rollout_status(Rollout::Complete);
+    assert_eq!(h.conclusions.len(), 1, "concluded once");
+    h.record_outcome();
+    assert!(marker(&h).is_none());
+
+    // The next change is revision 2: what it replaces, and what changed.
+    h.content("v2");
+    h.settle();
+    let second = marker(&h).unwrap();
+    assert_eq!(second.revision, 2);
+    assert_eq!(
+        second.stamp[0].before.as_deref(),
+        Some(&*first.stamp[0].after)
+    );
+    assert_eq!(second.changed[0].reference, "configmap/ns/cfg");
+    let kind = WorkloadKind::deployment();
+    assert_eq!(h.core.metrics.rollouts(&kind, "configmap", "started"), 2);
+    assert_eq!(h.core.metrics.rollouts(&kind, "configmap", "complete"), 1);
+}
+
+#[test]
+fn a_deployment_past_its_progress_deadline_fails_by_its_controllers_word() {
+    let mut h = stamped(native_deployment());
+    h.advance(Duration::from_secs(3600));
+    assert!(
+        h.conclusions.is_empty(),
+        "Deployments keep their own deadline"
+    );
+    h.rollout_status(Rollout::Failed {
+        reason: RolloutFailure::ProgressDeadlineExceeded,
+    });
+    assert_eq!(outcomes(&h), [(1, Outcome::Failed)]);
+    assert_eq!(
+        h.conclusions[0].revision.reason.as_deref(),
+        Some("ProgressDeadlineExceeded")
+    );
+}
+
+#[test]
+fn kinds_without_a_deadline_get_nudges_own() {
+    // Stamped 5 s in (the debounce), seen at 10 s.
+    let mut h = stamped(batch(WorkloadKind::stateful_set()));
+    h.advance(Duration::from_secs(590));
+    assert!(h.conclusions.is_empty());
+    h.advance(Duration::from_secs(10));
+    assert_eq!(outcomes(&h), [(1, Outcome::Failed)]);
+    let reason = h.conclusions[0].revision.reason.clone().unwrap();
+    assert!(reason.contains("progress deadline (10m)"), "{reason}");
+
+    // Per workload: <prefix>/progress-deadline.
+    let mut workload = batch(WorkloadKind::daemon_set());
+    workload
+        .annotations
+        .insert("nudge.dev/progress-deadline".into(), "2m".into());
+    let mut h = stamped(workload);
+    h.advance(Duration::from_secs(110));
+    assert!(h.conclusions.is_empty());
+    h.advance(Duration::from_secs(10));
+    assert_eq!(outcomes(&h), [(1, Outcome::Failed)]);
+}
+
+#[test]
+fn a_newer_stamp_supersedes_the_rollout_in_flight() {
+    let mut h = stamped(native_deployment());
+    h.content("v2");
+    h.settle();
+    assert_eq!(outcomes(&h), [(1, Outcome::Superseded)]);
+    assert_eq!(
+        h.conclusions[0].revision.reason.as_deref(),
+        Some("superseded by config revision 2")
+    );
+    assert_eq!(marker(&h).unwrap().revision, 2);
+    h.rollout_status(Rollout::Complete);
+    assert_eq!(
+        outcomes(&h),
+        [(1, Outcome::Superseded), (2, Outcome::Complete)]
+    );
+}
+
+#[test]
+fn someone_elses_template_change_supersedes_the_rollout() {
+    let mut h = stamped(native_deployment());
+    h.workload
+        .template
+        .metadata
+        .get_or_insert_default()
+        .annotations
+        .get_or_insert_default()
+        .insert("kubectl.kubernetes.io/restartedAt".into(), "now".into());
+    h.rollout_status(Rollout::InProgress);
+    assert_eq!(outcomes(&h), [(1, Outcome::Superseded)]);
+    assert!(
+        h.conclusions[0]
+            .revision
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("someone else")
+    );
+}
+
+#[test]
+fn after_a_restart_the_rollout_in_flight_is_followed_from_its_marker() {
+    let mut h = stamped(native_deployment());
+    h.restart(false);
+    assert!(h.conclusions.is_empty());
+    h.rollout_status(Rollout::Complete);
+    assert_eq!(outcomes(&h), [(1, Outcome::Complete)]);
+    h.record_outcome();
+
+    // The revision count goes on from the history.
+    h.restart(false);
+    h.content("v2");
+    h.settle();
+    assert_eq!(marker(&h).unwrap().revision, 2);
+}
+
+#[test]
+fn a_new_leader_concludes_once_what_ended_under_the_old_one() {
+    let mut h = stamped(native_deployment());
+    h.lead(false);
+    h.rollout_status(Rollout::Complete);
+    assert!(
+        h.conclusions.is_empty(),
+        "a follower does not conclude aloud"
+    );
+    // The old leader died before recording: the marker is still there.
+    h.lead(true);
+    assert_eq!(outcomes(&h), [(1, Outcome::Complete)]);
+    h.record_outcome();
+    h.lead(false);
+    h.lead(true);
+    assert_eq!(h.conclusions.len(), 1, "recorded: not again");
+}
+
+#[test]
+fn an_outcome_already_in_the_history_is_not_concluded_again() {
+    let mut h = stamped(native_deployment());
+    h.rollout_status(Rollout::Complete);
+    let recorded = h.conclusions[0].revision.clone();
+    // Recorded, and the marker left behind (a newer replica's view).
+    let history = crate::stamp::history::recorded(None, recorded, 10);
+    h.workload
+        .annotations
+        .insert("nudge.dev/history".into(), history);
+    h.restart(false);
+    h.rollout_status(Rollout::Complete);
+    assert_eq!(h.conclusions.len(), 1);
+}
+
+#[test]
+fn adoptions_and_batch_kinds_start_nothing_to_follow() {
+    let mut h = Harness::new(reloader_auto());
+    h.content("v1");
+    h.see();
+    h.settle();
+    assert!(!h.writes.is_empty(), "adopted");
+    assert!(marker(&h).is_none());
+
+    let mut h = Harness::new(cron_job());
+    h.content("v1");
+    h.see();
+    h.settle();
+    h.content("v2");
+    h.settle();
+    assert!(h.writes.iter().any(|w| w.rolls), "the job template changed");
+    assert!(marker(&h).is_none(), "a CronJob's rollout is its next run");
+}
+
+#[test]
+fn secret_content_is_never_kept_in_a_form_that_reveals_it() {
+    // Reloader's env-var strategy hashes Secret content with SHA-1: unkeyed.
+    let workload = super::harness::workload(
+        WorkloadKind::deployment(),
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!({}),
+        json!({"containers": [{"name": "app", "image": "busybox",
+            "env": [{"name": "STAKATER_DB_SECRET", "value": "old"}],
+            "envFrom": [{"secretRef": {"name": "db"}}]}]}),
+    );
+    let deps = crate::annotations::dependencies(
+        &workload,
+        &AnnotationScheme::default(),
+        &super::harness::builtin_catalog(),
+    );
+    let spec = deps
+        .stamps
+        .iter()
+        .find(|s| s.output.key() == "STAKATER_DB_SECRET")
+        .expect("Reloader's env var");
+    let patch = StampPatch {
+        id: workload.id.clone(),
+        changed: vec![spec.output.clone()],
+        values: [(
+            spec.output.clone(),
+            "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12".into(),
+        )]
+        .into(),
+        releases: Vec::new(),
+    };
+    let change = |r: &Reference| Change {
+        reference: r.to_string(),
+        version: None,
+        by: None,
+        at: None,
+    };
+    let revision =
+        follow::revision_of(1, &BTreeSet::new(), change, &workload, &deps.stamps, &patch);
+    assert_eq!(revision.stamp[0].after, "(secret)");
+    assert_eq!(revision.stamp[0].before.as_deref(), Some("(secret)"));
+}

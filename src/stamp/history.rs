@@ -1,0 +1,315 @@
+//! What nudge keeps on a workload about the rollouts it starts (design §9).
+//!
+//! - `<prefix>/rollout`: the rollout in flight, written in the same request as
+//!   the stamp that starts it, so a new leader finds it whatever happened in
+//!   between. It goes when the rollout's outcome is recorded.
+//! - `<prefix>/history`: the last config revisions (`[engine] history_limit`),
+//!   oldest first, each with how its rollout ended; written when a rollout ends.
+//!
+//! Both are compact JSON on the workload's own metadata (a few hundred bytes per
+//! revision): no other object, no finalizer, and the history goes with the
+//! workload. Values are fingerprints shortened to a prefix, and a value that
+//! could reveal a Secret (an unkeyed digest of its content, as Reloader's and
+//! Wave's formats are) is kept as [`SECRET_VALUE`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::errors::excerpt;
+
+/// The annotation naming the rollout in flight.
+pub const ROLLOUT: &str = "rollout";
+/// The annotation holding the config history.
+pub const HISTORY: &str = "history";
+/// What is kept of a value that could reveal a Secret's content.
+pub const SECRET_VALUE: &str = "(secret)";
+/// Characters kept of a value: `sha256-` and 12 hex digits.
+const SHOWN: usize = 19;
+
+/// One config revision of a workload: what a stamp that rolled it changed, and
+/// (once known) how the rollout ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Revision {
+    /// 1 for the first rollout nudge started on the workload, then +1 each.
+    pub revision: u32,
+    /// The references whose change the stamp carried (empty: the workload
+    /// itself was new or edited).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<Change>,
+    /// Each value the stamp changed.
+    #[serde(default)]
+    pub stamp: Vec<ValueChange>,
+    /// How the rollout ended; `None` while in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// Why it failed, or what superseded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it ended (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// How long it ran, in whole seconds (as followed by the replica that
+    /// recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u64>,
+}
+
+/// A reference whose change a revision carried, and who made the change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// The reference (`ConfigMap/ns/app-config`, `consul:app/db/url`).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The object's version when nudge saw the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Who changed it (field manager).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+}
+
+/// One value a stamp changed, before and after, each shortened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueChange {
+    /// The output's key (annotation or env var name).
+    pub key: String,
+    /// Its value before; `None`: not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    /// Its value after.
+    pub after: String,
+}
+
+/// How a rollout nudge started ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// The workload's controller finished it.
+    Complete,
+    /// The controller gave up, or it ran past its progress deadline.
+    Failed,
+    /// A newer stamp, or someone else's change to the pod template, replaced it.
+    Superseded,
+}
+
+impl Outcome {
+    /// `complete`, `failed`, `superseded` (metric label, history, explain).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::Failed => "failed",
+            Self::Superseded => "superseded",
+        }
+    }
+}
+
+impl Revision {
+    /// The in-flight annotation's value.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads an in-flight annotation; `None` when it is not one.
+    pub fn parse(json: &str) -> Option<Self> {
+        serde_json::from_str(json).ok()
+    }
+
+    /// `nudge.dev/config-hash sha256-ab12… → sha256-cd34…`, per value.
+    pub fn values_text(&self) -> String {
+        let shown: Vec<String> = self
+            .stamp
+            .iter()
+            .map(|value| {
+                let before = value.before.as_deref().unwrap_or("(none)");
+                format!("{} {before} → {}", value.key, value.after)
+            })
+            .collect();
+        shown.join(", ")
+    }
+
+    /// `ConfigMap/ns/app (by kubectl-edit at …, version 12)`, per change.
+    pub fn changes_text(&self) -> String {
+        let shown: Vec<String> = self.changed.iter().map(Change::to_string).collect();
+        shown.join(", ")
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reference)?;
+        let mut parts = Vec::new();
+        if let Some(by) = &self.by {
+            parts.push(format!("by {by}"));
+        }
+        if let Some(at) = &self.at {
+            parts.push(format!("at {at}"));
+        }
+        if let Some(version) = &self.version {
+            parts.push(format!("version {version}"));
+        }
+        if !parts.is_empty() {
+            write!(f, " ({})", parts.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// A value as history keeps it: shortened, or [`SECRET_VALUE`] when it is not
+/// one of nudge's own fingerprints (keyed for Secrets) and `secret` content
+/// went into it.
+pub fn kept_value(value: &str, secret: bool) -> String {
+    let own = value.starts_with("sha256-") || value.starts_with("hmac-sha256-");
+    if secret && !own {
+        return SECRET_VALUE.to_owned();
+    }
+    excerpt(value, SHOWN)
+}
+
+/// The revisions of a history annotation, oldest first; empty when absent or
+/// unreadable.
+pub fn parse_history(json: Option<&str>) -> Vec<Revision> {
+    json.and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default()
+}
+
+/// The number of the newest revision in a history annotation, without reading
+/// the rest (it is read on every workload event); 0 when none.
+pub fn last_revision(json: Option<&str>) -> u32 {
+    const FIELD: &str = "{\"revision\":";
+    let Some(json) = json else { return 0 };
+    let Some(at) = json.rfind(FIELD) else {
+        return 0;
+    };
+    let digits: String = json[at + FIELD.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap_or(0)
+}
+
+/// The newest revision whose rollout completed.
+pub fn last_good(history: &[Revision]) -> Option<&Revision> {
+    history
+        .iter()
+        .rev()
+        .find(|r| r.outcome == Some(Outcome::Complete))
+}
+
+/// `history` with `revision` recorded (replacing an earlier record of the same
+/// number), the oldest dropped beyond `limit`; the annotation's new value.
+pub fn recorded(history: Option<&str>, revision: Revision, limit: usize) -> String {
+    let mut revisions = parse_history(history);
+    revisions.retain(|r| r.revision != revision.revision);
+    revisions.push(revision);
+    revisions.sort_by_key(|r| r.revision);
+    let excess = revisions.len().saturating_sub(limit.max(1));
+    revisions.drain(..excess);
+    serde_json::to_string(&revisions).unwrap_or_default()
+}
+
+/// Whether `history` already records `revision` with an outcome.
+pub fn has_outcome(history: Option<&str>, revision: u32) -> bool {
+    parse_history(history)
+        .iter()
+        .any(|r| r.revision == revision && r.outcome.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revision(n: u32, outcome: Option<Outcome>) -> Revision {
+        Revision {
+            revision: n,
+            changed: vec![Change {
+                reference: "ConfigMap/ns/app".into(),
+                version: Some("12".into()),
+                by: Some("kubectl-edit".into()),
+                at: Some("2026-11-25T12:00:00Z".into()),
+            }],
+            stamp: vec![ValueChange {
+                key: "nudge.dev/config-hash".into(),
+                before: Some("sha256-aaaaaaaaaaaa…".into()),
+                after: "sha256-bbbbbbbbbbbb…".into(),
+            }],
+            outcome,
+            reason: None,
+            ended: None,
+            seconds: None,
+        }
+    }
+
+    #[test]
+    fn history_keeps_the_newest_revisions_up_to_the_limit() {
+        let mut json = None;
+        for n in 1..=12 {
+            json = Some(recorded(
+                json.as_deref(),
+                revision(n, Some(Outcome::Complete)),
+                10,
+            ));
+        }
+        let history = parse_history(json.as_deref());
+        let numbers: Vec<u32> = history.iter().map(|r| r.revision).collect();
+        assert_eq!(numbers, (3..=12).collect::<Vec<_>>());
+        assert_eq!(last_revision(json.as_deref()), 12);
+    }
+
+    #[test]
+    fn recording_a_revision_again_replaces_it() {
+        let json = recorded(None, revision(1, Some(Outcome::Complete)), 10);
+        let json = recorded(Some(&json), revision(2, Some(Outcome::Failed)), 10);
+        let json = recorded(Some(&json), revision(2, Some(Outcome::Failed)), 10);
+        assert_eq!(parse_history(Some(&json)).len(), 2);
+        assert!(has_outcome(Some(&json), 2));
+        assert!(!has_outcome(Some(&json), 3));
+        let history = parse_history(Some(&json));
+        assert_eq!(last_good(&history).map(|r| r.revision), Some(1));
+    }
+
+    #[test]
+    fn unreadable_history_reads_as_none() {
+        assert!(parse_history(Some("not json")).is_empty());
+        assert_eq!(last_revision(Some("[{\"revision\":x}]")), 0);
+        assert_eq!(last_revision(None), 0);
+        // A history nudge cannot read is replaced, not appended to garbage.
+        let json = recorded(Some("{oops"), revision(1, None), 10);
+        assert_eq!(parse_history(Some(&json)).len(), 1);
+    }
+
+    #[test]
+    fn values_that_could_reveal_a_secret_are_not_kept() {
+        // Reloader's SHA-1 of a Secret's content: brute-forceable, never kept.
+        assert_eq!(
+            kept_value("2fd4e1c67a2d28fced849ee1bb76e7391b93eb12", true),
+            SECRET_VALUE
+        );
+        // nudge's own formats are keyed for Secrets: kept, shortened.
+        assert_eq!(
+            kept_value("hmac-sha256-0123456789abcdef0123", true),
+            "hmac-sha256-0123456…"
+        );
+        assert_eq!(
+            kept_value("2fd4e1c67a2d28fced849ee1bb76e7391b93eb12", false),
+            "2fd4e1c67a2d28fced8…"
+        );
+    }
+
+    #[test]
+    fn the_texts_name_references_with_their_authors_and_values_before_and_after() {
+        let r = revision(3, None);
+        assert_eq!(
+            r.changes_text(),
+            "ConfigMap/ns/app (by kubectl-edit, at 2026-11-25T12:00:00Z, version 12)"
+        );
+        assert_eq!(
+            r.values_text(),
+            "nudge.dev/config-hash sha256-aaaaaaaaaaaa… → sha256-bbbbbbbbbbbb…"
+        );
+        assert_eq!(Revision::parse(&r.to_json()), Some(r));
+    }
+}
