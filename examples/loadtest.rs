@@ -798,10 +798,17 @@ fn by_nudge(r: &RecordedRequest) -> bool {
     r.headers.get("user-agent").map(String::as_str) != Some(USER_AGENT)
 }
 
+/// A stamp: nudge's server-side apply (or JSON patch) of a workload. Its merge
+/// patches record how a rollout ended (`nudge.dev/history`), counted apart.
 fn is_stamp(r: &RecordedRequest) -> bool {
     r.method == "PATCH"
         && r.path.starts_with("/apis/apps/v1/")
         && r.query_param("fieldManager").as_deref() == Some(FIELD_MANAGER)
+        && !is_history_write(r)
+}
+
+fn is_history_write(r: &RecordedRequest) -> bool {
+    r.headers.get("content-type").map(String::as_str) == Some("application/merge-patch+json")
 }
 
 /// nudge's stamps (2xx PATCHes of workloads) received at or after `since`.

@@ -75,6 +75,11 @@ enum Command {
         /// Deadline for reading each input (humantime, e.g. `10s`).
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
+        /// Also show the workload's config history: each revision, what changed
+        /// and who changed it, the values before and after, and how its rollout
+        /// ended (table output; JSON always has it).
+        #[arg(long)]
+        history: bool,
     },
     /// Validate the configuration (file, `NUDGE_*` variables, flags) and print
     /// the effective configuration, secrets redacted. Reads no cluster.
@@ -145,15 +150,10 @@ impl Cli {
                 namespace,
                 output,
                 timeout,
+                history,
             } => {
-                explain(
-                    &controller,
-                    &workload,
-                    namespace.as_deref(),
-                    output,
-                    timeout,
-                )
-                .await
+                let show = Show { output, history };
+                explain(&controller, &workload, namespace.as_deref(), show, timeout).await
             }
             Command::Version | Command::CheckConfig => unreachable!("handled above"),
         }
@@ -233,11 +233,17 @@ fn one_line(error: &str, hint: Option<&str>) -> String {
     }
 }
 
+/// How `nudge explain` shows its report.
+struct Show {
+    output: ExplainFormat,
+    history: bool,
+}
+
 async fn explain(
     controller: &Controller,
     workload: &str,
     namespace: Option<&str>,
-    output: ExplainFormat,
+    show: Show,
     timeout: std::time::Duration,
 ) -> ExitCode {
     let Some((kind, name)) = workload.split_once('/') else {
@@ -255,8 +261,13 @@ async fn explain(
             return ExitCode::FAILURE;
         }
     };
-    match output {
-        ExplainFormat::Table => print!("{}", report.to_table()),
+    match show.output {
+        ExplainFormat::Table => {
+            print!("{}", report.to_table());
+            if show.history {
+                print!("{}", report.history_table());
+            }
+        }
         ExplainFormat::Json => match serde_json::to_string_pretty(&report) {
             Ok(json) => println!("{json}"),
             Err(error) => {

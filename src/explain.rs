@@ -53,6 +53,8 @@ use crate::scope::NamespaceScope;
 use crate::sources::consul::ConsulMetrics;
 use crate::sources::secret::read_installation_key;
 use crate::sources::{ObjectSourceSettings, ObserveContext, Source, SourceError};
+use crate::stamp::history;
+pub use crate::stamp::history::{Change, Outcome, Revision, ValueChange};
 use crate::stamp::{self, BlockReason, FingerprintLookup};
 use crate::targets::{
     KubeTarget, Target, TargetError, TargetSettings, TargetSetupError, builtin_kinds,
@@ -79,6 +81,10 @@ pub struct Report {
     pub annotation_errors: Vec<AnnotationProblem>,
     /// The timing the verdicts were judged against.
     pub timing: Timing,
+    /// The rollout nudge started and is following (`<prefix>/rollout`), if any.
+    pub rollout: Option<Revision>,
+    /// The workload's config history (`<prefix>/history`), oldest first.
+    pub history: Vec<Revision>,
 }
 
 /// A state and a one-line explanation of it.
@@ -372,12 +378,15 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
         })
         .collect();
     let verdict = workload_verdict(facts, &outputs, &annotation_errors);
+    let annotation = |key: String| workload.annotations.get(&key).map(String::as_str);
     Report {
         workload: workload.id.clone(),
         verdict,
         outputs,
         annotation_errors,
         timing,
+        rollout: annotation(settings.scheme.rollout()).and_then(Revision::parse),
+        history: history::parse_history(annotation(settings.scheme.history())),
     }
 }
 
@@ -736,9 +745,63 @@ impl Report {
                 let _ = writeln!(text, "  {}", problem.message);
             }
         }
+        if let Some(rollout) = &self.rollout {
+            let _ = writeln!(text, "rollout in progress: {}", revision_line(rollout));
+        }
+        if let Some(last) = self.history.last() {
+            let _ = writeln!(text, "last outcome: {}", revision_line(last));
+        }
         let _ = writeln!(text, "verdict: {}", self.verdict.message);
         text
     }
+
+    /// The config history, newest first: one block per revision (`nudge
+    /// explain --history`).
+    pub fn history_table(&self) -> String {
+        if self.history.is_empty() {
+            return "no config history: nudge has not finished following a rollout of this workload\n".to_owned();
+        }
+        let mut text = String::from("config history (newest first):\n");
+        for revision in self.history.iter().rev() {
+            let _ = writeln!(text, "  {}", revision_line(revision));
+            if !revision.changed.is_empty() {
+                let _ = writeln!(text, "    changed: {}", revision.changes_text());
+            }
+            if !revision.stamp.is_empty() {
+                let _ = writeln!(text, "    values:  {}", revision.values_text());
+            }
+        }
+        text
+    }
+}
+
+/// `config revision 4: failed after 10m (ProgressDeadlineExceeded), ended
+/// 2026-11-25T13:12:00Z`; a revision in flight says what it carries instead.
+fn revision_line(revision: &Revision) -> String {
+    let number = revision.revision;
+    let Some(outcome) = revision.outcome else {
+        let what = if revision.changed.is_empty() {
+            "the workload itself changed".to_owned()
+        } else {
+            format!("{} changed", revision.changes_text())
+        };
+        return format!(
+            "config revision {number}: {what}; {}",
+            revision.values_text()
+        );
+    };
+    let took = humantime::format_duration(Duration::from_secs(revision.seconds.unwrap_or(0)));
+    let mut line = format!(
+        "config revision {number}: {} after {took}",
+        outcome.as_str()
+    );
+    if let Some(reason) = &revision.reason {
+        let _ = write!(line, " ({reason})");
+    }
+    if let Some(ended) = &revision.ended {
+        let _ = write!(line, ", ended {ended}");
+    }
+    line
 }
 
 /// The fingerprint cell of a reference: short fingerprint, `absent`, or `? (why)`.

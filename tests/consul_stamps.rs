@@ -729,8 +729,11 @@ fn nudge_patches_since(cluster: &TestCluster, mark: usize) -> BTreeMap<String, u
         .iter()
         .skip(mark)
     {
+        // Stamps only: a merge patch records a rollout's outcome.
         if request.method == "PATCH"
             && request.query_param("fieldManager").as_deref() == Some("nudge")
+            && request.headers.get("content-type").map(String::as_str)
+                != Some("application/merge-patch+json")
         {
             *patched.entry(request.path.clone()).or_default() += 1;
         }

@@ -117,7 +117,7 @@ pub enum Effect {
     /// request).
     WakeAt(Instant),
     /// A rollout nudge started ended: publish its outcome, then record it in
-    /// the workload's history (design §9). Leader only.
+    /// the workload's history (design §5c). Leader only.
     Conclude(Box<Conclusion>),
 }
 
@@ -900,13 +900,13 @@ impl Core {
             revision: None,
         };
         let mut patch = patch;
-        if let Some(revision) = revision {
+        if let Some(mut revision) = revision {
             let following = record
                 .follow
                 .as_deref()
                 .is_some_and(follow::Follow::in_progress);
             if following {
-                self.supersede(&id, revision.revision, now, out);
+                self.supersede(&id, &mut revision, now, out);
             }
             // The revision goes with the stamp, in one request: whatever happens
             // next, the workload says which rollout is in flight.
@@ -1041,7 +1041,7 @@ impl Core {
             }
         }
         if let Some((revision, related, workload)) = started {
-            self.start_following(&id, revision, related, &workload, now, out);
+            self.start_following(&id, revision, related, &workload, now);
         }
         if again {
             self.evaluate(&id, now);

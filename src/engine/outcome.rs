@@ -1,4 +1,4 @@
-//! Publishing and recording how a rollout nudge started ended (design §9).
+//! Publishing and recording how a rollout nudge started ended (design §5c).
 //!
 //! For each [`Conclusion`] of the core, one task: read the workload, and unless
 //! its history already records the outcome (another replica did), publish the
@@ -101,7 +101,7 @@ async fn write(
 }
 
 /// The Event of an outcome.
-fn notice(conclusion: &Conclusion, last_good: Option<&Revision>) -> Notice {
+pub(super) fn notice(conclusion: &Conclusion, last_good: Option<&Revision>) -> Notice {
     let revision = &conclusion.revision;
     let outcome = revision.outcome.unwrap_or(Outcome::Complete);
     let reason = match outcome {
@@ -186,6 +186,7 @@ mod tests {
             reason: reason.map(Into::into),
             ended: None,
             seconds: Some(42),
+            superseded: Vec::new(),
         }
     }
 

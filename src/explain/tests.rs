@@ -425,6 +425,8 @@ fn json_shape_is_stable() {
                 }],
             }],
             "annotation_errors": [],
+            "rollout": null,
+            "history": [],
             "timing": {
                 "now": NOW,
                 "debounce": "5s",
@@ -501,4 +503,51 @@ fn short_fingerprints_keep_their_prefix() {
     assert_eq!(short(DB_FP), "hmac-sha256-cccccccc…");
     assert_eq!(short("absent"), "absent");
     assert_eq!(short("wave-fragment(12 bytes)"), "wave-fragment(12 bytes)");
+}
+
+#[test]
+fn the_rollout_in_flight_and_the_history_are_shown() {
+    let failed = r#"[{"revision":3,"changed":[{"ref":"configmap/shop/flags","by":"kubectl-edit"}],"stamp":[{"key":"nudge.dev/checksum-flags","before":"sha256-bbbbbbbbbbbb…","after":"sha256-aaaaaaaaaaaa…"}],"outcome":"failed","reason":"ProgressDeadlineExceeded","ended":"2025-06-01T11:50:00Z","seconds":600}]"#;
+    let in_flight = r#"{"revision":4,"changed":[{"ref":"configmap/shop/flags","by":"helm","version":"812"}],"stamp":[{"key":"nudge.dev/checksum-flags","before":"sha256-aaaaaaaaaaaa…","after":"sha256-cccccccccccc…"}]}"#;
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/history", failed),
+            ("nudge.dev/rollout", in_flight),
+        ],
+        &[("nudge.dev/checksum-flags", FLAGS_FP)],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .report(&workload);
+    assert_eq!(
+        report.verdict.state,
+        State::InSync,
+        "nudge's own annotations are not errors"
+    );
+    assert_eq!(report.rollout.as_ref().map(|r| r.revision), Some(4));
+    let table = report.to_table();
+    assert!(
+        table.contains(
+            "rollout in progress: config revision 4: configmap/shop/flags (by helm, version 812) \
+             changed; nudge.dev/checksum-flags sha256-aaaaaaaaaaaa… → sha256-cccccccccccc…"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "last outcome: config revision 3: failed after 10m (ProgressDeadlineExceeded), \
+             ended 2025-06-01T11:50:00Z"
+        ),
+        "{table}"
+    );
+    let history = report.history_table();
+    assert!(
+        history.starts_with("config history (newest first):"),
+        "{history}"
+    );
+    assert!(
+        history.contains("changed: configmap/shop/flags (by kubectl-edit)"),
+        "{history}"
+    );
 }

@@ -11,6 +11,8 @@
 //! | `nudge_tracked_workloads` | gauge | | engine |
 //! | `nudge_tracked_references` | gauge | | engine |
 //! | `nudge_debounce_queue_depth` | gauge | | engine |
+//! | `nudge_rollouts_total` | counter | `kind`, `source`, `outcome` | engine (`follow`) |
+//! | `nudge_rollout_duration_seconds` | histogram | `kind`, `outcome` | engine (`follow`) |
 //! | `nudge_watch_restarts_total` | counter | `watch` | sources, targets (`health`) |
 //! | `nudge_source_observations_total` | counter | `source` | engine driver (`health::SourceMetrics`) |
 //! | `nudge_source_errors_total` | counter | `source`, `category` | source wrappers, built-in sources, driver |
@@ -161,6 +163,14 @@ mod tests {
         metrics
             .engine()
             .stamp(&WorkloadKind::deployment(), &source, StampResult::Applied);
+        metrics
+            .engine()
+            .rollout(&WorkloadKind::deployment(), &["configmap"], "started");
+        metrics.engine().rollout_ended(
+            &WorkloadKind::deployment(),
+            "complete",
+            std::time::Duration::from_secs(42),
+        );
         metrics.watches().restarted("configmap");
         metrics.watches().sources().observed("configmap");
         metrics.watches().sources().failed("configmap", "backend");
@@ -187,6 +197,8 @@ mod tests {
             "nudge_tracked_workloads",
             "nudge_tracked_references",
             "nudge_debounce_queue_depth",
+            "nudge_rollouts",
+            "nudge_rollout_duration_seconds",
             "nudge_leader",
             "nudge_webhook_requests",
             "nudge_notifications",
@@ -204,6 +216,12 @@ mod tests {
         assert!(text.contains(r#"nudge_consul_query_errors_total{source="consul"} 1"#));
         assert!(text.contains(r#"nudge_webhook_requests_total{result="timeout"} 1"#));
         assert!(text.contains(r#"nudge_notifications_total{format="slack",result="failed"} 1"#));
+        assert!(text.contains(
+            r#"nudge_rollouts_total{kind="deployment",source="configmap",outcome="started"} 1"#
+        ));
+        assert!(text.contains(
+            r#"nudge_rollout_duration_seconds_bucket{le="60.0",kind="deployment",outcome="complete"} 1"#
+        ), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }
 

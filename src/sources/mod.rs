@@ -90,7 +90,7 @@ impl SourceUpdate {
 }
 
 /// Who changed a config object last, and when, as its backend records it:
-/// named in the rollout outcome nudge reports (design §9). Never content.
+/// named in the rollout outcome nudge reports (design §5c). Never content.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Provenance {

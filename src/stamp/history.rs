@@ -1,4 +1,4 @@
-//! What nudge keeps on a workload about the rollouts it starts (design §9).
+//! What nudge keeps on a workload about the rollouts it starts (design §5c).
 //!
 //! - `<prefix>/rollout`: the rollout in flight, written in the same request as
 //!   the stamp that starts it, so a new leader finds it whatever happened in
@@ -52,6 +52,10 @@ pub struct Revision {
     /// recorded it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<u64>,
+    /// In a marker: the revisions this one superseded, each ended, recorded
+    /// together with it. Never in the history itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<Revision>,
 }
 
 /// A reference whose change a revision carried, and who made the change.
@@ -199,12 +203,15 @@ pub fn last_good(history: &[Revision]) -> Option<&Revision> {
         .find(|r| r.outcome == Some(Outcome::Complete))
 }
 
-/// `history` with `revision` recorded (replacing an earlier record of the same
-/// number), the oldest dropped beyond `limit`; the annotation's new value.
-pub fn recorded(history: Option<&str>, revision: Revision, limit: usize) -> String {
+/// `history` with `revision` recorded, and the revisions it superseded before
+/// it (each replacing an earlier record of the same number), the oldest dropped
+/// beyond `limit`; the annotation's new value.
+pub fn recorded(history: Option<&str>, mut revision: Revision, limit: usize) -> String {
     let mut revisions = parse_history(history);
-    revisions.retain(|r| r.revision != revision.revision);
-    revisions.push(revision);
+    let mut new = std::mem::take(&mut revision.superseded);
+    new.push(revision);
+    revisions.retain(|r| !new.iter().any(|n| n.revision == r.revision));
+    revisions.extend(new);
     revisions.sort_by_key(|r| r.revision);
     let excess = revisions.len().saturating_sub(limit.max(1));
     revisions.drain(..excess);
@@ -240,6 +247,7 @@ mod tests {
             reason: None,
             ended: None,
             seconds: None,
+            superseded: Vec::new(),
         }
     }
 
@@ -269,6 +277,28 @@ mod tests {
         assert!(!has_outcome(Some(&json), 3));
         let history = parse_history(Some(&json));
         assert_eq!(last_good(&history).map(|r| r.revision), Some(1));
+    }
+
+    #[test]
+    fn superseded_revisions_are_recorded_with_the_one_that_superseded_them() {
+        let mut third = revision(3, Some(Outcome::Complete));
+        third.superseded = vec![
+            revision(1, Some(Outcome::Superseded)),
+            revision(2, Some(Outcome::Superseded)),
+        ];
+        let json = recorded(None, third, 10);
+        let history = parse_history(Some(&json));
+        let outcomes: Vec<(u32, Option<Outcome>)> =
+            history.iter().map(|r| (r.revision, r.outcome)).collect();
+        assert_eq!(
+            outcomes,
+            [
+                (1, Some(Outcome::Superseded)),
+                (2, Some(Outcome::Superseded)),
+                (3, Some(Outcome::Complete))
+            ]
+        );
+        assert!(history.iter().all(|r| r.superseded.is_empty()));
     }
 
     #[test]

@@ -224,7 +224,7 @@ pub trait Target: Send + Sync + 'static {
     /// Sets (`Some`) or removes (`None`) annotations on the workload's own
     /// metadata, only if it is still at `current`'s `resourceVersion` (else
     /// [`TargetError::Conflict`]): how nudge records a rollout's outcome in its
-    /// config history (design §9). A target that keeps no history returns
+    /// config history (design §5c). A target that keeps no history returns
     /// `Ok(false)`, the default; nudge then reports outcomes without keeping them.
     async fn annotate(
         &self,

@@ -1,4 +1,4 @@
-//! Following the rollouts nudge starts, until they end (design §9).
+//! Following the rollouts nudge starts, until they end (design §5c).
 //!
 //! A stamp that changes a pod template carries `<prefix>/rollout`: the config
 //! revision it starts (number, the changes it carries and who made them, each
@@ -117,6 +117,7 @@ pub(super) fn revision_of(
         reason: None,
         ended: None,
         seconds: None,
+        superseded: Vec::new(),
     }
 }
 
@@ -154,7 +155,6 @@ impl Core {
         related: Option<Reference>,
         workload: &Workload,
         now: Instant,
-        out: &mut Vec<Effect>,
     ) {
         let sources = source_names(&revision);
         let Some(record) = self.records.get_mut(id) else {
@@ -174,21 +174,48 @@ impl Core {
             template: Some(template_digest(workload)),
             ended: None,
         };
+        // Not judged on the write's own result: its status is from before the
+        // new template (a status without observedGeneration could not say so).
         self.set_follow(id, follow);
-        self.judge(id, workload.rollout, now, out);
     }
 
-    /// A newer stamp of `id` is on its way: the rollout followed so far is
-    /// superseded by revision `by`.
+    /// A newer stamp of `id`, starting `next`, is on its way: the rollout
+    /// followed so far is superseded. Its Event goes out now; it is recorded
+    /// with `next` (it rides in `next`'s marker, with any it superseded in
+    /// turn), so a change while a rollout is in flight costs no extra write.
     pub(super) fn supersede(
         &mut self,
         id: &WorkloadId,
-        by: u32,
+        next: &mut Revision,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
-        let reason = format!("superseded by config revision {by}");
-        self.end(id, Outcome::Superseded, Some(reason), now, out);
+        let reason = format!("superseded by config revision {}", next.revision);
+        let Some(mut ended) = self.finish(id, Outcome::Superseded, Some(reason), now) else {
+            return;
+        };
+        if self.leader {
+            let conclusion = Conclusion {
+                workload: id.clone(),
+                revision: ended.clone(),
+                related: self
+                    .records
+                    .get(id)
+                    .and_then(|r| r.follow.as_deref())
+                    .and_then(|f| f.related.clone()),
+            };
+            out.push(Effect::Publish(crate::engine::outcome::notice(
+                &conclusion,
+                None,
+            )));
+        }
+        let mut carried = std::mem::take(&mut ended.superseded);
+        carried.push(ended);
+        let keep = self.engine.history_limit;
+        let excess = carried.len().saturating_sub(keep);
+        carried.drain(..excess);
+        next.superseded = carried;
+        self.drop_follow(id);
     }
 
     /// A workload event: resume following from its marker, or judge the
@@ -226,6 +253,12 @@ impl Core {
                 }
             }
             (Some(follow), _) => {
+                // The echo of nudge's own write (or older) still shows the
+                // status from before it.
+                let fresh = workload.revision().is_none_or(|r| r > record.written);
+                if !fresh {
+                    return;
+                }
                 if follow
                     .template
                     .is_some_and(|digest| digest != template_digest(workload))
@@ -357,35 +390,54 @@ impl Core {
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
-        let Some(follow) = self
+        let Some(revision) = self.finish(id, outcome, reason, now) else {
+            return;
+        };
+        if self.leader {
+            let related = self
+                .records
+                .get(id)
+                .and_then(|r| r.follow.as_deref())
+                .and_then(|f| f.related.clone());
+            out.push(Effect::Conclude(Box::new(Conclusion {
+                workload: id.clone(),
+                revision,
+                related,
+            })));
+        }
+    }
+
+    /// Marks the rollout of `id` ended (`outcome`) and counts it; the revision
+    /// as ended, `None` when none was in progress.
+    fn finish(
+        &mut self,
+        id: &WorkloadId,
+        outcome: Outcome,
+        reason: Option<String>,
+        now: Instant,
+    ) -> Option<Revision> {
+        let follow = self
             .records
             .get_mut(id)
             .and_then(|r| r.follow.as_deref_mut())
-            .filter(|f| f.ended.is_none())
-        else {
-            return;
-        };
+            .filter(|f| f.ended.is_none())?;
         follow.ended = Some(outcome);
         let took = now.saturating_duration_since(follow.started);
         follow.revision.outcome = Some(outcome);
         follow.revision.reason = reason;
         follow.revision.seconds = Some(took.as_secs());
-        let conclusion = Conclusion {
-            workload: id.clone(),
-            revision: follow.revision.clone(),
-            related: follow.related.clone(),
-        };
+        let revision = follow.revision.clone();
         if let Some(at) = follow.deadline.take() {
             self.deadlines.remove(&(at, id.clone()));
         }
-        tracing::info!(workload = %id, revision = conclusion.revision.revision, outcome = outcome.as_str(), took = ?took, "rollout ended");
+        tracing::info!(workload = %id, revision = revision.revision, outcome = outcome.as_str(), took = ?took, "rollout ended");
         if self.leader {
-            let sources = source_names(&conclusion.revision);
+            let sources = source_names(&revision);
             let names: Vec<&str> = sources.iter().map(String::as_str).collect();
             self.metrics.rollout(&id.kind, &names, outcome.as_str());
             self.metrics.rollout_ended(&id.kind, outcome.as_str(), took);
-            out.push(Effect::Conclude(Box::new(conclusion)));
         }
+        Some(revision)
     }
 
     /// This replica became leader: what it saw end while another led, and is

@@ -112,21 +112,40 @@ fn kinds_without_a_deadline_get_nudges_own() {
 }
 
 #[test]
-fn a_newer_stamp_supersedes_the_rollout_in_flight() {
+fn a_newer_stamp_supersedes_the_rollout_in_flight_and_carries_it_to_the_history() {
     let mut h = stamped(native_deployment());
     h.content("v2");
     h.settle();
-    assert_eq!(outcomes(&h), [(1, Outcome::Superseded)]);
-    assert_eq!(
-        h.conclusions[0].revision.reason.as_deref(),
-        Some("superseded by config revision 2")
+    assert!(h.conclusions.is_empty(), "no write of its own");
+    assert!(
+        h.notes
+            .iter()
+            .any(|n| n.starts_with("config revision 1 superseded after ")
+                && n.contains("(superseded by config revision 2)")),
+        "{:?}",
+        h.notes
     );
-    assert_eq!(marker(&h).unwrap().revision, 2);
+    let in_flight = marker(&h).unwrap();
+    assert_eq!(in_flight.revision, 2);
+    assert_eq!(in_flight.superseded.len(), 1);
+    assert_eq!(in_flight.superseded[0].outcome, Some(Outcome::Superseded));
     h.rollout_status(Rollout::Complete);
-    assert_eq!(
-        outcomes(&h),
-        [(1, Outcome::Superseded), (2, Outcome::Complete)]
+    assert_eq!(outcomes(&h), [(2, Outcome::Complete)]);
+    h.record_outcome();
+    let history = crate::stamp::history::parse_history(
+        h.workload
+            .annotations
+            .get("nudge.dev/history")
+            .map(String::as_str),
     );
+    let recorded: Vec<(u32, Option<Outcome>)> =
+        history.iter().map(|r| (r.revision, r.outcome)).collect();
+    assert_eq!(
+        recorded,
+        [(1, Some(Outcome::Superseded)), (2, Some(Outcome::Complete))]
+    );
+    let kind = WorkloadKind::deployment();
+    assert_eq!(h.core.metrics.rollouts(&kind, "configmap", "superseded"), 1);
 }
 
 #[test]
