@@ -51,6 +51,7 @@ use std::time::Duration;
 use crate::model::{Reference, SourceCatalog, StampSpec, Tracked, Workload};
 
 mod error;
+mod go_regex;
 mod grammar;
 mod holds;
 mod mutator;

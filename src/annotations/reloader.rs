@@ -5,7 +5,10 @@
 
 use std::collections::BTreeSet;
 
+use regex::Regex;
+
 use super::AnnotationError;
+use super::go_regex;
 use super::grammar::{check_object_name, excerpt, invalid_item, parse_go_duration, split_list};
 use super::parser::{Annotations, Parser};
 use super::stamps::Contribution;
@@ -42,6 +45,58 @@ pub const RELOADER_PAUSE_PERIOD: &str = "deployment.reloader.stakater.com/pause-
 pub const RELOADER_ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
 /// Reloader's annotations strategy: the pod-template annotation it writes.
 pub const RELOADER_LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
+
+/// One entry of a Reloader `reload` list, read as Reloader reads it: Go's
+/// `regexp.Compile("^" + entry + "$")` matched against object names. An entry
+/// Go cannot compile matches only the name it spells (Reloader 2's fallback;
+/// Reloader 1 skips it, which matches the same objects since no object name can
+/// hold what makes a pattern invalid).
+struct ReloadEntry<'e> {
+    text: &'e str,
+    matcher: EntryMatcher,
+    /// Why Go refuses the entry, reported as an invalid list item.
+    error: Option<&'static str>,
+}
+
+enum EntryMatcher {
+    /// Lower-case letters, digits and `-` only: the pattern is the name itself.
+    Literal,
+    Pattern(Regex),
+}
+
+impl<'e> ReloadEntry<'e> {
+    fn new(text: &'e str) -> Self {
+        let literal = text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if literal {
+            return Self {
+                text,
+                matcher: EntryMatcher::Literal,
+                error: None,
+            };
+        }
+        match go_regex::compile(&format!("^{text}$")) {
+            Ok(regex) => Self {
+                text,
+                matcher: EntryMatcher::Pattern(regex),
+                error: None,
+            },
+            Err(error) => Self {
+                text,
+                matcher: EntryMatcher::Literal,
+                error: Some(error.reloader_reason()),
+            },
+        }
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match &self.matcher {
+            EntryMatcher::Literal => self.text == name,
+            EntryMatcher::Pattern(regex) => regex.is_match(name),
+        }
+    }
+}
 
 /// One object Reloader annotations ask to track.
 struct ReloaderObject {
@@ -122,7 +177,11 @@ impl<'a> Parser<'a> {
         excluded
     }
 
-    /// `configmap.reloader.stakater.com/reload` and `secret.…/reload`.
+    /// `configmap.reloader.stakater.com/reload` and `secret.…/reload`. Reloader
+    /// reads each entry as a Go regular expression anchored at both ends
+    /// ([`ReloadEntry`]). An entry that is an object name tracks that object;
+    /// every entry also tracks the objects of its kind the pod spec references
+    /// whose names it matches.
     fn reloader_lists(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
         let lists = [
             (RELOADER_CONFIGMAP_RELOAD, ObjectKind::ConfigMap),
@@ -133,17 +192,32 @@ impl<'a> Parser<'a> {
             let Some(value) = annotations.get(key) else {
                 continue;
             };
+            let referenced: Vec<_> = self
+                .discover(discovery::native)
+                .into_iter()
+                .filter(|found| found.kind == kind)
+                .collect();
             for item in split_list(value) {
-                match check_object_name(item) {
-                    Ok(()) => objects.push(ReloaderObject {
+                let entry = ReloadEntry::new(item);
+                if let Some(error) = entry.error {
+                    self.deps.errors.push(invalid_item(key, item, error));
+                }
+                let named = check_object_name(item)
+                    .is_ok()
+                    .then(|| (item.to_owned(), false));
+                let matched = referenced
+                    .iter()
+                    .filter(|found| found.name != item && entry.matches(&found.name))
+                    .map(|found| (found.name.clone(), found.optional));
+                for (name, optional) in named.into_iter().chain(matched) {
+                    objects.push(ReloaderObject {
                         kind,
-                        name: item.to_owned(),
-                        optional: false,
+                        name,
+                        optional,
                         origins: vec![Origin::Annotation(key.to_owned())],
                         annotation: key,
                         gate: Gate::Always,
-                    }),
-                    Err(reason) => self.deps.errors.push(invalid_item(key, item, reason)),
+                    });
                 }
             }
         }

@@ -108,7 +108,7 @@ fn reloader_kind_specific_auto_only_tracks_that_kind() {
 fn reloader_reload_lists_are_required_and_validated() {
     let deps = parse(&mk_annotated(&[
         ("configmap.reloader.stakater.com/reload", "a, b,"),
-        ("secret.reloader.stakater.com/reload", "s,UPPER"),
+        ("secret.reloader.stakater.com/reload", "s,app-config["),
     ]));
     assert_eq!(
         inputs(stamp(&deps, "nudge.dev/config-hash")),
@@ -121,6 +121,124 @@ fn reloader_reload_lists_are_required_and_validated() {
     assert_eq!(
         categories(&deps),
         vec![("secret.reloader.stakater.com/reload", "bad_list_item")]
+    );
+}
+
+/// A pod referencing the ConfigMaps `app-config-v2`, `my-web`, `x-app` and
+/// `app-config`, and the Secret `db`.
+fn mk_pattern_pod(env: Vec<EnvVar>) -> PodSpec {
+    mk_pod(
+        ["app-config-v2", "my-web", "x-app", "app-config"]
+            .iter()
+            .map(|name| mk_cm_volume(name, &[]))
+            .collect(),
+        vec![mk_container("app", &["db"], env)],
+        vec![],
+    )
+}
+
+#[test]
+fn reloader_reload_entries_are_go_patterns_over_the_referenced_objects() {
+    let deps = parse(&mk_workload(
+        &[("configmap.reloader.stakater.com/reload", "app-config-.*")],
+        &[],
+        mk_pattern_pod(vec![mk_env_value(
+            "STAKATER_APP_CONFIG_V2_CONFIGMAP",
+            "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+        )]),
+    ));
+    assert!(deps.errors.is_empty(), "{:?}", deps.errors);
+    assert_eq!(
+        inputs(stamp(&deps, "STAKATER_APP_CONFIG_V2_CONFIGMAP")),
+        vec!["configmap/shop/app-config-v2 (reloader)"]
+    );
+    assert_eq!(deps.stamps.len(), 1);
+}
+
+#[test]
+fn reloader_reload_entries_are_anchored_as_reloader_anchors_them() {
+    // `^app|web$`: starts with `app`, or ends with `web`.
+    let deps = parse(&mk_workload(
+        &[("configmap.reloader.stakater.com/reload", "app|web")],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec![
+            "configmap/shop/app-config (native)",
+            "configmap/shop/app-config-v2 (native)",
+            "configmap/shop/my-web (native)",
+        ]
+    );
+}
+
+#[test]
+fn reloader_reload_entry_naming_an_object_tracks_it_and_what_it_matches() {
+    // `.` is a pattern too: `app.config` also matches the referenced `app-config`;
+    // the named `app.config` is tracked (required) though nothing references it.
+    let deps = parse(&mk_workload(
+        &[("configmap.reloader.stakater.com/reload", "app.config")],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec![
+            "configmap/shop/app-config (native)",
+            "configmap/shop/app.config (native)",
+        ]
+    );
+}
+
+#[test]
+fn reloader_reload_entry_go_cannot_compile_is_reported_and_matches_nothing() {
+    let deps = parse(&mk_workload(
+        &[(
+            "configmap.reloader.stakater.com/reload",
+            "app-config[, (?x)app.*, my-web",
+        )],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec!["configmap/shop/my-web (native)"]
+    );
+    assert_eq!(
+        categories(&deps),
+        vec![
+            ("configmap.reloader.stakater.com/reload", "bad_list_item"),
+            ("configmap.reloader.stakater.com/reload", "bad_list_item"),
+        ]
+    );
+    assert!(deps.errors[0].to_string().contains("missing closing ]"));
+}
+
+#[test]
+fn reloader_exclude_lists_are_names_not_patterns() {
+    // Reloader compares exclude entries with `==`: a pattern excludes nothing.
+    let deps = parse(&mk_workload(
+        &[
+            ("configmap.reloader.stakater.com/reload", "app-config.*"),
+            ("configmaps.exclude.reloader.stakater.com/reload", "app-.*"),
+        ],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec![
+            "configmap/shop/app-config (native)",
+            "configmap/shop/app-config-v2 (native)",
+        ]
+    );
+    assert_eq!(
+        categories(&deps),
+        vec![(
+            "configmaps.exclude.reloader.stakater.com/reload",
+            "bad_list_item"
+        )]
     );
 }
 
