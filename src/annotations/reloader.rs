@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Container;
 use regex::Regex;
 
 use super::AnnotationError;
@@ -329,11 +330,8 @@ impl<'a> Parser<'a> {
             .template_annotations()
             .contains_key(RELOADER_LAST_RELOADED_FROM);
         let (output, combine, algorithm) = if env_vars.contains(var.as_str()) {
-            (
-                Output::ContainerEnv(var),
-                Combine::Single,
-                Algorithm::Reloader,
-            )
+            let algorithm = self.reloader_env_hash(&var);
+            (Output::ContainerEnv(var), Combine::Single, algorithm)
         } else if annotations_strategy {
             // Reloader's annotations strategy: adopted without a rollout, later
             // changes written in its format.
@@ -356,15 +354,40 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// The hash Reloader wrote into `var`: SHA-512/256 when a container holds
+    /// it in that shape (Reloader's SHA-512/256 builds), SHA-1 otherwise. nudge
+    /// keeps writing the same one, so migrating from either restarts nothing.
+    fn reloader_env_hash(&self, var: &str) -> Algorithm {
+        let sha512 = self
+            .containers()
+            .flat_map(|c| c.env.iter().flatten())
+            .filter(|env| env.name == var)
+            .any(|env| {
+                env.value
+                    .as_deref()
+                    .is_some_and(fingerprint::is_reloader_sha512_256)
+            });
+        if sha512 {
+            Algorithm::ReloaderSha512
+        } else {
+            Algorithm::Reloader
+        }
+    }
+
+    /// Every container and initContainer of the pod template.
+    fn containers(&self) -> impl Iterator<Item = &'a Container> {
+        let workload: &'a Workload = self.workload;
+        let spec = workload.template.spec.as_ref();
+        let containers = spec.into_iter().flat_map(|s| s.containers.iter());
+        let init = spec
+            .into_iter()
+            .flat_map(|s| s.init_containers.iter().flatten());
+        containers.chain(init)
+    }
+
     /// Names of the env vars of every container and initContainer.
     fn env_var_names(&self) -> BTreeSet<&'a str> {
-        let workload: &'a Workload = self.workload;
-        let Some(spec) = &workload.template.spec else {
-            return BTreeSet::new();
-        };
-        spec.containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
+        self.containers()
             .flat_map(|c| c.env.iter().flatten())
             .map(|env| env.name.as_str())
             .collect()

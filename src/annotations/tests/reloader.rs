@@ -31,6 +31,40 @@ fn reloader_updates_env_var_the_template_already_carries() {
 }
 
 #[test]
+fn reloader_env_var_keeps_the_hash_reloader_wrote_in_it() {
+    let with_value = |value: &str| {
+        let pod = mk_pod(
+            vec![mk_cm_volume("app-config", &[])],
+            vec![mk_container(
+                "app",
+                &[],
+                vec![mk_env_value("STAKATER_APP_CONFIG_CONFIGMAP", value)],
+            )],
+            vec![],
+        );
+        let deps = parse(&mk_workload(
+            &[("reloader.stakater.com/auto", "true")],
+            &[],
+            pod,
+        ));
+        inputs(stamp(&deps, "STAKATER_APP_CONFIG_CONFIGMAP"))
+    };
+    // Reloader releases: SHA-1; its SHA-512/256 builds: 64 hex digits.
+    assert_eq!(
+        with_value("3c9a892aeaedc759abc3df9884a37b8be5680382"),
+        vec!["configmap/shop/app-config (reloader)"]
+    );
+    assert_eq!(
+        with_value("fd9e71a362056bfa864d9859e12978f893d330ce8cbf09218b25d015770ad91f"),
+        vec!["configmap/shop/app-config (reloader-sha512/256)"]
+    );
+    assert_eq!(
+        with_value("FD9E71A362056BFA864D9859E12978F893D330CE8CBF09218B25D015770AD91F"),
+        vec!["configmap/shop/app-config (reloader)"]
+    );
+}
+
+#[test]
 fn reloader_env_var_in_init_container_counts() {
     let pod = mk_pod(
         vec![],
