@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use md5::Md5;
 use sha1::Sha1;
 use sha2::digest::Update;
-use sha2::{Digest, Sha256};
+use sha2::{Digest, Sha256, Sha512_256};
 
 pub use crate::model::Algorithm;
 use crate::model::{KeySelection, SourceName};
@@ -521,14 +521,37 @@ pub fn md5_value(value: &[u8]) -> Fingerprint {
 /// every other value is used as its raw bytes. An empty object hashes the empty
 /// string.
 pub fn reloader_object(kind: ObjectKind, data: &ObjectData) -> Fingerprint {
+    Fingerprint::digest(hex::encode(Sha1::digest(reloader_input(kind, data))))
+}
+
+/// Reloader's object hash as its SHA-512/256 builds write it: bare lowercase
+/// hex SHA-512/256 (Go's `sha512.Sum512_256`) of the same string
+/// [`reloader_object`] hashes with SHA-1. No Reloader release writes it (its
+/// `feature/use-SHA512` branch and the `merge-1073` image of January 2026 do);
+/// nudge reads it so that workloads such a build stamped migrate without a
+/// restart.
+pub fn reloader_object_sha512_256(kind: ObjectKind, data: &ObjectData) -> Fingerprint {
+    Fingerprint::digest(hex::encode(Sha512_256::digest(reloader_input(kind, data))))
+}
+
+/// Whether `value` has the shape of a SHA-512/256 Reloader hash (64 lowercase
+/// hex digits) rather than a SHA-1 one (40).
+pub fn is_reloader_sha512_256(value: &str) -> bool {
+    value.len() == 64
+        && value
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The string Reloader hashes: the object's `key=value` strings, sorted, joined by `;`.
+fn reloader_input(kind: ObjectKind, data: &ObjectData) -> Vec<u8> {
     let mut entries: Vec<Vec<u8>> = data
         .0
         .iter()
         .map(|(key, value)| reloader_entry(kind, key, value))
         .collect();
     entries.sort_unstable();
-    let joined = entries.join(&b';');
-    Fingerprint::digest(hex::encode(Sha1::digest(&joined)))
+    entries.join(&b';')
 }
 
 /// One `key=value` string of Reloader's hash input.
@@ -821,6 +844,54 @@ mod tests {
             );
         }
         Ok(())
+    }
+
+    #[derive(Deserialize)]
+    struct Sha512Vectors {
+        reloader_sha512_256: Vec<ReloaderVector>,
+    }
+
+    #[test]
+    fn reloader_sha512_256_reproduces_every_vector() -> Result<()> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/reloader-sha512-vectors.json"
+        );
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+        let vectors: Sha512Vectors = serde_json::from_str(&text)?;
+        assert!(!vectors.reloader_sha512_256.is_empty());
+        for vector in vectors.reloader_sha512_256 {
+            let kind = object_kind(&vector.kind)?;
+            let data = reloader_vector_data(&vector, kind)?;
+            let what = &vector.description;
+            assert_eq!(
+                reloader_env_var(kind, &vector.name),
+                vector.env_var,
+                "{what}"
+            );
+            let got = reloader_object_sha512_256(kind, &data);
+            assert_eq!(
+                got.as_digest().as_deref(),
+                Some(vector.env_value.as_str()),
+                "{what}"
+            );
+            assert!(is_reloader_sha512_256(&vector.env_value), "{what}");
+            let sha1 = reloader_object(kind, &data);
+            assert!(!is_reloader_sha512_256(&sha1.to_string()), "{what}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn sha512_256_shape_is_64_lowercase_hex_digits() {
+        let digest = "fd9e71a362056bfa864d9859e12978f893d330ce8cbf09218b25d015770ad91f";
+        assert!(is_reloader_sha512_256(digest));
+        assert!(!is_reloader_sha512_256(&digest.to_uppercase()));
+        assert!(!is_reloader_sha512_256(&digest[1..]));
+        assert!(!is_reloader_sha512_256(
+            "3c9a892aeaedc759abc3df9884a37b8be5680382"
+        ));
+        assert!(!is_reloader_sha512_256(&format!("{}g", &digest[1..])));
     }
 
     #[test]

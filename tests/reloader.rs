@@ -1,8 +1,11 @@
 //! Reloader's annotations as a migrating user has them: `search` + `match`
-//! followed live, `--auto-reload-all` with opt-outs, and `pause-period`.
+//! followed live, `--auto-reload-all` with opt-outs, `pause-period`, regular
+//! expressions in `reload` lists, and env vars in either of Reloader's hashes.
 
 mod support;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use nudge::__private::fingerprint::{self, Fingerprint, ObjectData, ObjectKind};
 use serde_json::json;
 use support::*;
 
@@ -211,5 +214,86 @@ async fn annotations_strategy_workloads_are_adopted_and_later_changes_use_reload
         written.starts_with(r#"{"type":"CONFIGMAP","name":"cfg","namespace":"#),
         "{written}"
     );
+    nudge.stop().await;
+}
+
+/// One of Reloader's object hashes.
+type ReloaderHash = fn(ObjectKind, &ObjectData) -> Fingerprint;
+
+/// Reloader's value for `configmap` as it is now, by `hash`.
+async fn reloader_value(cluster: &TestCluster, configmap: &str, hash: ReloaderHash) -> String {
+    let cm = cluster.api::<ConfigMap>().get(configmap).await.unwrap();
+    let fp = hash(ObjectKind::ConfigMap, &ObjectData::from_config_map(&cm));
+    fp.as_digest().unwrap().into_owned()
+}
+
+async fn env_value(cluster: &TestCluster, name: &str, var: &str) -> Option<String> {
+    let workload = cluster.workload("Deployment", name).await;
+    workload["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == var)
+        .and_then(|e| e["value"].as_str().map(str::to_owned))
+}
+
+/// A pod mounting `names`, whose container carries `var: value`.
+fn pod_with_env(names: &[&str], var: &str, value: &str) -> serde_json::Value {
+    let mut pod = pod_mounting(names);
+    pod["containers"][0]["env"] = json!([{ "name": var, "value": value }]);
+    pod
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pattern_lists_and_both_reloader_hashes_migrate_without_a_restart() {
+    let cluster = TestCluster::start("reloader-regex").await;
+    cluster.put_configmap("app-config-v2", &[("k", "1")]).await;
+    cluster.put_configmap("other", &[("k", "1")]).await;
+    let var = fingerprint::reloader_env_var(ObjectKind::ConfigMap, "app-config-v2");
+    // One workload per Reloader hash, each as that Reloader left it.
+    let hashes: [(&str, ReloaderHash); 2] = [
+        ("sha1", fingerprint::reloader_object),
+        ("sha512", fingerprint::reloader_object_sha512_256),
+    ];
+    let mut patches = Vec::new();
+    for (name, hash) in hashes {
+        let value = reloader_value(&cluster, "app-config-v2", hash).await;
+        cluster
+            .create_workload(
+                "Deployment",
+                name,
+                &[("configmap.reloader.stakater.com/reload", "app-config-.*")],
+                &[],
+                pod_with_env(&["app-config-v2", "other"], &var, &value),
+            )
+            .await;
+        patches.push(cluster.patch_counter("Deployment", name).await);
+    }
+    let sentinel = cluster.sentinel().await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    sentinel.wait_stamped().await;
+
+    // A referenced object the pattern does not match counts for nothing.
+    cluster.put_configmap("other", &[("k", "2")]).await;
+    sentinel.flush_configmaps().await;
+    for counter in &patches {
+        assert_eq!(
+            counter.count(&cluster).await,
+            0,
+            "in sync: nothing to write"
+        );
+    }
+
+    // A change to the matched object: each env var updated once, in its own hash.
+    cluster.put_configmap("app-config-v2", &[("k", "2")]).await;
+    for ((name, hash), counter) in hashes.into_iter().zip(&patches) {
+        let expected = reloader_value(&cluster, "app-config-v2", hash).await;
+        wait_for("the env var updated", WAIT, || async {
+            (env_value(&cluster, name, &var).await.as_deref() == Some(expected.as_str()))
+                .then_some(())
+        })
+        .await;
+        sentinel.flush_configmaps().await;
+        assert_eq!(counter.count(&cluster).await, 1, "{name}: one write");
+    }
     nudge.stop().await;
 }

@@ -1,9 +1,10 @@
 //! Kinds beyond the built-in three: Argo Rollouts when their CRD is served,
-//! `[[targets]]` entries, and kinds that are not served (reported, not fatal,
+//! `[[targets]]` entries (the OpenShift DeploymentConfig preset among them), and kinds that are not served (reported, not fatal,
 //! picked up when their CRD appears).
 
 mod support;
 
+use figment::providers::Format as _;
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
 use nudge::config::TargetConfig;
 use serde_json::json;
@@ -394,5 +395,60 @@ async fn argo_rollouts_installed_after_start_are_stamped_without_a_restart() {
     })
     .await;
     assert!(stamp.starts_with("sha256-"), "{stamp}");
+    nudge.stop().await;
+}
+
+/// The `[[targets]]` preset for `kind` as `config.example.toml` documents it
+/// (commented out), read as nudge reads its configuration.
+fn example_preset(kind: &str) -> Vec<TargetConfig> {
+    let example = include_str!("../config.example.toml");
+    let lines: Vec<&str> = example.lines().collect();
+    let kind_line = format!("# kind = \"{kind}\"");
+    let at = lines
+        .iter()
+        .position(|l| *l == kind_line)
+        .expect("the preset");
+    let start = lines[..at]
+        .iter()
+        .rposition(|l| *l == "# [[targets]]")
+        .expect("its [[targets]] line");
+    let table: Vec<&str> = lines[start..]
+        .iter()
+        .take_while(|l| l.starts_with("# ") && (l.contains(" = ") || l.contains("[[")))
+        .map(|l| &l[2..])
+        .collect();
+    let figment = figment::Figment::from(figment::providers::Toml::string(&table.join("\n")));
+    nudge::config::Config::from_figment(&figment)
+        .expect("the preset parses")
+        .targets
+        .kinds
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_config_preset_stamps_deployment_configs() {
+    let cluster = TestCluster::start("openshift-dc").await;
+    let (group, kind) = ("apps.openshift.io", "DeploymentConfig");
+    let _crd = cluster
+        .ensure_crd(crd_for(group, kind, "deploymentconfigs"))
+        .await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    let mut config = cluster.nudge_config();
+    config.targets.kinds = example_preset(kind);
+    assert_eq!(config.targets.kinds.len(), 1);
+    assert_eq!(config.targets.kinds[0].group, group);
+    assert_eq!(config.targets.kinds[0].template, "spec.template");
+    let nudge = cluster.start_nudge(config);
+    let api = create_custom(&cluster, group, kind, "frontend").await;
+    let first = wait_for("the DeploymentConfig stamped", WAIT, || {
+        template_stamp(&api, "frontend")
+    })
+    .await;
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    wait_for("the DeploymentConfig stamped again", WAIT, || async {
+        template_stamp(&api, "frontend")
+            .await
+            .filter(|stamp| *stamp != first)
+    })
+    .await;
     nudge.stop().await;
 }

@@ -3,7 +3,8 @@
 //! hashes on the same inputs).
 //!
 //! Beyond "no panic": Reloader's hash matches a straightforward reading of its
-//! definition, its env var name has Reloader's shape, a Wave fragment is JSON
+//! definition, its SHA-512/256 variant has the shape nudge recognises it by,
+//! its env var name has Reloader's shape, a Wave fragment is JSON
 //! that decodes back to the object's keys and base64 values, and neither Wave's
 //! nor nudge's combined hash depends on input order.
 #![no_main]
@@ -122,6 +123,11 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             hash.as_digest().as_deref(),
             Some(reloader_reference(kind, &data).as_str())
         );
+        // The SHA-512/256 variant hashes the same string: 64 lowercase hex
+        // digits, recognised as that variant; SHA-1's 40 are not.
+        let sha512 = fingerprint::reloader_object_sha512_256(kind, &data).to_string();
+        assert!(fingerprint::is_reloader_sha512_256(&sha512), "{sha512:?}");
+        assert!(!fingerprint::is_reloader_sha512_256(&hash.to_string()));
         check_env_var(kind, &object.name);
         let fragment = check_wave_fragment(&data);
         match kind {

@@ -42,8 +42,9 @@
 //! Layout: `scheme` spells the native names, `error` holds [`AnnotationError`],
 //! `parser` is the plumbing every scheme shares, one file per scheme (`native`,
 //! `wave`, `mutator`, `reloader`) reads that scheme's annotations, `holds` adds the
-//! release specs, `stamps` merges contributions into one spec per output, and
-//! `grammar` checks values.
+//! release specs, `stamps` merges contributions into one spec per output,
+//! `grammar` checks values, and `go_regex` reads Reloader's `reload` list
+//! entries as the Go regular expressions Reloader takes them for.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -51,6 +52,7 @@ use std::time::Duration;
 use crate::model::{Reference, SourceCatalog, StampSpec, Tracked, Workload};
 
 mod error;
+mod go_regex;
 mod grammar;
 mod holds;
 mod mutator;

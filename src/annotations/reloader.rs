@@ -5,7 +5,11 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Container;
+use regex::Regex;
+
 use super::AnnotationError;
+use super::go_regex;
 use super::grammar::{check_object_name, excerpt, invalid_item, parse_go_duration, split_list};
 use super::parser::{Annotations, Parser};
 use super::stamps::Contribution;
@@ -42,6 +46,58 @@ pub const RELOADER_PAUSE_PERIOD: &str = "deployment.reloader.stakater.com/pause-
 pub const RELOADER_ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
 /// Reloader's annotations strategy: the pod-template annotation it writes.
 pub const RELOADER_LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
+
+/// One entry of a Reloader `reload` list, read as Reloader reads it: Go's
+/// `regexp.Compile("^" + entry + "$")` matched against object names. An entry
+/// Go cannot compile matches only the name it spells (Reloader 2's fallback;
+/// Reloader 1 skips it, which matches the same objects since no object name can
+/// hold what makes a pattern invalid).
+struct ReloadEntry<'e> {
+    text: &'e str,
+    matcher: EntryMatcher,
+    /// Why Go refuses the entry, reported as an invalid list item.
+    error: Option<&'static str>,
+}
+
+enum EntryMatcher {
+    /// Lower-case letters, digits and `-` only: the pattern is the name itself.
+    Literal,
+    Pattern(Regex),
+}
+
+impl<'e> ReloadEntry<'e> {
+    fn new(text: &'e str) -> Self {
+        let literal = text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if literal {
+            return Self {
+                text,
+                matcher: EntryMatcher::Literal,
+                error: None,
+            };
+        }
+        match go_regex::compile(&format!("^{text}$")) {
+            Ok(regex) => Self {
+                text,
+                matcher: EntryMatcher::Pattern(regex),
+                error: None,
+            },
+            Err(error) => Self {
+                text,
+                matcher: EntryMatcher::Literal,
+                error: Some(error.reloader_reason()),
+            },
+        }
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match &self.matcher {
+            EntryMatcher::Literal => self.text == name,
+            EntryMatcher::Pattern(regex) => regex.is_match(name),
+        }
+    }
+}
 
 /// One object Reloader annotations ask to track.
 struct ReloaderObject {
@@ -122,7 +178,11 @@ impl<'a> Parser<'a> {
         excluded
     }
 
-    /// `configmap.reloader.stakater.com/reload` and `secret.…/reload`.
+    /// `configmap.reloader.stakater.com/reload` and `secret.…/reload`. Reloader
+    /// reads each entry as a Go regular expression anchored at both ends
+    /// ([`ReloadEntry`]). An entry that is an object name tracks that object;
+    /// every entry also tracks the objects of its kind the pod spec references
+    /// whose names it matches.
     fn reloader_lists(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
         let lists = [
             (RELOADER_CONFIGMAP_RELOAD, ObjectKind::ConfigMap),
@@ -133,17 +193,32 @@ impl<'a> Parser<'a> {
             let Some(value) = annotations.get(key) else {
                 continue;
             };
+            let referenced: Vec<_> = self
+                .discover(discovery::native)
+                .into_iter()
+                .filter(|found| found.kind == kind)
+                .collect();
             for item in split_list(value) {
-                match check_object_name(item) {
-                    Ok(()) => objects.push(ReloaderObject {
+                let entry = ReloadEntry::new(item);
+                if let Some(error) = entry.error {
+                    self.deps.errors.push(invalid_item(key, item, error));
+                }
+                let named = check_object_name(item)
+                    .is_ok()
+                    .then(|| (item.to_owned(), false));
+                let matched = referenced
+                    .iter()
+                    .filter(|found| found.name != item && entry.matches(&found.name))
+                    .map(|found| (found.name.clone(), found.optional));
+                for (name, optional) in named.into_iter().chain(matched) {
+                    objects.push(ReloaderObject {
                         kind,
-                        name: item.to_owned(),
-                        optional: false,
+                        name,
+                        optional,
                         origins: vec![Origin::Annotation(key.to_owned())],
                         annotation: key,
                         gate: Gate::Always,
-                    }),
-                    Err(reason) => self.deps.errors.push(invalid_item(key, item, reason)),
+                    });
                 }
             }
         }
@@ -255,11 +330,8 @@ impl<'a> Parser<'a> {
             .template_annotations()
             .contains_key(RELOADER_LAST_RELOADED_FROM);
         let (output, combine, algorithm) = if env_vars.contains(var.as_str()) {
-            (
-                Output::ContainerEnv(var),
-                Combine::Single,
-                Algorithm::Reloader,
-            )
+            let algorithm = self.reloader_env_hash(&var);
+            (Output::ContainerEnv(var), Combine::Single, algorithm)
         } else if annotations_strategy {
             // Reloader's annotations strategy: adopted without a rollout, later
             // changes written in its format.
@@ -282,15 +354,40 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// The hash Reloader wrote into `var`: SHA-512/256 when a container holds
+    /// it in that shape (Reloader's SHA-512/256 builds), SHA-1 otherwise. nudge
+    /// keeps writing the same one, so migrating from either restarts nothing.
+    fn reloader_env_hash(&self, var: &str) -> Algorithm {
+        let sha512 = self
+            .containers()
+            .flat_map(|c| c.env.iter().flatten())
+            .filter(|env| env.name == var)
+            .any(|env| {
+                env.value
+                    .as_deref()
+                    .is_some_and(fingerprint::is_reloader_sha512_256)
+            });
+        if sha512 {
+            Algorithm::ReloaderSha512
+        } else {
+            Algorithm::Reloader
+        }
+    }
+
+    /// Every container and initContainer of the pod template.
+    fn containers(&self) -> impl Iterator<Item = &'a Container> {
+        let workload: &'a Workload = self.workload;
+        let spec = workload.template.spec.as_ref();
+        let containers = spec.into_iter().flat_map(|s| s.containers.iter());
+        let init = spec
+            .into_iter()
+            .flat_map(|s| s.init_containers.iter().flatten());
+        containers.chain(init)
+    }
+
     /// Names of the env vars of every container and initContainer.
     fn env_var_names(&self) -> BTreeSet<&'a str> {
-        let workload: &'a Workload = self.workload;
-        let Some(spec) = &workload.template.spec else {
-            return BTreeSet::new();
-        };
-        spec.containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
+        self.containers()
             .flat_map(|c| c.env.iter().flatten())
             .map(|env| env.name.as_str())
             .collect()

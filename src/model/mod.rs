@@ -398,6 +398,9 @@ pub enum Algorithm {
     Md5,
     /// Reloader: lowercase hex SHA-1 of the sorted `key=value` strings joined by `;`.
     Reloader,
+    /// Reloader's SHA-512/256 builds: lowercase hex SHA-512/256 of the same
+    /// string (see `fingerprint::reloader_object_sha512_256`).
+    ReloaderSha512,
     /// Wave: the object's part of Wave's hash document (see `fingerprint::WaveFragment`).
     Wave,
 }
@@ -408,6 +411,7 @@ impl fmt::Display for Algorithm {
             Self::Native => "native",
             Self::Md5 => "md5",
             Self::Reloader => "reloader",
+            Self::ReloaderSha512 => "reloader-sha512/256",
             Self::Wave => "wave",
         })
     }

@@ -154,6 +154,7 @@ impl<K: ContentObject> ObjectSource<K> {
             }
             Algorithm::Wave => Fingerprint::Wave(fingerprint::wave_fragment(&data.narrowed(keys))),
             Algorithm::Reloader => fingerprint::reloader_object(K::KIND, &data),
+            Algorithm::ReloaderSha512 => fingerprint::reloader_object_sha512_256(K::KIND, &data),
             Algorithm::Md5 => {
                 return Err(SourceError::UnsupportedAlgorithm {
                     source_name: self.name.clone(),

@@ -31,6 +31,40 @@ fn reloader_updates_env_var_the_template_already_carries() {
 }
 
 #[test]
+fn reloader_env_var_keeps_the_hash_reloader_wrote_in_it() {
+    let with_value = |value: &str| {
+        let pod = mk_pod(
+            vec![mk_cm_volume("app-config", &[])],
+            vec![mk_container(
+                "app",
+                &[],
+                vec![mk_env_value("STAKATER_APP_CONFIG_CONFIGMAP", value)],
+            )],
+            vec![],
+        );
+        let deps = parse(&mk_workload(
+            &[("reloader.stakater.com/auto", "true")],
+            &[],
+            pod,
+        ));
+        inputs(stamp(&deps, "STAKATER_APP_CONFIG_CONFIGMAP"))
+    };
+    // Reloader releases: SHA-1; its SHA-512/256 builds: 64 hex digits.
+    assert_eq!(
+        with_value("3c9a892aeaedc759abc3df9884a37b8be5680382"),
+        vec!["configmap/shop/app-config (reloader)"]
+    );
+    assert_eq!(
+        with_value("fd9e71a362056bfa864d9859e12978f893d330ce8cbf09218b25d015770ad91f"),
+        vec!["configmap/shop/app-config (reloader-sha512/256)"]
+    );
+    assert_eq!(
+        with_value("FD9E71A362056BFA864D9859E12978F893D330CE8CBF09218B25D015770AD91F"),
+        vec!["configmap/shop/app-config (reloader)"]
+    );
+}
+
+#[test]
 fn reloader_env_var_in_init_container_counts() {
     let pod = mk_pod(
         vec![],
@@ -108,7 +142,7 @@ fn reloader_kind_specific_auto_only_tracks_that_kind() {
 fn reloader_reload_lists_are_required_and_validated() {
     let deps = parse(&mk_annotated(&[
         ("configmap.reloader.stakater.com/reload", "a, b,"),
-        ("secret.reloader.stakater.com/reload", "s,UPPER"),
+        ("secret.reloader.stakater.com/reload", "s,app-config["),
     ]));
     assert_eq!(
         inputs(stamp(&deps, "nudge.dev/config-hash")),
@@ -121,6 +155,124 @@ fn reloader_reload_lists_are_required_and_validated() {
     assert_eq!(
         categories(&deps),
         vec![("secret.reloader.stakater.com/reload", "bad_list_item")]
+    );
+}
+
+/// A pod referencing the ConfigMaps `app-config-v2`, `my-web`, `x-app` and
+/// `app-config`, and the Secret `db`.
+fn mk_pattern_pod(env: Vec<EnvVar>) -> PodSpec {
+    mk_pod(
+        ["app-config-v2", "my-web", "x-app", "app-config"]
+            .iter()
+            .map(|name| mk_cm_volume(name, &[]))
+            .collect(),
+        vec![mk_container("app", &["db"], env)],
+        vec![],
+    )
+}
+
+#[test]
+fn reloader_reload_entries_are_go_patterns_over_the_referenced_objects() {
+    let deps = parse(&mk_workload(
+        &[("configmap.reloader.stakater.com/reload", "app-config-.*")],
+        &[],
+        mk_pattern_pod(vec![mk_env_value(
+            "STAKATER_APP_CONFIG_V2_CONFIGMAP",
+            "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+        )]),
+    ));
+    assert!(deps.errors.is_empty(), "{:?}", deps.errors);
+    assert_eq!(
+        inputs(stamp(&deps, "STAKATER_APP_CONFIG_V2_CONFIGMAP")),
+        vec!["configmap/shop/app-config-v2 (reloader)"]
+    );
+    assert_eq!(deps.stamps.len(), 1);
+}
+
+#[test]
+fn reloader_reload_entries_are_anchored_as_reloader_anchors_them() {
+    // `^app|web$`: starts with `app`, or ends with `web`.
+    let deps = parse(&mk_workload(
+        &[("configmap.reloader.stakater.com/reload", "app|web")],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec![
+            "configmap/shop/app-config (native)",
+            "configmap/shop/app-config-v2 (native)",
+            "configmap/shop/my-web (native)",
+        ]
+    );
+}
+
+#[test]
+fn reloader_reload_entry_naming_an_object_tracks_it_and_what_it_matches() {
+    // `.` is a pattern too: `app.config` also matches the referenced `app-config`;
+    // the named `app.config` is tracked (required) though nothing references it.
+    let deps = parse(&mk_workload(
+        &[("configmap.reloader.stakater.com/reload", "app.config")],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec![
+            "configmap/shop/app-config (native)",
+            "configmap/shop/app.config (native)",
+        ]
+    );
+}
+
+#[test]
+fn reloader_reload_entry_go_cannot_compile_is_reported_and_matches_nothing() {
+    let deps = parse(&mk_workload(
+        &[(
+            "configmap.reloader.stakater.com/reload",
+            "app-config[, (?x)app.*, my-web",
+        )],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec!["configmap/shop/my-web (native)"]
+    );
+    assert_eq!(
+        categories(&deps),
+        vec![
+            ("configmap.reloader.stakater.com/reload", "bad_list_item"),
+            ("configmap.reloader.stakater.com/reload", "bad_list_item"),
+        ]
+    );
+    assert!(deps.errors[0].to_string().contains("missing closing ]"));
+}
+
+#[test]
+fn reloader_exclude_lists_are_names_not_patterns() {
+    // Reloader compares exclude entries with `==`: a pattern excludes nothing.
+    let deps = parse(&mk_workload(
+        &[
+            ("configmap.reloader.stakater.com/reload", "app-config.*"),
+            ("configmaps.exclude.reloader.stakater.com/reload", "app-.*"),
+        ],
+        &[],
+        mk_pattern_pod(vec![]),
+    ));
+    assert_eq!(
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        vec![
+            "configmap/shop/app-config (native)",
+            "configmap/shop/app-config-v2 (native)",
+        ]
+    );
+    assert_eq!(
+        categories(&deps),
+        vec![(
+            "configmaps.exclude.reloader.stakater.com/reload",
+            "bad_list_item"
+        )]
     );
 }
 

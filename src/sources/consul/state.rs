@@ -202,7 +202,7 @@ pub(crate) fn fingerprint(algorithm: Algorithm, value: &[u8]) -> Option<Fingerpr
     match algorithm {
         Algorithm::Native => Some(native_value(value)),
         Algorithm::Md5 => Some(md5_value(value)),
-        Algorithm::Reloader | Algorithm::Wave => None,
+        Algorithm::Reloader | Algorithm::ReloaderSha512 | Algorithm::Wave => None,
     }
 }
 
