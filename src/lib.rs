@@ -106,7 +106,7 @@ pub mod source {
         Tracked, TrackedItem, default_reference_check,
     };
     pub use crate::sources::{
-        Interest, ObservationStream, ObserveContext, PollSource, Source, SourceContext,
+        Interest, ObservationStream, ObserveContext, PollSource, Provenance, Source, SourceContext,
         SourceError, SourceHarness, SourceUpdate, WatchSource, poll, watch,
     };
 }
