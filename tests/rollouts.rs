@@ -204,11 +204,13 @@ async fn a_newer_change_supersedes_the_rollout_in_flight() {
         "{note}"
     );
     assert!(note.contains("(superseded by config revision 2)"), "{note}");
-    let revisions = history(&cluster, "Deployment", "web", 1).await;
-    assert_eq!(revisions[0]["outcome"], "superseded");
+    // Recorded with revision 2 when that one ends: until then it rides in
+    // revision 2's marker.
     let in_flight: Value =
         serde_json::from_str(marker(&cluster.workload("Deployment", "web").await).unwrap())
             .unwrap();
     assert_eq!(in_flight["revision"], 2);
+    assert_eq!(in_flight["superseded"][0]["revision"], 1);
+    assert_eq!(in_flight["superseded"][0]["outcome"], "superseded");
     nudge.stop().await;
 }
