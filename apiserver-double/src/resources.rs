@@ -22,6 +22,8 @@ pub(crate) enum Family {
     Deployment,
     StatefulSet,
     DaemonSet,
+    ReplicaSet,
+    ControllerRevision,
     Job,
     CronJob,
     Lease,
@@ -96,12 +98,13 @@ impl ResourceType {
         }
     }
 
-    /// Workloads with a pod template at `spec.template`, a generation and a
-    /// status subresource.
+    /// Workloads with a pod template at `spec.template`, a generation, an
+    /// immutable selector and a status subresource (ReplicaSets included:
+    /// kube-controller-manager makes them for Deployments).
     pub fn is_workload(&self) -> bool {
         matches!(
             self.family,
-            Family::Deployment | Family::StatefulSet | Family::DaemonSet
+            Family::Deployment | Family::StatefulSet | Family::DaemonSet | Family::ReplicaSet
         )
     }
 
@@ -229,6 +232,12 @@ impl ResourceType {
                     "numberReady": 0
                 }
             }),
+            Family::ReplicaSet => json!({
+                "metadata": {},
+                "spec": {"selector": null, "template": template},
+                "status": {"replicas": 0}
+            }),
+            Family::ControllerRevision => json!({"metadata": {}, "revision": 0}),
             Family::Job => json!({
                 "metadata": {},
                 "spec": {"template": template},
@@ -408,6 +417,26 @@ pub(crate) static BUILTINS: &[Builtin] = &[
         &["crd", "crds"],
         &["api-extensions"],
         Family::CustomResourceDefinition,
+    ),
+    // Appended rather than listed beside the other `apps` kinds: ids are
+    // store slots, and discovery sorts resources by name anyway.
+    rt(
+        "apps",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        &["all"],
+        Family::ReplicaSet,
+    ),
+    rt(
+        "apps",
+        "controllerrevisions",
+        "ControllerRevision",
+        true,
+        &[],
+        &[],
+        Family::ControllerRevision,
     ),
 ];
 
