@@ -449,12 +449,19 @@ pub(crate) const CONFIGMAPS: usize = 1;
 #[cfg(test)]
 pub(crate) const SECRETS: usize = 2;
 /// Id of the Deployments resource.
-#[cfg(test)]
 pub(crate) const DEPLOYMENTS: usize = 5;
+/// Id of the StatefulSets resource.
+pub(crate) const STATEFULSETS: usize = 6;
+/// Id of the DaemonSets resource.
+pub(crate) const DAEMONSETS: usize = 7;
 /// Id of the MutatingWebhookConfigurations resource.
 pub(crate) const MUTATING_WEBHOOKS: usize = 11;
 /// Id of the CustomResourceDefinitions resource.
 pub(crate) const CRDS: usize = 12;
+/// Id of the ReplicaSets resource.
+pub(crate) const REPLICASETS: usize = 13;
+/// Id of the ControllerRevisions resource.
+pub(crate) const CONTROLLER_REVISIONS: usize = 14;
 
 /// The resource type of a built-in id (tests).
 #[cfg(test)]
@@ -473,6 +480,10 @@ mod tests {
         assert_eq!(BUILTINS[SECRETS].kind, "Secret");
         assert_eq!(BUILTINS[DEPLOYMENTS].kind, "Deployment");
         assert_eq!(BUILTINS[CRDS].kind, "CustomResourceDefinition");
+        assert_eq!(BUILTINS[STATEFULSETS].kind, "StatefulSet");
+        assert_eq!(BUILTINS[DAEMONSETS].kind, "DaemonSet");
+        assert_eq!(BUILTINS[REPLICASETS].kind, "ReplicaSet");
+        assert_eq!(BUILTINS[CONTROLLER_REVISIONS].kind, "ControllerRevision");
         assert_eq!(
             BUILTINS[MUTATING_WEBHOOKS].kind,
             "MutatingWebhookConfiguration"
