@@ -25,6 +25,53 @@ pub(crate) fn format_rfc3339(t: SystemTime) -> String {
     )
 }
 
+/// Parses an RFC 3339 time (`2026-11-22T05:01:17Z`, fractions and offsets
+/// allowed) to whole seconds, as `metav1.Time` decodes it.
+pub(crate) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
+        return None;
+    }
+    let num = |from: usize, to: usize| s.get(from..to)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (h, mi, sec) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let mut rest = &s[19..];
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        rest = &frac[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let (oh, om) = rest[1..].split_once(':')?;
+            sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60)
+        }
+    };
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset;
+    u64::try_from(secs)
+        .ok()
+        .map(|secs| UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
+/// (year, month, day) to days since 1970-01-01; Howard Hinnant's algorithm.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day); Howard Hinnant's algorithm.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -101,6 +148,19 @@ mod tests {
         assert_eq!(format_rfc3339(t), "2026-11-22T05:01:00Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(format_rfc3339(leap), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn parses_what_it_formats() {
+        for secs in [0, 951_782_400, 1_795_323_677] {
+            let t = UNIX_EPOCH + Duration::from_secs(secs);
+            assert_eq!(parse_rfc3339(&format_rfc3339(t)), Some(t));
+        }
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_323_660);
+        assert_eq!(parse_rfc3339("2026-11-22T06:01:00.25+01:00"), Some(t));
+        assert_eq!(parse_rfc3339("2026-11-22"), None);
+        assert_eq!(parse_rfc3339("2026-13-22T05:01:00Z"), None);
+        assert_eq!(parse_rfc3339("2026-11-22T05:01:00Q"), None);
     }
 
     #[test]

@@ -2,11 +2,14 @@
 //!
 //! [`ApiServerDouble`] is a real HTTP/1.1 server on `127.0.0.1` that speaks
 //! the Kubernetes REST API for namespaces, ConfigMaps, Secrets, Events (core
-//! and `events.k8s.io`), Deployments, StatefulSets, DaemonSets, Jobs,
-//! CronJobs, Leases, MutatingWebhookConfigurations and
-//! CustomResourceDefinitions, plus the custom resources the CRDs in it
+//! and `events.k8s.io`), Deployments, StatefulSets, DaemonSets, ReplicaSets,
+//! ControllerRevisions, Jobs, CronJobs, Leases, MutatingWebhookConfigurations
+//! and CustomResourceDefinitions, plus the custom resources the CRDs in it
 //! declare, and writes a kubeconfig so that any client
-//! (kube-rs, kubectl) can talk to it. Its behaviour follows recordings of a
+//! (kube-rs, kubectl) can talk to it. Beside the API, what
+//! kube-controller-manager does for `apps/v1` workloads in a cluster without
+//! nodes runs asynchronously: ReplicaSets, ControllerRevisions and workload
+//! status appear as on a real cluster. Its behaviour follows recordings of a
 //! real kube-apiserver 1.34 (`tests/transcripts/`): status codes,
 //! `Status` bodies, list/watch shapes, resourceVersion semantics, managed
 //! fields and server-side apply conflicts.
@@ -30,6 +33,7 @@
 mod admission;
 mod batch;
 mod body;
+mod controllers;
 mod crd;
 mod custom;
 mod faults;

@@ -32,6 +32,9 @@ struct Args {
     /// Seconds between watch bookmarks.
     #[arg(long, default_value_t = 5.0)]
     bookmark_interval: f64,
+    /// Milliseconds the imitated kube-controller-manager takes per reaction.
+    #[arg(long, default_value_t = 5)]
+    controller_latency_ms: u64,
 }
 
 impl Args {
@@ -43,6 +46,7 @@ impl Args {
             no_auth,
             history_limit,
             bookmark_interval,
+            controller_latency_ms,
         } = self;
         let config = Config {
             bind: ([127, 0, 0, 1], port).into(),
@@ -51,6 +55,7 @@ impl Args {
             require_auth: !no_auth,
             history_limit,
             bookmark_interval: Duration::from_secs_f64(bookmark_interval.max(0.05)),
+            controller_latency: Duration::from_millis(controller_latency_ms),
             ..Config::default()
         };
         // Listening for the signals before announcing the kubeconfig: a caller

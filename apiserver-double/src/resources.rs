@@ -22,6 +22,8 @@ pub(crate) enum Family {
     Deployment,
     StatefulSet,
     DaemonSet,
+    ReplicaSet,
+    ControllerRevision,
     Job,
     CronJob,
     Lease,
@@ -96,12 +98,13 @@ impl ResourceType {
         }
     }
 
-    /// Workloads with a pod template at `spec.template`, a generation and a
-    /// status subresource.
+    /// Workloads with a pod template at `spec.template`, a generation, an
+    /// immutable selector and a status subresource (ReplicaSets included:
+    /// kube-controller-manager makes them for Deployments).
     pub fn is_workload(&self) -> bool {
         matches!(
             self.family,
-            Family::Deployment | Family::StatefulSet | Family::DaemonSet
+            Family::Deployment | Family::StatefulSet | Family::DaemonSet | Family::ReplicaSet
         )
     }
 
@@ -229,6 +232,12 @@ impl ResourceType {
                     "numberReady": 0
                 }
             }),
+            Family::ReplicaSet => json!({
+                "metadata": {},
+                "spec": {"selector": null, "template": template},
+                "status": {"replicas": 0}
+            }),
+            Family::ControllerRevision => json!({"metadata": {}, "revision": 0}),
             Family::Job => json!({
                 "metadata": {},
                 "spec": {"template": template},
@@ -409,6 +418,26 @@ pub(crate) static BUILTINS: &[Builtin] = &[
         &["api-extensions"],
         Family::CustomResourceDefinition,
     ),
+    // Appended rather than listed beside the other `apps` kinds: ids are
+    // store slots, and discovery sorts resources by name anyway.
+    rt(
+        "apps",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        &["all"],
+        Family::ReplicaSet,
+    ),
+    rt(
+        "apps",
+        "controllerrevisions",
+        "ControllerRevision",
+        true,
+        &[],
+        &[],
+        Family::ControllerRevision,
+    ),
 ];
 
 /// Id of the namespaces resource.
@@ -420,12 +449,19 @@ pub(crate) const CONFIGMAPS: usize = 1;
 #[cfg(test)]
 pub(crate) const SECRETS: usize = 2;
 /// Id of the Deployments resource.
-#[cfg(test)]
 pub(crate) const DEPLOYMENTS: usize = 5;
+/// Id of the StatefulSets resource.
+pub(crate) const STATEFULSETS: usize = 6;
+/// Id of the DaemonSets resource.
+pub(crate) const DAEMONSETS: usize = 7;
 /// Id of the MutatingWebhookConfigurations resource.
 pub(crate) const MUTATING_WEBHOOKS: usize = 11;
 /// Id of the CustomResourceDefinitions resource.
 pub(crate) const CRDS: usize = 12;
+/// Id of the ReplicaSets resource.
+pub(crate) const REPLICASETS: usize = 13;
+/// Id of the ControllerRevisions resource.
+pub(crate) const CONTROLLER_REVISIONS: usize = 14;
 
 /// The resource type of a built-in id (tests).
 #[cfg(test)]
@@ -444,6 +480,10 @@ mod tests {
         assert_eq!(BUILTINS[SECRETS].kind, "Secret");
         assert_eq!(BUILTINS[DEPLOYMENTS].kind, "Deployment");
         assert_eq!(BUILTINS[CRDS].kind, "CustomResourceDefinition");
+        assert_eq!(BUILTINS[STATEFULSETS].kind, "StatefulSet");
+        assert_eq!(BUILTINS[DAEMONSETS].kind, "DaemonSet");
+        assert_eq!(BUILTINS[REPLICASETS].kind, "ReplicaSet");
+        assert_eq!(BUILTINS[CONTROLLER_REVISIONS].kind, "ControllerRevision");
         assert_eq!(
             BUILTINS[MUTATING_WEBHOOKS].kind,
             "MutatingWebhookConfiguration"

@@ -67,6 +67,11 @@ pub struct Config {
     /// Namespaces that exist at start (default: `default`, `kube-system`,
     /// `kube-public`, `kube-node-lease`).
     pub initial_namespaces: Vec<String>,
+    /// How long the imitated kube-controller-manager takes to react to a
+    /// change, per step (default 5 ms; a real one takes a few ms to ~100 ms).
+    /// Its writes (ReplicaSets, ControllerRevisions, workload status) follow
+    /// a client's write, never inside its response.
+    pub controller_latency: Duration,
 }
 
 impl Default for Config {
@@ -88,6 +93,7 @@ impl Default for Config {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            controller_latency: Duration::from_millis(5),
         }
     }
 }
@@ -123,6 +129,7 @@ pub struct ApiServerDouble {
     kubeconfig: KubeconfigFile,
     shutdown_tx: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+    controllers: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for ApiServerDouble {
@@ -181,6 +188,7 @@ impl ApiServerDouble {
         }
         // The history before start is not available, as after an apiserver restart.
         state.store.compact_all();
+        let controllers = crate::controllers::spawn(state.clone());
         let task = tokio::spawn(serve(listener, state.clone()));
         Ok(Self {
             state,
@@ -188,6 +196,7 @@ impl ApiServerDouble {
             kubeconfig,
             shutdown_tx,
             task: Some(task),
+            controllers: Some(controllers),
         })
     }
 
@@ -316,13 +325,19 @@ impl ApiServerDouble {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+        if let Some(controllers) = self.controllers.take() {
+            let _ = controllers.await;
+        }
     }
 }
 
 impl Drop for ApiServerDouble {
     fn drop(&mut self) {
         let _ = self.shutdown_tx.send(true);
-        if let Some(task) = self.task.take() {
+        for task in [self.task.take(), self.controllers.take()]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
         }
     }

@@ -516,6 +516,18 @@ impl Store {
         Ok(page)
     }
 
+    /// A receiver for every change from now on (the controllers' informer).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.events.subscribe()
+    }
+
+    /// Every object of a store slot under a key prefix, now.
+    pub fn list(&self, resource: usize, prefix: &str) -> Vec<Arc<Value>> {
+        self.snapshot(resource, prefix, None)
+            .map(|(_, items)| items.into_iter().map(|(_, v)| v).collect())
+            .unwrap_or_default()
+    }
+
     /// Events newer than `rv` from the window and a receiver for later ones,
     /// taken atomically.
     pub fn subscribe_from(&self, rv: u64) -> Result<Subscription, ReadError> {

@@ -154,6 +154,7 @@ pub(crate) fn decode(rt: &ResourceType, obj: &mut Value) -> ApiResult<()> {
         Family::Deployment
         | Family::StatefulSet
         | Family::DaemonSet
+        | Family::ReplicaSet
         | Family::Job
         | Family::CronJob => {
             if let Some(spec) = obj.get("spec")
@@ -175,6 +176,20 @@ pub(crate) fn decode(rt: &ResourceType, obj: &mut Value) -> ApiResult<()> {
                         "json: cannot unmarshal {} into Go struct field {}Spec.spec.replicas of type int32",
                         json_type(r),
                         rt.kind
+                    ),
+                ));
+            }
+        }
+        Family::ControllerRevision => {
+            if let Some(r) = obj.get("revision")
+                && !r.is_null()
+                && !r.is_i64()
+            {
+                return Err(cannot_handle(
+                    rt,
+                    &format!(
+                        "json: cannot unmarshal {} into Go struct field ControllerRevision.revision of type int64",
+                        json_type(r)
                     ),
                 ));
             }
@@ -250,6 +265,13 @@ pub(crate) fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
 pub(crate) fn normalize_for(rt: &ResourceType, obj: &mut Value) {
     if rt.is_custom() {
         custom::normalize(rt, obj);
+    } else if rt.family == Family::ControllerRevision {
+        // `data` is a RawExtension: stored as sent, not round-tripped.
+        let data = obj.as_object_mut().and_then(|o| o.remove("data"));
+        normalize(obj);
+        if let (Some(data), Some(o)) = (data.filter(|d| !d.is_null()), obj.as_object_mut()) {
+            o.insert("data".into(), data);
+        }
     } else {
         normalize(obj);
     }
@@ -311,6 +333,12 @@ pub(crate) fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                         set_default(ru, "partition", json!(0));
                     }
                 }
+            }
+            default_pod_template(obj);
+        }
+        Family::ReplicaSet => {
+            if let Some(spec) = meta::ensure_map(obj, &["spec"]) {
+                set_default(spec, "replicas", json!(1));
             }
             default_pod_template(obj);
         }

@@ -199,6 +199,13 @@ pub(crate) fn validate_update(rt: &ResourceType, old: &Value, new: &Value) -> Re
         Family::Custom => custom::validate(rt, new, &mut errs)?,
         _ => validate_kind(rt, new, &mut errs),
     }
+    if rt.family == Family::ControllerRevision && old.get("data") != new.get("data") {
+        errs.invalid(
+            "data",
+            new.get("data").unwrap_or(&Value::Null),
+            "field is immutable",
+        );
+    }
     if rt.is_workload() {
         let o = meta::get_path(old, &["spec", "selector"]);
         let n = meta::get_path(new, &["spec", "selector"]);
@@ -291,9 +298,10 @@ fn validate_kind(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
     match rt.family {
         Family::ConfigMap => validate_config_map(obj, errs),
         Family::Secret => validate_secret(obj, errs),
-        Family::Deployment | Family::StatefulSet | Family::DaemonSet => {
+        Family::Deployment | Family::StatefulSet | Family::DaemonSet | Family::ReplicaSet => {
             validate_workload(rt, obj, errs)
         }
+        Family::ControllerRevision => validate_controller_revision(obj, errs),
         Family::Job => job::validate_job(obj, true, errs),
         Family::CronJob => cronjob::validate_cron_job(obj, None, errs),
         Family::CustomResourceDefinition => crd::validation::validate(obj, errs),
@@ -307,6 +315,19 @@ fn validate_kind(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
             }
         }
         _ => {}
+    }
+}
+
+/// `ValidateControllerRevision` (`pkg/apis/apps/validation/validation.go`):
+/// `data` is mandatory, `revision` non-negative.
+fn validate_controller_revision(obj: &Value, errs: &mut Errors) {
+    if obj.get("data").is_none_or(Value::is_null) {
+        errs.required("data", "data is mandatory");
+    }
+    if let Some(r) = obj.get("revision")
+        && r.as_i64().is_none_or(|n| n < 0)
+    {
+        errs.invalid("revision", r, "must be greater than or equal to 0");
     }
 }
 
@@ -695,6 +716,35 @@ mod tests {
         assert_eq!(
             e.message,
             "Deployment.apps \"absent\" is invalid: [spec.selector: Required value, spec.template.metadata.labels: Invalid value: null: `selector` does not match template `labels`, spec.template.spec.containers: Required value]"
+        );
+    }
+
+    /// `ValidateControllerRevision` and `ValidateControllerRevisionUpdate`
+    /// (`pkg/apis/apps/validation/validation.go`).
+    #[test]
+    fn controller_revisions_need_data_that_never_changes() {
+        let rt = (0..crate::resources::BUILTINS.len())
+            .map(builtin)
+            .find(|rt| rt.kind == "ControllerRevision")
+            .expect("served");
+        let e =
+            validate_create(&rt, &json!({"metadata": {"name": "r"}, "revision": -1})).unwrap_err();
+        assert_eq!(
+            e.message,
+            "ControllerRevision.apps \"r\" is invalid: [data: Required value: data is mandatory, revision: Invalid value: -1: must be greater than or equal to 0]"
+        );
+        let old = json!({"metadata": {"name": "r"}, "data": {"a": 1}, "revision": 1});
+        let mut renumbered = old.clone();
+        renumbered["revision"] = json!(2);
+        assert!(validate_update(&rt, &old, &renumbered).is_ok());
+        let mut changed = old.clone();
+        changed["data"] = json!({"a": 2});
+        let e = validate_update(&rt, &old, &changed).unwrap_err();
+        assert!(
+            e.message
+                .ends_with("data: Invalid value: {\"a\":2}: field is immutable"),
+            "{}",
+            e.message
         );
     }
 

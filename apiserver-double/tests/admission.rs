@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use support::Http;
+use support::{Http, wait_for};
 use tokio::net::TcpListener;
 
 const TRANSCRIPT: &str = concat!(
@@ -217,10 +217,31 @@ async fn create_and_reapply_follow_the_transcript() {
     );
     assert_eq!(created["metadata"]["generation"], 1);
 
-    // (3) re-apply of the original manifest: restored, template unchanged, generation bumped.
+    // The recorded re-apply came after kube-controller-manager's writes (its
+    // oldObject carries their status and revision annotation): wait for them
+    // and send the resourceVersion they left.
+    let path = format!("{DEPLOYMENTS}/hooked");
+    let observed = wait_for(
+        "kube-controller-manager to observe hooked",
+        Duration::from_secs(10),
+        || async {
+            let live = http.get(&path).await.json();
+            (live["status"]["observedGeneration"] == 1).then_some(live)
+        },
+    )
+    .await;
+    assert_eq!(
+        observed["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "1"
+    );
+
+    // (3) re-apply of the original manifest: restored, template unchanged. The
+    // generation is bumped: the manifest drops the revision annotation from the
+    // Deployment's own metadata (deploymentStrategy.PrepareForUpdate bumps it on
+    // annotation changes, after admission).
     let mut body = t["update"]["request"]["body"].clone();
-    body["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
-    let updated = http.put(&format!("{DEPLOYMENTS}/hooked"), &body).await;
+    body["metadata"]["resourceVersion"] = observed["metadata"]["resourceVersion"].clone();
+    let updated = http.put(&path, &body).await;
     assert_eq!(
         updated.status,
         200,
@@ -230,6 +251,24 @@ async fn create_and_reapply_follow_the_transcript() {
     let updated = updated.json();
     assert_eq!(updated["spec"]["template"], created["spec"]["template"]);
     assert_eq!(updated["metadata"]["generation"], 2);
+    assert!(updated["metadata"].get("annotations").is_none());
+    // kube-controller-manager puts its annotation back; still one ReplicaSet.
+    wait_for(
+        "the revision annotation back",
+        Duration::from_secs(10),
+        || async {
+            let live = http.get(&path).await.json();
+            (live["status"]["observedGeneration"] == 2
+                && live["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1")
+                .then_some(())
+        },
+    )
+    .await;
+    let replica_sets = http
+        .get("/apis/apps/v1/namespaces/transcripts/replicasets")
+        .await
+        .json();
+    assert_eq!(replica_sets["items"].as_array().map(Vec::len), Some(1));
 
     // What the webhook received has the recorded shape.
     let received = webhook.received();
@@ -275,6 +314,96 @@ async fn create_and_reapply_follow_the_transcript() {
         "sha256-from-webhook"
     );
     assert_eq!(old["metadata"]["generation"], 1);
+    let recorded_old = &t["webhook_received"][2]["review"]["request"]["oldObject"];
+    assert_eq!(
+        old["metadata"]["annotations"],
+        recorded_old["metadata"]["annotations"]
+    );
+    for count in ["observedGeneration", "unavailableReplicas"] {
+        assert_eq!(
+            old["status"][count], recorded_old["status"][count],
+            "{count}"
+        );
+    }
+    let condition_types = |status: &Value| {
+        let mut types: Vec<String> = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c["type"].as_str().unwrap_or("").to_string())
+            .collect();
+        types.sort();
+        types
+    };
+    assert_eq!(
+        condition_types(&old["status"]),
+        condition_types(&recorded_old["status"])
+    );
+}
+
+/// The apiserver's update handler runs mutating admission among the
+/// `UpdatedObject` transformers and the strategy's `PrepareForUpdate` after
+/// them: the webhook reviews the object as sent (the recorded update's
+/// `object.status` is `{}` while its `oldObject` has a status), and the
+/// stored status is kept all the same.
+#[tokio::test]
+async fn an_update_is_reviewed_as_sent_and_keeps_the_stored_status() {
+    let t = transcript();
+    let webhook = FakeWebhook::start(FakeWebhook::patching(None), Duration::ZERO).await;
+    let (_api, http) = setup(&webhook, "Ignore", 5).await;
+    let path = format!("{DEPLOYMENTS}/hooked");
+    let created = http
+        .post(DEPLOYMENTS, &t["create"]["request"]["body"])
+        .await;
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let status = json!({"status": {"observedGeneration": 1, "unavailableReplicas": 1}});
+    let r = http
+        .patch(
+            &format!("{path}/status"),
+            "application/merge-patch+json",
+            &status.to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    let mut body = t["update"]["request"]["body"].clone();
+    body["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let updated = http.put(&path, &body).await;
+    assert_eq!(
+        updated.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&updated.body)
+    );
+    assert_eq!(
+        updated.json()["status"]["unavailableReplicas"],
+        1,
+        "the stored status is kept"
+    );
+
+    let (_, review) = webhook
+        .received()
+        .last()
+        .cloned()
+        .expect("the update reviewed");
+    assert_eq!(review["request"]["operation"], "UPDATE");
+    assert_eq!(
+        review["request"]["object"]["status"],
+        t["webhook_received"][2]["review"]["request"]["object"]["status"]
+    );
+    assert_eq!(review["request"]["object"]["status"], json!({}));
+    assert_eq!(
+        review["request"]["oldObject"]["status"]["unavailableReplicas"],
+        1
+    );
 }
 
 #[tokio::test]

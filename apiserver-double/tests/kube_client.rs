@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use apiserver_double::{ApiServerDouble, RequestFilter};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -172,6 +172,31 @@ async fn server_side_apply_with_force() -> anyhow::Result<()> {
         "{err:?}"
     );
 
+    // kube-controller-manager reacts to the stamp with writes of its own
+    // (a ReplicaSet, the status): wait until they are done, i.e. every
+    // ReplicaSet reports its pods and the Deployment reports them all.
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let settled = support::wait_for("the rollout to settle", Duration::from_secs(10), || async {
+        let d = deployments.get("web").await.ok()?;
+        let status = d.status.clone()?;
+        let rss = replica_sets.list(&ListParams::default()).await.ok()?.items;
+        let pods: Vec<i32> = rss
+            .iter()
+            .filter_map(|rs| {
+                let status = rs.status.as_ref()?;
+                let observed = rs.metadata.generation == status.observed_generation;
+                let reported = Some(status.replicas) == rs.spec.as_ref()?.replicas;
+                (observed && reported).then_some(status.replicas)
+            })
+            .collect();
+        let done = status.observed_generation == Some(2)
+            && status.updated_replicas == Some(1)
+            && pods.len() == rss.len()
+            && status.replicas == Some(pods.iter().sum());
+        done.then_some(d)
+    })
+    .await;
+
     // Re-applying the same stamp is a no-op: no new resourceVersion.
     let again = deployments
         .patch(
@@ -182,7 +207,7 @@ async fn server_side_apply_with_force() -> anyhow::Result<()> {
         .await?;
     assert_eq!(
         again.metadata.resource_version,
-        stamped.metadata.resource_version
+        settled.metadata.resource_version
     );
     api.shutdown().await;
     Ok(())

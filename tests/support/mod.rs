@@ -825,7 +825,8 @@ pub struct RolloutMarker {
     /// `spec.template`.
     pub template: Value,
     /// Revisions controlled by the workload; `None` where the server does not
-    /// serve them (the API server double has no controllers).
+    /// serve them (a server without kube-controller-manager; the API server
+    /// double imitates one, so it counts them too).
     pub revisions: Option<usize>,
 }
 

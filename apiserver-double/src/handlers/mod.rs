@@ -19,7 +19,7 @@ use crate::routes::Route;
 use crate::server::State;
 use crate::status::{ApiError, ApiResult};
 
-pub(crate) use system::{SystemWrite, delete_now, system_update};
+pub(crate) use system::{SystemWrite, delete_now, system_replace, system_update};
 pub(crate) use write::{Ownership, create_object};
 
 /// A JSON response.

@@ -1,6 +1,6 @@
 //! Writes made by control-plane components rather than clients (the
-//! garbage collector, the CRD controllers): no admission and no
-//! validation, but managed fields and resourceVersions as for any write.
+//! garbage collector, the CRD controllers, kube-controller-manager): no
+//! admission, but managed fields and resourceVersions as for any write.
 
 use std::sync::Arc;
 
@@ -13,7 +13,9 @@ use crate::meta;
 use crate::resources::ResourceType;
 use crate::schema::Cursor;
 use crate::server::State;
+use crate::status::{ApiError, ApiResult};
 use crate::store::WriteError;
+use crate::{strategy, validation};
 
 /// Which object a system write changes, and as whom.
 pub(crate) struct SystemWrite<'a> {
@@ -60,6 +62,48 @@ pub(crate) fn system_update(
         }
     }
     None
+}
+
+/// Replaces an object the way a controller's PUT (or PUT of `/status`) does:
+/// only while it is still at the resourceVersion `new` carries, through the
+/// kind's defaults, update preparation (generation, the fields the endpoint
+/// may not change) and validation. A PUT that changes nothing stores
+/// nothing.
+pub(crate) fn system_replace(
+    state: &State,
+    w: &SystemWrite<'_>,
+    mut new: Value,
+) -> ApiResult<Arc<Value>> {
+    let name = meta::name(&new).to_string();
+    let live = state
+        .store
+        .get(w.rt.storage, w.key)
+        .ok_or_else(|| ApiError::not_found(w.rt, &name))?;
+    if meta::resource_version(&new) != meta::resource_version(&live) {
+        return Err(ApiError::conflict_modified(w.rt, &name));
+    }
+    meta::metadata_mut(&mut new).remove("managedFields");
+    strategy::decode(w.rt, &mut new)?;
+    strategy::normalize_for(w.rt, &mut new);
+    strategy::apply_defaults(w.rt, &mut new);
+    strategy::prepare_update(w.rt, &live, &mut new, w.sub);
+    let mut managers = managed::decode(&live).ok().flatten().unwrap_or_default();
+    managed::update(
+        &mut managers,
+        &managed::strip_ignored(&live, w.rt, w.sub),
+        &managed::strip_ignored(&new, w.rt, w.sub),
+        Cursor::root(w.rt),
+        w.manager,
+        w.sub,
+        &w.rt.api_version(),
+        &ids::now_rfc3339(),
+    );
+    managed::encode(&mut new, &managers);
+    validation::validate_update(w.rt, &live, &new)?;
+    commit(state, w.rt, w.key, &live, new, false).map_err(|e| match e {
+        WriteError::Conflict => ApiError::conflict_modified(w.rt, &name),
+        _ => ApiError::not_found(w.rt, &name),
+    })
 }
 
 /// Deletes an object the way the garbage collector does: at once, unless it

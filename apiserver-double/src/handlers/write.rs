@@ -2,7 +2,9 @@
 //! delete and deletecollection.
 //!
 //! Every write runs the same pipeline as the apiserver: decode, normalize,
-//! default, prepare (status reset, generation), mutating admission,
+//! default, mutating admission and the kind's preparation (status reset,
+//! generation; on create before admission, on update after it, as the
+//! apiserver's `BeforeUpdate` runs after the admission transformers),
 //! managed fields, validation, then an optimistic-concurrency commit that is
 //! retried when the object changed underneath (unless the client gave a
 //! resourceVersion precondition).
@@ -346,7 +348,9 @@ async fn finish_update(
 ) -> ApiResult<Value> {
     strategy::normalize_for(rt, &mut new);
     strategy::apply_defaults(rt, &mut new);
-    strategy::prepare_update(rt, live, &mut new, sub);
+    // As the apiserver's update handler: mutating admission sees the object
+    // as sent; the strategy's PrepareForUpdate (status kept, generation)
+    // runs after it.
     admission::mutate(
         state,
         rt,
@@ -357,6 +361,7 @@ async fn finish_update(
         dry_run,
     )
     .await?;
+    strategy::prepare_update(rt, live, &mut new, sub);
     meta::set_meta(&mut new, "resourceVersion", meta::resource_version(live));
     let mut managers = base_managers(&new, Some(live));
     let now = ids::now_rfc3339();
@@ -679,7 +684,6 @@ async fn apply(
         strategy::decode(rt, &mut merged)?;
         strategy::normalize_for(rt, &mut merged);
         strategy::apply_defaults(rt, &mut merged);
-        strategy::prepare_update(rt, &live, &mut merged, sub);
         admission::mutate(
             state,
             rt,
@@ -690,6 +694,7 @@ async fn apply(
             dry_run,
         )
         .await?;
+        strategy::prepare_update(rt, &live, &mut merged, sub);
         meta::set_meta(
             &mut merged,
             "resourceVersion",

@@ -3,6 +3,9 @@
 
 pub mod crds;
 
+use std::future::Future;
+use std::time::{Duration, Instant};
+
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
@@ -126,5 +129,22 @@ impl Http {
 
     pub async fn delete(&self, path: &str) -> Resp {
         self.send("DELETE", path, &[], None).await
+    }
+}
+
+/// Polls `check` every 10 ms until it returns `Some`, failing the test
+/// with `what` after `timeout` (the controllers act asynchronously).
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
