@@ -317,3 +317,81 @@ async fn an_unreadable_url_file_stops_nudge_at_start_up_saying_what_to_do() {
     let hint = error.hint().expect("a hint");
     assert!(hint.contains("NUDGE_NOTIFY__URL_FILE"), "{hint}");
 }
+
+/// A Deployment `web` mounting `app-config`, with `replicas` and a 2 s
+/// `progressDeadlineSeconds`.
+async fn deployment_with_deadline(cluster: &TestCluster, replicas: i64) {
+    let body = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "web", "annotations": { "nudge.dev/auto": "true" } },
+        "spec": {
+            "replicas": replicas,
+            "progressDeadlineSeconds": 2,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": pod_mounting_configmap("app-config"),
+            },
+        },
+    });
+    cluster
+        .apply_as_user::<k8s_openapi::api::apps::v1::Deployment>("web", body)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rollout_is_sent_with_the_last_good_revision() {
+    let cluster = TestCluster::start("notify-failed").await;
+    let receiver = Receiver::start(Answer::Status(StatusCode::OK)).await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    deployment_with_deadline(&cluster, 0).await;
+    let mut config = cluster.nudge_config();
+    config.notify = notify_config(&receiver, NotifyFormat::Slack);
+    let nudge = cluster.start_nudge(config);
+    // The first stamp's message, then its rollout's (replicas 0: complete).
+    receiver.wait_for(2).await;
+
+    // One replica and no node: kube-controller-manager gives up after 2 s.
+    cluster
+        .merge_patch::<k8s_openapi::api::apps::v1::Deployment>(
+            "web",
+            json!({"spec": {"replicas": 1}}),
+        )
+        .await;
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let failure = wait_for("the failure notification", WAIT, || async {
+        receiver
+            .received()
+            .into_iter()
+            .map(|m| m.json())
+            .find(|m| m["attachments"][0]["color"] == "danger")
+    })
+    .await;
+    let text = failure["attachments"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    println!("failure notification: {text}");
+    let ns = cluster.namespace();
+    assert!(
+        text.starts_with(&format!(
+            "nudge: the rollout of *web* of type *Deployment* in namespace *{ns}* FAILED: \
+             config revision 2 failed after "
+        )),
+        "{text}"
+    );
+    assert!(text.contains("(ProgressDeadlineExceeded)"), "{text}");
+    assert!(
+        text.contains(&format!("configmap/{ns}/app-config (by test-user, at ")),
+        "{text}"
+    );
+    assert!(
+        text.contains("; last good: config revision 1 (nudge.dev/config-hash=sha256-"),
+        "{text}"
+    );
+    let event = cluster.events_for("web", "RolloutFailed").await;
+    let note = event[0].note.clone().unwrap();
+    println!("RolloutFailed Event: {note}");
+    assert!(text.ends_with(&note), "the Event's note, as sent");
+    nudge.stop().await;
+}
