@@ -356,6 +356,7 @@ impl Core {
             self.graph.workload_count(),
             self.graph.tracked_count(),
             self.queue.len(),
+            self.in_flight,
         );
         if let Some(at) = self.queue.next_wake(self.room() > 0) {
             out.push(Effect::WakeAt(at));

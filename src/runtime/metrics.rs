@@ -11,6 +11,7 @@
 //! | `nudge_tracked_workloads` | gauge | | engine |
 //! | `nudge_tracked_references` | gauge | | engine |
 //! | `nudge_debounce_queue_depth` | gauge | | engine |
+//! | `nudge_stamps_outstanding` | gauge | | engine |
 //! | `nudge_watch_restarts_total` | counter | `watch` | sources, targets (`health`) |
 //! | `nudge_source_observations_total` | counter | `source` | engine driver (`health::SourceMetrics`) |
 //! | `nudge_source_errors_total` | counter | `source`, `category` | source wrappers, built-in sources, driver |
@@ -187,6 +188,7 @@ mod tests {
             "nudge_tracked_workloads",
             "nudge_tracked_references",
             "nudge_debounce_queue_depth",
+            "nudge_stamps_outstanding",
             "nudge_leader",
             "nudge_webhook_requests",
             "nudge_notifications",
