@@ -36,7 +36,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use nudge::__private::runtime::metrics::Metrics;
 use serde_json::{Value, json};
 
@@ -108,6 +110,16 @@ impl MetricsAt {
         .await;
     }
 
+    /// Waits until the admin server answers `/ready`: every watch has listed
+    /// once and handed what it listed to nudge's core. A registry has no
+    /// `/ready`: a test reading one needs its own proof (a stamp) that nudge
+    /// has listed.
+    pub async fn wait_ready(&self) {
+        if let Self::Admin(addr) = self {
+            super::wait_ready(*addr).await;
+        }
+    }
+
     /// `nudge_source_observations_total{source}` now (0 before the first).
     pub async fn observations(&self, source: &str) -> f64 {
         let series = format!(r#"nudge_source_observations_total{{source="{source}"}}"#);
@@ -166,6 +178,7 @@ pub struct Sentinel {
     secrets: Api<Secret>,
     deployments: Api<Deployment>,
     events: Api<Event>,
+    namespace: String,
     round: AtomicUsize,
     workloads: AtomicUsize,
 }
@@ -184,6 +197,7 @@ impl Sentinel {
             secrets: Api::namespaced(client.clone(), namespace),
             deployments: Api::namespaced(client.clone(), namespace),
             events: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
             round: AtomicUsize::default(),
             workloads: AtomicUsize::default(),
         };
@@ -331,14 +345,98 @@ impl Sentinel {
         self.wait_for_stamp(&name, None).await;
     }
 
-    /// Waits until `nudge` has processed every ConfigMap, Secret and workload
+    /// Creates a sentinel workload of `kind` (`StatefulSet`, `DaemonSet`,
+    /// `CronJob` or `Job`: each kind has a watch of its own) and waits for nudge
+    /// to stamp it, or, for a CronJob or Job, to adopt it (the stamp on its own
+    /// metadata): events of that kind made before have been processed.
+    pub async fn flush_kind(&self, kind: &str) {
+        let n = self.workloads.fetch_add(1, Ordering::SeqCst);
+        let name = format!("{}-{}-{n}", Self::NAME, kind.to_lowercase());
+        let labels = json!({ "app": name, SENTINEL_LABEL: "true" });
+        let mut pod = json!({
+            "containers": [{
+                "name": "app", "image": "busybox",
+                "volumeMounts": [{ "name": "config", "mountPath": "/etc/config" }],
+            }],
+            "volumes": [{ "name": "config", "configMap": { "name": Self::ANCHOR } }],
+        });
+        let template = |pod: &Value| json!({ "metadata": { "labels": labels }, "spec": pod });
+        let (api_version, spec, stamp_at) = match kind {
+            "StatefulSet" | "DaemonSet" => {
+                let mut spec = json!({
+                    "selector": { "matchLabels": { "app": name } },
+                    "template": template(&pod),
+                });
+                if kind == "StatefulSet" {
+                    spec["serviceName"] = json!(name);
+                }
+                ("apps/v1", spec, "/spec/template/metadata/annotations")
+            }
+            "CronJob" => {
+                pod["restartPolicy"] = json!("Never");
+                let spec = json!({
+                    "schedule": "0 0 1 1 *", "suspend": true,
+                    "jobTemplate": { "spec": { "template": template(&pod) } },
+                });
+                ("batch/v1", spec, "/metadata/annotations")
+            }
+            "Job" => {
+                pod["restartPolicy"] = json!("Never");
+                let spec = json!({ "backoffLimit": 0, "template": template(&pod) });
+                ("batch/v1", spec, "/metadata/annotations")
+            }
+            other => panic!("no sentinel of kind {other}"),
+        };
+        let object = json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": { "name": name, "labels": labels,
+                          "annotations": { "nudge.dev/auto": "true", "nudge.dev/debounce": "0s" } },
+            "spec": spec,
+        });
+        let object: DynamicObject = serde_json::from_value(object).unwrap();
+        let (group, version) = api_version.split_once('/').unwrap();
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.deployments.clone().into_client(),
+            &self.namespace,
+            &ApiResource::from_gvk(&gvk),
+        );
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {kind} {name}: {e}"));
+        wait_for(
+            &format!("nudge to stamp sentinel {kind} {name}"),
+            WAIT,
+            || async {
+                let object = serde_json::to_value(api.get(&name).await.ok()?).ok()?;
+                object
+                    .pointer(stamp_at)?
+                    .get("nudge.dev/config-hash")
+                    .map(drop)
+            },
+        )
+        .await;
+    }
+
+    /// Waits until `nudge` has processed every ConfigMap, Secret and Deployment
     /// event of this namespace made before the call and has finished what they
     /// caused: the three flushes at once, then [`wait_idle`].
     pub async fn quiesce(&self, nudge: &impl Running) {
+        self.quiesce_kinds(nudge, &[]).await;
+    }
+
+    /// Like [`quiesce`](Self::quiesce), with the events of the workload kinds
+    /// `kinds` (see [`flush_kind`](Self::flush_kind)) too.
+    pub async fn quiesce_kinds(&self, nudge: &impl Running, kinds: &[&str]) {
+        // Ready first: what nudge listed at start is then ahead of the flushes'
+        // events in its core's queue, whatever order the list had.
+        nudge.metrics_at().wait_ready().await;
+        let other_kinds = futures::future::join_all(kinds.iter().map(|k| self.flush_kind(k)));
         tokio::join!(
             self.flush_configmaps(),
             self.flush_secrets(),
-            self.flush_workloads()
+            self.flush_workloads(),
+            other_kinds,
         );
         wait_idle(nudge).await;
     }
