@@ -51,6 +51,12 @@ pub const OUTSTANDING: &str = "nudge_stamps_outstanding";
 /// (objectSelector), so only the controller stamps them.
 pub const SENTINEL_LABEL: &str = "nudge.dev/test-sentinel";
 
+/// What makes a sentinel stamped at once: auto, no debounce, and no pacing by
+/// `min_interval` (its rollouts never complete where no controller runs).
+static SENTINEL_ANNOTATIONS: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
+    || json!({ "nudge.dev/auto": "true", "nudge.dev/debounce": "0s", "nudge.dev/min-interval": "0s" }),
+);
+
 /// Where a running nudge's Prometheus metrics are read: its admin server (in
 /// this process or the binary), or the registry a test handed nudge itself.
 #[derive(Clone)]
@@ -260,7 +266,7 @@ impl Sentinel {
         let body = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": { "name": name, "labels": labels,
-                          "annotations": { "nudge.dev/auto": "true", "nudge.dev/debounce": "0s" } },
+                          "annotations": SENTINEL_ANNOTATIONS.clone() },
             "spec": {
                 "selector": { "matchLabels": { "app": name } },
                 "template": { "metadata": { "labels": labels }, "spec": pod },
@@ -390,7 +396,7 @@ impl Sentinel {
         let object = json!({
             "apiVersion": api_version, "kind": kind,
             "metadata": { "name": name, "labels": labels,
-                          "annotations": { "nudge.dev/auto": "true", "nudge.dev/debounce": "0s" } },
+                          "annotations": SENTINEL_ANNOTATIONS.clone() },
             "spec": spec,
         });
         let object: DynamicObject = serde_json::from_value(object).unwrap();
