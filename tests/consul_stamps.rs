@@ -118,11 +118,14 @@ async fn a_key_change_stamps_its_checksum_once_and_an_identical_write_stamps_not
     sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 1, "one change, one PATCH");
 
-    // A new ModifyIndex with the same content is not a change.
+    // A new ModifyIndex with the same content (other flags: Consul ignores a
+    // write of the same value and flags) is not a change.
     let patches = cluster.patch_counter("Deployment", "web").await;
-    consul_kv_put(&agent.addr(), "app/config", "v2").await;
+    let before = modify_index(&agent.addr(), "app/config").await?;
+    agent.touch("app/config", b"v2", 1).await?;
     // nudge's blocking query returned with the write and blocks again past it.
     let written = modify_index(&agent.addr(), "app/config").await?;
+    assert!(written > before, "the write made a new ModifyIndex");
     wait_for("nudge to query past the identical write", WAIT, || async {
         (tap.max_index("/v1/kv/app/config") >= written).then_some(())
     })
