@@ -1133,9 +1133,3 @@ pub fn rollout_crd() -> Value {
         },
     })
 }
-
-/// Lets a few debounce windows pass so that a second, unwanted stamp would show.
-/// Being replaced by [`Sentinel::quiesce`].
-pub async fn settle() {
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-}

@@ -2,7 +2,9 @@
 //! events in question and finished what they caused, so that "nothing happened"
 //! is checked after the fact and never after a guess at how long is long enough.
 //!
-//! Two facts make the proof, and [`Sentinel::quiesce`] waits for both:
+//! Two facts make the proof, and [`Sentinel::quiesce`] waits for both (after
+//! `/ready`, so that what nudge listed at start is ahead of the sentinel's
+//! events in its core's queue):
 //!
 //! 1. **Processed.** A [`Sentinel`] object changed after the events in question
 //!    is stamped: a watch delivers events in order, so every earlier event of the
@@ -22,8 +24,10 @@
 //!   first for the source's observation count to grow
 //!   ([`MetricsAt::wait_observations`]).
 //! - Events of another watch stream (another namespace in
-//!   `kubernetes.namespaces`, or a Consul key) are not ordered with the
-//!   sentinel's; those tests say what proves their events processed.
+//!   `kubernetes.namespaces`, another workload kind, a Consul key) are not
+//!   ordered with the sentinel's Deployments, ConfigMap and Secret: for other
+//!   kinds [`Sentinel::quiesce_kinds`] flushes a sentinel of that kind too, and
+//!   the other tests say what proves their events processed.
 //! - A write legitimately held for long (`min_interval` pacing, a pause-period)
 //!   keeps the gauge above 0: those tests measure durations instead.
 //! - Kubernetes Events and notifications are published after the write, by one
