@@ -133,3 +133,45 @@ async fn double_only_not_ready_while_an_initial_list_keeps_failing() {
         .unwrap()
         .unwrap();
 }
+
+/// `nudge_stamps_outstanding` counts a stamp until the answer to its write:
+/// with every API response 1.5 s late, it reads 1 while the write is on its way
+/// (a gauge of the queue alone would read 1 only for the instant between the
+/// change and its dispatch, with no debounce), then 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn double_only_outstanding_stamps_count_a_write_until_it_is_answered() {
+    const APPLIED: &str =
+        r#"nudge_stamps_total{kind="deployment",source="configmap",result="applied"}"#;
+    let cluster = TestCluster::start_double_only("admin-outstanding").await;
+    cluster
+        .auto_deployment("web", "app-config", &[("a", "1")])
+        .await;
+    let mut config = cluster.nudge_config();
+    config.engine.debounce = Duration::ZERO;
+    let nudge = cluster.start_ready_nudge(config).await;
+    wait_for_stamp(&cluster, "Deployment", "web", "nudge.dev/config-hash", None).await;
+    wait_idle(&nudge).await;
+    let metrics = nudge.metrics_at();
+    let applied = metrics.sum(APPLIED).await.expect("metrics");
+
+    let double = cluster.double().expect("on the double");
+    double.set_latency(Duration::from_millis(1500));
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let outstanding = std::sync::atomic::AtomicUsize::new(0);
+    wait_for("the stamp to be written", WAIT, || async {
+        let text = metrics.text().await?;
+        if sample(&text, OUTSTANDING) == Some(1.0) {
+            outstanding.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        (sample(&text, APPLIED)? > applied).then_some(())
+    })
+    .await;
+    double.set_latency(Duration::ZERO);
+    let outstanding_reads = outstanding.into_inner();
+    assert!(
+        outstanding_reads >= 3,
+        "the write in flight read as outstanding {outstanding_reads} times"
+    );
+    wait_idle(&nudge).await;
+    nudge.stop().await;
+}

@@ -79,6 +79,7 @@ async fn template_stamp(cluster: &TestCluster, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cron_job_runs_once_when_its_config_changes_and_never_at_adoption_or_restart() {
     let cluster = TestCluster::start("cronjob-run").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     create_cron_job(&cluster, "nightly", json!({ "nudge.dev/auto": "true" })).await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
@@ -126,14 +127,11 @@ async fn a_cron_job_runs_once_when_its_config_changes_and_never_at_adoption_or_r
     assert_eq!(template, stamped, "the Job runs the new config");
     nudge.stop().await;
 
-    // A restart re-reads everything and runs nothing: once nudge is ready and has
-    // stamped a change elsewhere, the CronJob still has one Job.
+    // A restart re-reads everything and runs nothing: once nudge is ready (it
+    // has handed its core what it listed) and has finished what that caused,
+    // the CronJob still has one Job.
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
-    cluster
-        .auto_deployment("sentinel", "sentinel-cfg", &[("k", "1")])
-        .await;
-    wait_for_stamp(&cluster, "Deployment", "sentinel", CONFIG_HASH, None).await;
-    settle().await;
+    sentinel.quiesce_kinds(&nudge, &["CronJob"]).await;
     assert_eq!(jobs_of(&cluster, "nightly").await.len(), 1);
     nudge.stop().await;
 }
@@ -141,6 +139,7 @@ async fn a_cron_job_runs_once_when_its_config_changes_and_never_at_adoption_or_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_on_change_false_stamps_the_cron_job_without_starting_a_job() {
     let cluster = TestCluster::start("cronjob-no-run").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     create_cron_job(
         &cluster,
@@ -155,7 +154,7 @@ async fn run_on_change_false_stamps_the_cron_job_without_starting_a_job() {
         template_stamp(&cluster, "report")
     })
     .await;
-    settle().await;
+    sentinel.quiesce_kinds(&nudge, &["CronJob"]).await;
     assert!(jobs_of(&cluster, "report").await.is_empty());
     nudge.stop().await;
 }
@@ -183,6 +182,7 @@ async fn job(cluster: &TestCluster, name: &str) -> Option<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_is_recreated_with_its_stamp_when_its_config_changes_and_never_at_adoption() {
     let cluster = TestCluster::start("job-recreate").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     create_job(&cluster, "migrate").await;
     let original = job(&cluster, "migrate").await.unwrap();
@@ -217,11 +217,7 @@ async fn a_job_is_recreated_with_its_stamp_when_its_config_changes_and_never_at_
 
     // A restart recreates nothing.
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
-    cluster
-        .auto_deployment("sentinel", "sentinel-cfg", &[("k", "1")])
-        .await;
-    wait_for_stamp(&cluster, "Deployment", "sentinel", CONFIG_HASH, None).await;
-    settle().await;
+    sentinel.quiesce_kinds(&nudge, &["Job"]).await;
     let after = job(&cluster, "migrate").await.unwrap();
     assert_eq!(after["metadata"]["uid"], recreated["metadata"]["uid"]);
     nudge.stop().await;

@@ -47,9 +47,8 @@ async fn wave_workload_in_sync_is_not_patched_and_gets_the_wave_hash_after_a_cha
     let patches = cluster.patch_counter("Deployment", "waved").await;
     let sentinel = cluster.sentinel().await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
-    // nudge has listed and stamped what needed it.
-    sentinel.wait_stamped().await;
-    settle().await;
+    // nudge has listed, and decided about and stamped what needed it.
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -61,7 +60,7 @@ async fn wave_workload_in_sync_is_not_patched_and_gets_the_wave_hash_after_a_cha
         .await;
     let stamped = wait_for_stamp(&cluster, "Deployment", "waved", WAVE_HASH, Some(&current)).await;
     assert_eq!(stamped, wave_hash_of(&cluster, "app", "creds").await);
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 1);
     let annotations = cluster.template_annotations("Deployment", "waved").await;
     assert!(
@@ -114,9 +113,8 @@ async fn reloader_env_var_in_sync_is_not_patched_and_is_updated_in_place_after_a
     let patches = cluster.patch_counter("Deployment", "reloaded").await;
     let sentinel = cluster.sentinel().await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
-    // nudge has listed and stamped what needed it.
-    sentinel.wait_stamped().await;
-    settle().await;
+    // nudge has listed, and decided about and stamped what needed it.
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -132,7 +130,7 @@ async fn reloader_env_var_in_sync_is_not_patched_and_is_updated_in_place_after_a
             .then_some(())
     })
     .await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 1);
     assert_eq!(
         env_value(&cluster, "reloaded", "OTHER").await.as_deref(),

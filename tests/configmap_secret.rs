@@ -21,7 +21,7 @@ async fn auto_deployment_is_stamped_once_per_data_change_and_not_for_metadata() 
     let patches = cluster.patch_counter("Deployment", "web").await;
     cluster.put_configmap("app-config", &[("a", "2")]).await;
     let second = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         1,
@@ -29,14 +29,20 @@ async fn auto_deployment_is_stamped_once_per_data_change_and_not_for_metadata() 
     );
 
     let patches = cluster.patch_counter("Deployment", "web").await;
+    let observed = nudge.metrics_at().observations("configmap").await;
     cluster
         .merge_patch::<ConfigMap>(
             "app-config",
             json!({"metadata": {"labels": {"team": "x"}, "annotations": {"note": "y"}}}),
         )
         .await;
-    sentinel.flush_configmaps().await;
-    settle().await;
+    // nudge fetched the ConfigMap again (a new resourceVersion) and found the
+    // same content.
+    nudge
+        .metrics_at()
+        .wait_observations("configmap", observed)
+        .await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -64,6 +70,7 @@ fn pod_using_configmap_and_secret(configmap: &str, secret: &str) -> serde_json::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_and_secret_changed_within_the_debounce_window_roll_once() {
     let cluster = TestCluster::start("debounce-together").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("app", &[("mode", "a")]).await;
     cluster.put_secret("db", &[("password", "hunter2")]).await;
     cluster
@@ -76,24 +83,26 @@ async fn configmap_and_secret_changed_within_the_debounce_window_roll_once() {
         )
         .await;
     let mut config = cluster.nudge_config();
-    config.engine.debounce = std::time::Duration::from_secs(5);
+    // Far longer than the two changes below take on a loaded machine.
+    config.engine.debounce = std::time::Duration::from_secs(2);
     let nudge = cluster.start_nudge(config);
     let first = wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, None).await;
+    wait_idle(&nudge).await;
 
     let patches = cluster.patch_counter("Deployment", "api").await;
     cluster.put_configmap("app", &[("mode", "b")]).await;
-    // The scenario: the second change 1 s after the first, within the 5 s window.
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // The second change comes while nudge holds the first in its window.
+    wait_holding(&nudge).await;
     cluster
         .put_secret("db", &[("password", "correct horse")])
         .await;
     wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, Some(&first)).await;
-    // Stamped: a second stamp for the Secret would follow within one more window.
-    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    // A second stamp for the Secret would be queued or written by now.
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         1,
-        "two changes 1 s apart, one PATCH"
+        "two changes within the window, one PATCH"
     );
     nudge.stop().await;
 }
@@ -101,6 +110,7 @@ async fn configmap_and_secret_changed_within_the_debounce_window_roll_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statefulset_and_daemonset_roll_like_deployments() {
     let cluster = TestCluster::start("sts-ds").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("shared", &[("k", "1")]).await;
     for kind in ["StatefulSet", "DaemonSet"] {
         cluster
@@ -134,7 +144,7 @@ async fn statefulset_and_daemonset_roll_like_deployments() {
         )
         .await;
     }
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     for (kind, _, patches) in &before {
         assert_eq!(patches.count(&cluster).await, 1, "{kind} patched once");
     }
@@ -144,6 +154,7 @@ async fn statefulset_and_daemonset_roll_like_deployments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explicit_slots_stamp_their_own_checksums() {
     let cluster = TestCluster::start("explicit-slots").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("flags", &[("beta", "on")]).await;
     cluster
         .put_secret("db-credentials", &[("password", "s3cret")])
@@ -182,7 +193,7 @@ async fn explicit_slots_stamp_their_own_checksums() {
         Some(&db),
     )
     .await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     let annotations = cluster.template_annotations("Deployment", "svc").await;
     assert_eq!(
         annotations["nudge.dev/checksum-flags"], flags,
@@ -282,6 +293,7 @@ async fn invalid_annotation_warns_and_valid_siblings_still_stamp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_required_reference_keeps_the_stamp_and_warns_then_stamps_once_when_back() {
     let cluster = TestCluster::start("missing-required").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("cfg", &[("a", "1")]).await;
     cluster
         .create_workload(
@@ -303,7 +315,7 @@ async fn missing_required_reference_keeps_the_stamp_and_warns_then_stamps_once_w
         (!events.is_empty()).then_some(())
     })
     .await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -316,7 +328,7 @@ async fn missing_required_reference_keeps_the_stamp_and_warns_then_stamps_once_w
 
     cluster.put_configmap("cfg", &[("a", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "m", key, Some(&stamp)).await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         1,
@@ -328,6 +340,7 @@ async fn missing_required_reference_keeps_the_stamp_and_warns_then_stamps_once_w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn optional_reference_absent_counts_and_creating_it_stamps_once() {
     let cluster = TestCluster::start("optional-absent").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("base", &[("a", "1")]).await;
     let pod = json!({
         "containers": [{
@@ -343,6 +356,7 @@ async fn optional_reference_absent_counts_and_creating_it_stamps_once() {
         .await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = wait_for_stamp(&cluster, "Deployment", "o", CONFIG_HASH, None).await;
+    sentinel.flush_events(&nudge).await;
     assert!(
         cluster.events_for("o", "MissingConfig").await.is_empty(),
         "optional is fine"
@@ -351,7 +365,7 @@ async fn optional_reference_absent_counts_and_creating_it_stamps_once() {
     let patches = cluster.patch_counter("Deployment", "o").await;
     cluster.put_configmap("overrides", &[("b", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "o", CONFIG_HASH, Some(&first)).await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 1);
     nudge.stop().await;
 }
@@ -391,8 +405,8 @@ async fn ignored_configmap_changes_stamp_nothing() {
     cluster
         .merge_patch::<ConfigMap>("noisy", json!({"data": {"a": "2"}}))
         .await;
-    sentinel.flush_configmaps().await;
-    settle().await;
+    // An ignored object is not fetched: its watch event is all there is.
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -459,8 +473,7 @@ async fn installation_key_is_generated_once_so_secret_stamps_survive_restarts() 
     let patches = cluster.patch_counter("Deployment", "k").await;
     // Restarted, listed, and processing Secret events with the key it loaded.
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
-    sentinel.flush_secrets().await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     nudge.stop().await;
     assert_eq!(
         patches.count(&cluster).await,

@@ -21,7 +21,7 @@ const SOON: Duration = Duration::from_secs(5);
 /// Consul's default `limits.http_max_conns_per_client`; beyond it the agent
 /// answers 429.
 const AGENT_CONNECTION_LIMIT: u64 = 200;
-/// How long "nothing more is reported" is watched for.
+/// How long a change held by the token bucket (8 s) is watched for not showing.
 const QUIET: Duration = Duration::from_millis(1500);
 
 fn native(value: &[u8]) -> Observation {
@@ -73,11 +73,23 @@ async fn tracking_reports_the_value_then_each_change_once() -> Result<()> {
         driver.next(SOON).await?,
         update("app/config", Algorithm::Native, native(b"v2"))
     );
-    assert_eq!(driver.collect_for(QUIET).await, []);
 
-    // The same value again bumps ModifyIndex but not the content.
-    agent.put("app/config", b"v2").await?;
-    assert_eq!(driver.collect_for(QUIET).await, []);
+    // The same value with other flags bumps ModifyIndex but not the content:
+    // the query answers past it (blocking again) without a report, and the next
+    // change is the next report (a repeat of v2 would come first).
+    driver.wait_blocking(1).await?;
+    let started = driver.source.blocking_queries_started();
+    agent.touch("app/config", b"v2", 1).await?;
+    driver
+        .wait_until(SOON, "the query to answer the identical write", |s| {
+            s.blocking_queries_started() > started
+        })
+        .await?;
+    agent.put("app/config", b"v3").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("app/config", Algorithm::Native, native(b"v3"))
+    );
     assert_eq!(driver.source.query_errors(), 0);
     driver.shutdown().await
 }
@@ -138,19 +150,24 @@ async fn deleted_key_is_absent_once_and_recreated_key_present_once() -> Result<(
     driver.track(tracked("flags", Algorithm::Md5));
     assert_eq!(driver.next(SOON).await?.observation, md5(b"on"));
 
+    // Each report is the only one: the next change's report comes next.
     agent.delete("flags").await?;
     assert_eq!(
         driver.next(SOON).await?,
         update("flags", Algorithm::Md5, Observation::Absent)
     );
-    assert_eq!(driver.collect_for(QUIET).await, []);
-
+    driver.wait_blocking(1).await?;
     agent.put("flags", b"off").await?;
     assert_eq!(
         driver.next(SOON).await?,
         update("flags", Algorithm::Md5, md5(b"off"))
     );
-    assert_eq!(driver.collect_for(QUIET).await, []);
+    driver.wait_blocking(1).await?;
+    agent.delete("flags").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("flags", Algorithm::Md5, Observation::Absent)
+    );
     driver.shutdown().await
 }
 
@@ -168,13 +185,22 @@ async fn missing_key_is_absent_once_and_blocks_without_errors() -> Result<()> {
             s.blocking_queries_in_flight() == 1
         })
         .await?;
-    // Unrelated writes move the KV index; the key stays absent and is not re-reported.
+    // Unrelated writes move the KV index and wake the query; the key stays
+    // absent and is not re-reported: the next report is its creation's.
+    let started = driver.source.blocking_queries_started();
     agent.put("elsewhere", b"x").await?;
-    assert_eq!(driver.collect_for(QUIET).await, []);
+    driver
+        .wait_until(SOON, "the query to answer the unrelated write", |s| {
+            s.blocking_queries_started() > started
+        })
+        .await?;
     assert_eq!(driver.source.query_errors(), 0);
 
     agent.put("not/there", b"now").await?;
-    assert_eq!(driver.next(SOON).await?.observation, native(b"now"));
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("not/there", Algorithm::Native, native(b"now"))
+    );
     driver.shutdown().await
 }
 
@@ -194,13 +220,15 @@ async fn a_churning_key_is_rate_limited() -> Result<()> {
         .await?;
 
     let started = driver.source.blocking_queries_started();
+    // The churn is the scenario: a write every 20 ms.
     let churn = Instant::now();
     for i in 1..=100 {
         agent.put("hot", format!("{i}").as_bytes()).await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = churn.elapsed();
-    let updates = driver.collect_for(Duration::from_secs(1)).await;
+    let last = update("hot", Algorithm::Native, native(b"100"));
+    let updates = driver.collect_until(SOON, |u| *u == last).await?;
     let queries = driver.source.blocking_queries_started() - started;
     // At most the burst, then one query per 400 ms (plus the one in flight when the
     // churn began).
@@ -246,7 +274,8 @@ async fn changes_in_a_row_are_read_at_once_until_the_burst_is_spent() -> Result<
             native(value.as_bytes())
         );
     }
-    // The bucket is empty: the next change waits for a token (8 s after the first).
+    // The bucket is empty: the next change waits for a token (8 s after the
+    // first); not showing within 1.5 s is the duration under test.
     agent.put("row", b"3").await?;
     assert_eq!(driver.collect_for(QUIET).await, []);
     assert_eq!(
@@ -291,7 +320,7 @@ async fn changes_of_different_keys_under_one_prefix_query_are_each_read_at_once(
             update(key, Algorithm::Native, native(b"1"))
         );
         // Spaced wider than the fresh bucket's refill (8 s / 3), so only churn
-        // pacing could hold a change.
+        // pacing could hold a change: a duration that is the scenario.
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     assert_eq!(driver.source.query_errors(), 0);
@@ -318,8 +347,17 @@ async fn untrack_stops_the_query() -> Result<()> {
         .await?;
     let started = driver.source.blocking_queries_started();
     agent.put("gone/soon", b"2").await?;
-    assert_eq!(driver.collect_for(QUIET).await, []);
-    assert_eq!(driver.source.blocking_queries_started(), started);
+    // A key tracked after the write is read and blocked on; its report is the
+    // first after the untrack, and its query the only one started since.
+    agent.put("marker", b"m").await?;
+    driver.track(tracked("marker", Algorithm::Native));
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("marker", Algorithm::Native, native(b"m"))
+    );
+    driver.wait_blocking(1).await?;
+    assert_eq!(driver.source.blocking_queries_started(), started + 1);
+    assert_eq!(driver.received(), []);
     driver.shutdown().await
 }
 
@@ -353,9 +391,17 @@ async fn keys_over_the_query_limit_share_a_prefix_query_and_regroup() -> Result<
         driver.next(SOON).await?,
         update("svc/a/y", Algorithm::Native, native(b"2b"))
     );
-    agent.put("svc/a/x", b"1").await?; // same value, new ModifyIndex
+    driver.wait_blocking(2).await?;
+    let started = driver.source.blocking_queries_started();
+    agent.touch("svc/a/x", b"1", 1).await?; // same value, new ModifyIndex
     agent.put("svc/a/untracked", b"?").await?; // wakes the prefix query
-    assert_eq!(driver.collect_for(QUIET).await, []);
+    // The prefix query answered past the first write, without a report: the
+    // next report (of a later write) comes next.
+    driver
+        .wait_until(SOON, "the prefix query to answer", |s| {
+            s.blocking_queries_started() > started
+        })
+        .await?;
     agent.delete("svc/a/x").await?;
     assert_eq!(
         driver.next(SOON).await?,
@@ -369,7 +415,13 @@ async fn keys_over_the_query_limit_share_a_prefix_query_and_regroup() -> Result<
         driver.next(SOON).await?,
         update("svc/a/x", Algorithm::Native, native(b"1c"))
     );
-    assert_eq!(driver.collect_for(QUIET).await, []);
+    // Reported once: the next change's report comes next.
+    driver.wait_blocking(2).await?;
+    agent.put("svc/a/x", b"1d").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("svc/a/x", Algorithm::Native, native(b"1d"))
+    );
     assert_eq!(driver.source.query_errors(), 0);
     driver.shutdown().await
 }
@@ -426,7 +478,14 @@ async fn five_thousand_keys_stay_within_the_connection_limit() -> Result<()> {
         driver.next(SOON).await?,
         update(&key(4242), Algorithm::Native, native(b"changed"))
     );
-    assert_eq!(driver.collect_for(QUIET).await, []);
+    // Reported once (the other queries block on keys that did not change): the
+    // next change's report comes next.
+    driver.wait_blocking(MAX as u64).await?;
+    agent.put(&key(4242), b"changed again").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update(&key(4242), Algorithm::Native, native(b"changed again"))
+    );
 
     let (client, held) = (sampler.client_peak(), sampler.agent_peak());
     eprintln!(
@@ -476,6 +535,7 @@ async fn outage_reports_nothing_then_the_change_once() -> Result<()> {
     let side = agent.start_on_side_port()?;
     put_at(&reqwest::Client::new(), &side, "db/url", b"new").await?;
     agent.stop();
+    // The outage's length is the scenario.
     let during = driver
         .collect_for(Duration::from_secs(20).saturating_sub(outage.elapsed()))
         .await;
@@ -487,7 +547,13 @@ async fn outage_reports_nothing_then_the_change_once() -> Result<()> {
         driver.next(Duration::from_secs(10)).await?,
         update("db/url", Algorithm::Native, native(b"new"))
     );
-    assert_eq!(driver.collect_for(QUIET).await, []);
+    // Reported once: the next change's report comes next.
+    driver.wait_blocking(1).await?;
+    agent.put("db/url", b"newer").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("db/url", Algorithm::Native, native(b"newer"))
+    );
     driver.shutdown().await?;
     drop(agent);
     let _ = std::fs::remove_dir_all(&data_dir);
@@ -510,8 +576,12 @@ async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
 
     let mut denied = Driver::run(source(&agent.addr(), fast_watch()), 16);
     denied.track(tracked("secret/key", Algorithm::Native));
-    assert_eq!(denied.collect_for(QUIET).await, [], "403 is not content");
-    assert!(denied.source.query_errors() > 0);
+    // A second denial means the first was handled (the query reads again only
+    // after it): as an error, with nothing reported.
+    denied
+        .wait_until(SOON, "two denied reads", |s| s.query_errors() >= 2)
+        .await?;
+    assert_eq!(denied.received(), [], "403 is not content");
     let err = denied
         .source
         .observe(&tracked("secret/key", Algorithm::Native), &cx())

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use base64::Engine as _;
+use kube::ResourceExt;
 use md5::Md5;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -97,6 +98,8 @@ async fn a_key_change_stamps_its_checksum_once_and_an_identical_write_stamps_not
     agent.put("app/config", b"v1").await?;
     let tap = ConsulTap::start(agent.http_port()).await?;
     let cluster = TestCluster::start("consul-change").await;
+    let sentinel = cluster.sentinel().await;
+    let mut consul_sentinel = ConsulSentinel::create(&cluster, &agent).await?;
     deployment(
         &cluster,
         "web",
@@ -112,19 +115,25 @@ async fn a_key_change_stamps_its_checksum_once_and_an_identical_write_stamps_not
     consul_kv_put(&agent.addr(), "app/config", "v2").await;
     let second = wait_for_stamp(&cluster, "Deployment", "web", CHECKSUM_CONFIG, Some(&first)).await;
     assert_eq!(second, sha256_of(b"v2"));
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 1, "one change, one PATCH");
 
-    // A new ModifyIndex with the same content is not a change.
+    // A new ModifyIndex with the same content (other flags: Consul ignores a
+    // write of the same value and flags) is not a change.
     let patches = cluster.patch_counter("Deployment", "web").await;
-    consul_kv_put(&agent.addr(), "app/config", "v2").await;
+    let before = modify_index(&agent.addr(), "app/config").await?;
+    agent.touch("app/config", b"v2", 1).await?;
     // nudge's blocking query returned with the write and blocks again past it.
     let written = modify_index(&agent.addr(), "app/config").await?;
+    assert!(written > before, "the write made a new ModifyIndex");
     wait_for("nudge to query past the identical write", WAIT, || async {
         (tap.max_index("/v1/kv/app/config") >= written).then_some(())
     })
     .await;
-    settle().await;
+    // That query's answer is queued for nudge's core; a later answer on
+    // another key reaching the core proves it handled.
+    consul_sentinel.flush(&cluster).await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 0, "same value, no PATCH");
     assert_eq!(
         cluster.template_annotations("Deployment", "web").await[CHECKSUM_CONFIG],
@@ -142,6 +151,7 @@ async fn workloads_sharing_a_key_share_one_blocking_query_and_are_each_stamped_o
     agent.put("app/shared", b"a").await?;
     let tap = ConsulTap::start(agent.http_port()).await?;
     let cluster = TestCluster::start("consul-shared").await;
+    let sentinel = cluster.sentinel().await;
     for name in ["frontend", "backend"] {
         deployment(
             &cluster,
@@ -158,12 +168,12 @@ async fn workloads_sharing_a_key_share_one_blocking_query_and_are_each_stamped_o
         assert_eq!(stamp, sha256_of(b"a"));
         before.push((name, stamp, cluster.patch_counter("Deployment", name).await));
     }
+    // Both workloads track the key as one item: one Track, one plan, one query
+    // (never two at once: peak_in_flight below covers the whole test).
     wait_for("one blocking query on the key", WAIT, || async {
         (tap.in_flight(KEY_PATH) == 1).then_some(())
     })
     .await;
-    settle().await;
-    assert_eq!(tap.in_flight(KEY_PATH), 1);
     let started = tap.started(KEY_PATH);
 
     agent.put("app/shared", b"b").await?;
@@ -171,7 +181,7 @@ async fn workloads_sharing_a_key_share_one_blocking_query_and_are_each_stamped_o
         let now = wait_for_stamp(&cluster, "Deployment", name, CHECKSUM_CONFIG, Some(stamp)).await;
         assert_eq!(now, sha256_of(b"b"));
     }
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     for (name, _, patches) in &before {
         assert_eq!(patches.count(&cluster).await, 1, "{name} patched once");
     }
@@ -210,6 +220,7 @@ async fn double_only_five_thousand_keys_stay_within_the_query_limit_and_stamp_ex
     const SHARED: &str = "scale/w007/k3";
     const SHARERS: [usize; 2] = [123, 444];
     let cluster = TestCluster::start_double_only("consul-scale").await;
+    let sentinel = cluster.sentinel().await;
     let double = cluster.double().expect("on the double");
     let test_began = Instant::now();
     let name = |w: usize| format!("w{w:03}");
@@ -298,7 +309,7 @@ async fn double_only_five_thousand_keys_stay_within_the_query_limit_and_stamp_ex
         .then_some(())
     })
     .await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     let patched = nudge_patches_since(&cluster, mark);
     let want: BTreeMap<String, usize> = [7, SHARERS[0], SHARERS[1]]
         .iter()
@@ -322,7 +333,7 @@ async fn double_only_five_thousand_keys_stay_within_the_query_limit_and_stamp_ex
         Some(&sha256_of(b"v-250-9")),
     )
     .await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         nudge_patches_since(&cluster, mark),
         BTreeMap::from([(
@@ -379,6 +390,7 @@ async fn a_consul_outage_stamps_nothing_then_the_change_once() -> Result<()> {
     let mut agent = ConsulAgent::start_persistent(&data_dir)?;
     agent.put("db/url", b"old").await?;
     let cluster = TestCluster::start("consul-outage").await;
+    let sentinel = cluster.sentinel().await;
     deployment(
         &cluster,
         "db-client",
@@ -412,8 +424,11 @@ async fn a_consul_outage_stamps_nothing_then_the_change_once() -> Result<()> {
         (sample_sum(&metrics, "nudge_consul_query_errors_total") >= 2.0).then_some(())
     })
     .await;
-    // The rest of the outage.
+    // The rest of the outage: its length, past max_delay (10 s), is the
+    // scenario. Then nudge has decided about what it saw (Kubernetes is up), and
+    // published every Event it decided on.
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(outage.elapsed())).await;
+    sentinel.flush_events(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -441,7 +456,7 @@ async fn a_consul_outage_stamps_nothing_then_the_change_once() -> Result<()> {
     )
     .await;
     assert_eq!(after, sha256_of(b"new"));
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         1,
@@ -459,6 +474,7 @@ async fn a_deleted_key_raises_missing_config_keeps_the_stamp_and_recreating_it_s
     let agent = ConsulAgent::start()?;
     agent.put("app/flags", b"on").await?;
     let cluster = TestCluster::start("consul-missing").await;
+    let sentinel = cluster.sentinel().await;
     deployment(
         &cluster,
         "flagged",
@@ -481,7 +497,7 @@ async fn a_deleted_key_raises_missing_config_keeps_the_stamp_and_recreating_it_s
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
     let note = events[0].note.as_deref().unwrap_or_default();
     assert!(note.contains("app/flags"), "the note names the key: {note}");
-    settle().await;
+    sentinel.flush_events(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 0, "the stamp is kept");
     assert_eq!(
         cluster.template_annotations("Deployment", "flagged").await[checksum],
@@ -496,7 +512,7 @@ async fn a_deleted_key_raises_missing_config_keeps_the_stamp_and_recreating_it_s
     agent.put("app/flags", b"off").await?;
     let second = wait_for_stamp(&cluster, "Deployment", "flagged", checksum, Some(&first)).await;
     assert_eq!(second, sha256_of(b"off"));
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 1, "re-created: one stamp");
     nudge.stop().await;
     Ok(())
@@ -509,6 +525,7 @@ async fn a_key_deleted_again_after_coming_back_unchanged_is_reported_again() -> 
     let agent = ConsulAgent::start()?;
     agent.put("app/mode", b"blue").await?;
     let cluster = TestCluster::start("consul-missing-again").await;
+    let sentinel = cluster.sentinel().await;
     deployment(
         &cluster,
         "moody",
@@ -539,7 +556,7 @@ async fn a_key_deleted_again_after_coming_back_unchanged_is_reported_again() -> 
         1,
         "the repeat is counted into the first Event's series"
     );
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -560,6 +577,7 @@ async fn consul_mutator_workloads_get_md5_checksums_on_both_and_in_sync_ones_are
     agent.put("app/db", b"postgres://db:5432").await?;
     let current = md5_of(b"postgres://db:5432");
     let cluster = TestCluster::start("consul-mutator").await;
+    let sentinel = cluster.sentinel().await;
     deployment(
         &cluster,
         "migrating",
@@ -590,8 +608,9 @@ async fn consul_mutator_workloads_get_md5_checksums_on_both_and_in_sync_ones_are
     .await;
     assert_eq!(stamped, current);
     assert_mutator_stamp(&cluster, "migrating", &current).await;
-    // The key was read and the workloads using it decided about.
-    settle().await;
+    // The key was read (migrating is stamped) and both workloads using it
+    // decided about, on the same observation.
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         untouched.count(&cluster).await,
         0,
@@ -616,7 +635,7 @@ async fn consul_mutator_workloads_get_md5_checksums_on_both_and_in_sync_ones_are
         .await;
         assert_mutator_stamp(&cluster, name, &changed).await;
     }
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     for patches in &patches {
         assert_eq!(patches.count(&cluster).await, 1);
     }
@@ -660,6 +679,62 @@ async fn assert_mutator_stamp(cluster: &TestCluster, name: &str, checksum: &str)
 
 // === helpers ===
 
+/// A Deployment reading Consul key `sentinel/key`, stamped at once. The Consul
+/// source hands its core the answers of all its blocking queries in the order
+/// they came: the stamp of a value written after another query answered proves
+/// that answer handled.
+struct ConsulSentinel {
+    address: String,
+    round: usize,
+}
+
+impl ConsulSentinel {
+    const KEY: &str = "sentinel/key";
+    const NAME: &str = "consul-sentinel";
+    const STAMP: &str = "nudge.dev/checksum-sentinel";
+
+    async fn create(cluster: &TestCluster, agent: &ConsulAgent) -> Result<ConsulSentinel> {
+        agent.put(Self::KEY, b"0").await?;
+        let labels = json!({ "app": Self::NAME, SENTINEL_LABEL: "true" });
+        let body = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": Self::NAME, "labels": labels,
+                "annotations": {
+                    "nudge.dev/consul-sentinel": Self::KEY,
+                    "nudge.dev/debounce": "0s",
+                    "nudge.dev/min-interval": "0s",
+                },
+            },
+            "spec": {
+                "selector": { "matchLabels": { "app": Self::NAME } },
+                "template": { "metadata": { "labels": labels }, "spec": plain_pod() },
+            },
+        });
+        cluster
+            .api::<k8s_openapi::api::apps::v1::Deployment>()
+            .create(&Default::default(), &serde_json::from_value(body)?)
+            .await?;
+        Ok(ConsulSentinel {
+            address: agent.addr(),
+            round: 0,
+        })
+    }
+
+    /// Writes the next value and waits for its stamp.
+    async fn flush(&mut self, cluster: &TestCluster) {
+        self.round += 1;
+        let value = self.round.to_string();
+        consul_kv_put(&self.address, Self::KEY, &value).await;
+        let want = sha256_of(value.as_bytes());
+        wait_for("the Consul sentinel's stamp", WAIT, || async {
+            let annotations = cluster.template_annotations("Deployment", Self::NAME).await;
+            (annotations.get(Self::STAMP) == Some(&want)).then_some(())
+        })
+        .await;
+    }
+}
+
 /// The `ModifyIndex` of `key`, read from the agent at `address`.
 async fn modify_index(address: &str, key: &str) -> Result<u64> {
     let body = reqwest::get(format!("{address}/v1/kv/{key}"))
@@ -672,15 +747,6 @@ async fn modify_index(address: &str, key: &str) -> Result<u64> {
         Some(index) => Ok(index),
         None => bail!("no ModifyIndex for {key}: {entries}"),
     }
-}
-
-/// Sum of the samples of one series (any labels) in OpenMetrics text.
-fn sample_sum(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&format!("{series}{{")) || l.starts_with(&format!("{series} ")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// How often an Event with `reason` was reported about `name`, counting the
@@ -704,6 +770,7 @@ async fn template_checksums(cluster: &TestCluster) -> BTreeMap<String, BTreeMap<
         .expect("list deployments");
     list.items
         .into_iter()
+        .filter(|d| !d.labels().contains_key(SENTINEL_LABEL))
         .map(|d| {
             let name = name_of(&d);
             let checksums = d
@@ -734,6 +801,7 @@ fn nudge_patches_since(cluster: &TestCluster, mark: usize) -> BTreeMap<String, u
             && request.query_param("fieldManager").as_deref() == Some("nudge")
             && request.headers.get("content-type").map(String::as_str)
                 != Some("application/merge-patch+json")
+            && !request.path.contains("/sentinel")
         {
             *patched.entry(request.path.clone()).or_default() += 1;
         }

@@ -118,8 +118,8 @@ async fn invalid_custom_reference_is_one_event_with_the_sources_reason_and_count
             json!({ "metadata": { "labels": { "touched": "yes" } } }),
         )
         .await;
-    sentinel.flush_workloads().await;
-    settle().await;
+    // The workload event processed, and every Event decided since published.
+    sentinel.flush_events(&MetricsAt::Admin(admin)).await;
     assert_eq!(occurrences(&cluster, "web", "InvalidAnnotation").await, 1);
     let (_, body) = http_get(admin, "/metrics").await.expect("metrics");
     assert!(

@@ -19,6 +19,7 @@ async fn stamped_auto_deployment(cluster: &TestCluster, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn double_only_change_made_while_watches_are_down_and_expired_is_still_stamped_once() {
     let cluster = TestCluster::start_double_only("watch-expired").await;
+    let sentinel = cluster.sentinel().await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = stamped_auto_deployment(&cluster, "web").await;
     let double = cluster.double().unwrap();
@@ -32,7 +33,7 @@ async fn double_only_change_made_while_watches_are_down_and_expired_is_still_sta
     double.compact_history();
 
     wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(patches.count(&cluster).await, 1);
     nudge.stop().await;
 }
@@ -40,6 +41,7 @@ async fn double_only_change_made_while_watches_are_down_and_expired_is_still_sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn double_only_failing_patches_are_retried_until_the_stamp_lands() {
     let cluster = TestCluster::start_double_only("patch-500").await;
+    let sentinel = cluster.sentinel().await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = stamped_auto_deployment(&cluster, "api").await;
     let double = cluster.double().unwrap();
@@ -54,7 +56,7 @@ async fn double_only_failing_patches_are_retried_until_the_stamp_lands() {
     );
     cluster.put_configmap("cfg", &[("k", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "api", CONFIG_HASH, Some(&first)).await;
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         3,

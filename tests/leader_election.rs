@@ -8,7 +8,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use nudge::__private::runtime::lease::{LeaderElector, LeaseSettings};
+use nudge::__private::runtime::lease::{
+    KubeLeases, LeaderElector, LeaseError, LeaseSettings, LeaseStore,
+};
 use nudge::__private::runtime::metrics::Metrics;
 use support::*;
 use tokio::sync::watch;
@@ -22,9 +24,34 @@ const RETRY_PERIOD: Duration = Duration::from_millis(400);
 const SLACK: Duration = Duration::from_millis(400);
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
+/// The Lease in the test namespace, counting the reads that have answered: a
+/// candidate that has read it has decided on what it read before its next read.
+struct CountedLeases {
+    leases: KubeLeases,
+    reads: watch::Sender<usize>,
+}
+
+#[nudge::async_trait]
+impl LeaseStore for CountedLeases {
+    async fn get(&self) -> Result<Option<Lease>, LeaseError> {
+        let lease = self.leases.get().await;
+        self.reads.send_modify(|n| *n += 1);
+        lease
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+        self.leases.create(lease).await
+    }
+
+    async fn replace(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+        self.leases.replace(lease).await
+    }
+}
+
 struct Candidate {
     identity: String,
     leader: watch::Receiver<bool>,
+    reads: watch::Receiver<usize>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -38,21 +65,32 @@ impl Candidate {
             renew_deadline: RENEW_DEADLINE,
             retry_period: RETRY_PERIOD,
         };
-        let elector = LeaderElector::new(
-            cluster.client(),
-            cluster.namespace(),
-            settings,
-            Metrics::new(),
-        );
+        let (reads, counted) = watch::channel(0);
+        let leases = CountedLeases {
+            leases: KubeLeases::new(cluster.client(), cluster.namespace(), "nudge"),
+            reads,
+        };
+        let elector = LeaderElector::with_store(leases, settings, Metrics::new());
         let leader = elector.subscribe();
         let stop = CancellationToken::new();
         let task = tokio::spawn(elector.run(stop.clone()));
         Candidate {
             identity: identity.into(),
             leader,
+            reads: counted,
             stop,
             task,
         }
+    }
+
+    /// Waits until it has read the Lease `n` more times from now: it has
+    /// decided on all but the last of those reads.
+    async fn wait_reads(&mut self, n: usize) {
+        let target = *self.reads.borrow_and_update() + n;
+        tokio::time::timeout(WAIT, self.reads.wait_for(|reads| *reads >= target))
+            .await
+            .unwrap_or_else(|_| panic!("{} did not read the Lease {n} times", self.identity))
+            .unwrap();
     }
 
     fn is_leader(&self) -> bool {
@@ -91,7 +129,9 @@ async fn one_of_two_candidates_leads_and_keeps_leading() {
         }
     })
     .await;
-    // Over several lease durations nobody else takes it and nobody lets go.
+    // Over several lease durations (a duration is what this test is about)
+    // nobody else takes it and nobody lets go, while both keep reading it.
+    let reads_before = [*a.reads.borrow(), *b.reads.borrow()];
     let until = Instant::now() + LEASE_DURATION * 3;
     while Instant::now() < until {
         assert_eq!(
@@ -101,6 +141,14 @@ async fn one_of_two_candidates_leads_and_keeps_leading() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(holder(&cluster).await.as_deref(), Some(leader));
+    for (candidate, before) in [(&a, reads_before[0]), (&b, reads_before[1])] {
+        let reads = *candidate.reads.borrow() - before;
+        assert!(
+            reads >= 2,
+            "{} read the Lease {reads} times",
+            candidate.identity
+        );
+    }
     a.stop.cancel();
     b.stop.cancel();
     let _ = (a.task.await, b.task.await);
@@ -112,7 +160,8 @@ async fn released_lease_is_acquired_by_the_other_within_a_retry_period() {
     let mut a = Candidate::start(&cluster, "replica-a");
     a.wait_until_leader().await;
     let mut b = Candidate::start(&cluster, "replica-b");
-    tokio::time::sleep(RETRY_PERIOD * 2).await;
+    // b has read the held Lease and decided (at least once) what to do about it.
+    b.wait_reads(2).await;
     assert!(
         !b.is_leader(),
         "the follower must wait while the lease is held"
@@ -145,7 +194,8 @@ async fn holder_that_stops_renewing_is_replaced_after_the_lease_duration() {
     let mut a = Candidate::start(&cluster, "replica-a");
     a.wait_until_leader().await;
     let mut b = Candidate::start(&cluster, "replica-b");
-    tokio::time::sleep(RETRY_PERIOD).await;
+    // b has seen the live holder's record: its lease duration counts from there.
+    b.wait_reads(1).await;
 
     // SIGKILL: the task disappears without releasing.
     a.task.abort();
@@ -165,13 +215,15 @@ async fn holder_that_stops_renewing_is_replaced_after_the_lease_duration() {
     b.task.await.unwrap();
 }
 
-/// Sum of the samples of one series (any labels) in OpenMetrics text.
-fn sample_sum(metrics: &Metrics, series: &str) -> f64 {
-    let text = metrics.encode().unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{series}{{")) || l.starts_with(&format!("{series} ")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// The sample `name` (with its labels) of `metrics`, 0 when not exported.
+async fn sample_at(metrics: &MetricsAt, name: &str) -> f64 {
+    let text = metrics.text().await.unwrap_or_default();
+    sample(&text, name).unwrap_or(0.0)
+}
+
+/// Sum of the samples of one series (any labels) in `metrics`.
+fn sum(metrics: &Metrics, series: &str) -> f64 {
+    sample_sum(&metrics.encode().unwrap(), series)
 }
 
 fn fast_election(cluster: &TestCluster) -> nudge::config::Config {
@@ -213,7 +265,7 @@ async fn follower_does_not_stamp_and_stamps_once_it_leads() {
     let patches = cluster.patch_counter("Deployment", "web").await;
 
     wait_for("a stamp skipped as follower", WAIT, || async {
-        (sample_sum(&metrics, "nudge_stamps_total") > 0.0).then_some(())
+        (sum(&metrics, "nudge_stamps_total") > 0.0).then_some(())
     })
     .await;
     let text = metrics.encode().unwrap();
@@ -223,8 +275,9 @@ async fn follower_does_not_stamp_and_stamps_once_it_leads() {
         ),
         "{text}"
     );
-    assert_eq!(sample_sum(&metrics, "nudge_leader"), 0.0);
-    settle().await;
+    assert_eq!(sum(&metrics, "nudge_leader"), 0.0);
+    // It has decided about web (the skip above) and holds nothing back.
+    wait_idle(&metrics).await;
     assert_eq!(patches.count(&cluster).await, 0, "a follower never patches");
     assert!(
         !cluster
@@ -238,11 +291,15 @@ async fn follower_does_not_stamp_and_stamps_once_it_leads() {
     other.stop.cancel();
     other.task.await.unwrap();
     wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
-    assert_eq!(sample_sum(&metrics, "nudge_leader"), 1.0);
-    settle().await;
-    assert_eq!(patches.count(&cluster).await, 1);
+    assert_eq!(sum(&metrics, "nudge_leader"), 1.0);
+    wait_idle(&metrics).await;
     let applied = r#"nudge_stamps_total{kind="deployment",source="configmap",result="applied"} 1"#;
     assert!(metrics.encode().unwrap().contains(applied));
+    // Made now: while it followed, web was all it had to decide about (and the
+    // sentinel's own stamps are counted beside web's).
+    let sentinel = cluster.sentinel().await;
+    sentinel.quiesce(&metrics).await;
+    assert_eq!(patches.count(&cluster).await, 1);
 
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(10), task)
@@ -262,14 +319,40 @@ async fn two_replicas_stamp_each_change_once() {
     let (stop_b, task_b) = start_nudge(&cluster, &b);
     let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
     wait_for("one leader", WAIT, || async {
-        (sample_sum(&a, "nudge_leader") + sample_sum(&b, "nudge_leader") == 1.0).then_some(())
+        (sum(&a, "nudge_leader") + sum(&b, "nudge_leader") == 1.0).then_some(())
     })
     .await;
+
+    let (leader, follower) = if sum(&a, "nudge_leader") == 1.0 {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    // The follower has fetched app-config, its only ConfigMap.
+    let follower = MetricsAt::Registry(follower.clone());
+    follower.wait_observations("configmap", 0.0).await;
+    let fetched = follower.observations("configmap").await;
 
     let patches = cluster.patch_counter("Deployment", "web").await;
     cluster.put_configmap("app-config", &[("a", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
-    settle().await;
+    // The follower has the change too, and the leader has finished (a sentinel
+    // made now, so that the follower's count above was app-config's alone);
+    // then the follower, which had the change before the leader's quiesce
+    // began, has nothing outstanding either.
+    follower.wait_observations("configmap", fetched).await;
+    let sentinel = cluster.sentinel().await;
+    sentinel.quiesce(leader).await;
+    wait_idle(&follower).await;
+    assert_eq!(
+        sample_at(
+            &follower,
+            r#"nudge_stamps_total{kind="deployment",source="configmap",result="applied"}"#
+        )
+        .await,
+        0.0,
+        "the follower wrote nothing"
+    );
     assert_eq!(patches.count(&cluster).await, 1, "one change, one PATCH");
 
     stop_a.cancel();

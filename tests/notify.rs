@@ -92,6 +92,13 @@ impl Receiver {
         self.received.lock().unwrap().clone()
     }
 
+    /// The requests so far that are not about a [`Sentinel`] workload.
+    fn received_about_tests(&self) -> Vec<Received> {
+        let mut received = self.received();
+        received.retain(|message| !message.body.contains("sentinel"));
+        received
+    }
+
     /// Waits until at least `count` requests have arrived; returns them all.
     async fn wait_for(&self, count: usize) -> Vec<Received> {
         wait_for(&format!("{count} notification(s)"), WAIT, || async {
@@ -117,6 +124,7 @@ fn notify_config(receiver: &Receiver, format: NotifyFormat) -> NotifyConfig {
 /// and that no message carried a ConfigMap value.
 async fn message_of_one_change(cluster: &TestCluster, format: NotifyFormat) -> Received {
     let receiver = Receiver::start(Answer::Status(StatusCode::OK)).await;
+    let sentinel = cluster.sentinel().await;
     cluster
         .auto_deployment("web", "app-config", &[("password", FIRST_VALUE)])
         .await;
@@ -126,15 +134,19 @@ async fn message_of_one_change(cluster: &TestCluster, format: NotifyFormat) -> R
     let first = wait_for_stamp(cluster, "Deployment", "web", CONFIG_HASH, None).await;
     // The first stamp's message: notifications flow, and what came before the
     // change is counted.
-    let before = receiver.wait_for(1).await.len();
+    let about_web = || async {
+        let received = receiver.received_about_tests();
+        (!received.is_empty()).then_some(received)
+    };
+    let before = wait_for("web's first message", WAIT, about_web).await.len();
 
     cluster
         .put_configmap("app-config", &[("password", SECOND_VALUE)])
         .await;
     wait_for_stamp(cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
-    receiver.wait_for(before + 1).await;
-    settle().await;
-    let received = receiver.received();
+    // Every notification nudge decided on by now has been sent.
+    sentinel.flush_events(&nudge).await;
+    let received = receiver.received_about_tests();
     assert_eq!(received.len(), before + 1, "one message per stamp");
     for message in &received {
         for value in [FIRST_VALUE, SECOND_VALUE, "sha256-", "hmac-"] {

@@ -61,7 +61,7 @@ async fn search_follows_only_objects_carrying_match_and_adding_match_counts_at_o
 
     // A change to an object without `match` stamps nothing.
     cluster.put_configmap("other", &[("k", "2")]).await;
-    sentinel.flush_configmaps().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(metadata_hash(&cluster, "web").await, Some(adopted.clone()));
     assert!(
         cluster
@@ -78,7 +78,7 @@ async fn search_follows_only_objects_carrying_match_and_adding_match_counts_at_o
     // Without `match` again, its changes stop counting.
     set_match(&cluster, "other", false).await;
     cluster.put_configmap("other", &[("k", "3")]).await;
-    sentinel.flush_configmaps().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         cluster
             .template_annotations("Deployment", "web")
@@ -112,7 +112,7 @@ async fn auto_reload_all_adopts_every_workload_and_respects_auto_false() {
     wait_for("the adoption", WAIT, || metadata_hash(&cluster, "plain")).await;
     cluster.put_configmap("cfg", &[("k", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "plain", CONFIG_HASH, None).await;
-    sentinel.flush_configmaps().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(metadata_hash(&cluster, "opted-out").await, None);
     assert!(
         cluster
@@ -126,6 +126,7 @@ async fn auto_reload_all_adopts_every_workload_and_respects_auto_false() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_period_turns_changes_within_it_into_one_rollout() {
     let cluster = TestCluster::start("reloader-pause").await;
+    let sentinel = cluster.sentinel().await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     cluster
         .create_workload(
@@ -141,13 +142,15 @@ async fn pause_period_turns_changes_within_it_into_one_rollout() {
         .await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let adopted = wait_for("the adoption", WAIT, || metadata_hash(&cluster, "web")).await;
+    wait_idle(&nudge).await;
     let patches = cluster.patch_counter("Deployment", "web").await;
     cluster.put_configmap("cfg", &[("k", "2")]).await;
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // The second change comes while nudge holds the first in the pause period.
+    wait_holding(&nudge).await;
     cluster.put_configmap("cfg", &[("k", "3")]).await;
     let stamped = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
     assert_ne!(stamped, adopted);
-    settle().await;
+    sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         1,

@@ -36,9 +36,9 @@ async fn namespace_selector_is_followed_live() {
     config.kubernetes.namespaces = vec![selected.clone(), on.clone(), late.clone()];
     config.kubernetes.namespace_selector = format!("nudge-test-scope={selected}");
     let nudge = cluster.start_nudge(config);
-    // nudge has listed and stamped the selected namespace's workloads.
-    on_sentinel.wait_stamped().await;
-    settle().await;
+    // nudge has listed every namespace, selected `sel-on`, and decided about
+    // what it listed (the test's namespace is not selected yet).
+    on_sentinel.quiesce(&nudge).await;
     assert!(
         !cluster
             .template_annotations("Deployment", "sel")
@@ -50,16 +50,23 @@ async fn namespace_selector_is_followed_live() {
     label_namespace(&cluster, cluster.namespace(), Some(&selected)).await;
     let stamp = wait_for_stamp(&cluster, "Deployment", "sel", CONFIG_HASH, None).await;
 
-    // Deselected, then (later on the same Namespace watch) `sel-late` selected:
-    // once its sentinel is stamped, nudge has seen the deselection too.
+    // Deselected: nudge parks the workload and stops tracking cfg, the one
+    // reference that changes the configmap source's count meanwhile.
+    let configmaps = r#"nudge_source_tracked_references{source="configmap"}"#;
+    let tracked = nudge.metrics_at().sum(configmaps).await.unwrap_or(0.0);
     label_namespace(&cluster, cluster.namespace(), None).await;
+    wait_for("nudge to stop tracking cfg", WAIT, || async {
+        (nudge.metrics_at().sum(configmaps).await? == tracked - 1.0).then_some(())
+    })
+    .await;
+    // Then `sel-late` is selected, live.
     label_namespace(&cluster, &late, Some(&selected)).await;
     late_sentinel.wait_stamped().await;
     let patches = cluster.patch_counter("Deployment", "sel").await;
+    // A change of a ConfigMap nudge no longer tracks: nothing to fetch, nothing
+    // to decide, and nothing outstanding.
     cluster.put_configmap("cfg", &[("v", "2")]).await;
-    // A ConfigMap change made after it, stamped: nudge processes ConfigMap events.
-    on_sentinel.flush_configmaps().await;
-    settle().await;
+    on_sentinel.quiesce(&nudge).await;
     assert_eq!(
         patches.count(&cluster).await,
         0,
@@ -106,7 +113,10 @@ async fn double_only_ignored_namespaces_are_filtered_out_by_the_api_server() {
     config.kubernetes.ignore_namespaces = vec![other.clone()];
     let nudge = cluster.start_nudge(config);
     wait_for_stamp(&cluster, "Deployment", "watched", CONFIG_HASH, None).await;
-    settle().await;
+    // One all-namespace list: nudge had everything the API server sent it
+    // before it stamped anything, and has decided about all of it.
+    wait_ready(nudge.admin()).await;
+    wait_idle(&nudge).await;
     let ignored: k8s_openapi::api::apps::v1::Deployment = Api::namespaced(cluster.client(), &other)
         .get("ignored")
         .await

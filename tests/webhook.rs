@@ -400,9 +400,8 @@ async fn created_deployment_is_stored_stamped_and_nudge_never_patches_it() {
 
     let created = h.cluster.rollout_marker("Deployment", "web").await;
     let patches = h.cluster.patch_counter("Deployment", "web").await;
-    // The controller has seen the Deployment created before this one.
-    sentinel.flush_workloads().await;
-    settle().await;
+    // The controller has seen the Deployment and decided about it.
+    sentinel.quiesce(&h.nudge).await;
     assert_eq!(
         patches.count(&h.cluster).await,
         0,
@@ -553,8 +552,7 @@ async fn reapply_dropping_nudges_annotations_is_restored_without_patch_or_rollou
     // Counted from here: a kube-apiserver bumps the generation of the re-apply
     // itself (before admission restores the template), not a PATCH by nudge.
     let patches = h.cluster.patch_counter("Deployment", "web").await;
-    sentinel.flush_workloads().await;
-    settle().await;
+    sentinel.quiesce(&h.nudge).await;
     assert_eq!(patches.count(&h.cluster).await, 0, "no PATCH follows");
     assert_eq!(
         h.cluster.workload("Deployment", "web").await["spec"]["template"],

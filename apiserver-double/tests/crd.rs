@@ -285,13 +285,11 @@ async fn custom_resources_behave_like_built_in_kinds() {
     );
 
     // Watch from the first resourceVersion sees the later changes.
-    let w = http
-        .get(&format!(
-            "{ROLLOUTS}?watch=1&resourceVersion={rv}&timeoutSeconds=1"
-        ))
+    http.post(ROLLOUTS, &rollout("last", "app:1")).await;
+    let lines = http
+        .replay_until_added(&format!("{ROLLOUTS}?watch=1&resourceVersion={rv}"), "last")
         .await;
-    let events: Vec<(String, String)> = w
-        .lines()
+    let events: Vec<(String, String)> = lines
         .iter()
         .map(|l| {
             (
@@ -621,7 +619,7 @@ async fn served_versions_share_one_storage() {
 
 #[tokio::test]
 async fn deleting_the_crd_deletes_its_objects_and_ends_watches() {
-    let (_api, http) = with_rollouts().await;
+    let (api, http) = with_rollouts().await;
     for n in ["a", "b"] {
         http.post(ROLLOUTS, &rollout(n, "app:1")).await;
     }
@@ -631,7 +629,13 @@ async fn deleting_the_crd_deletes_its_objects_and_ends_watches() {
             .get(&format!("{ROLLOUTS}?watch=1&timeoutSeconds=30"))
             .await
     });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while api.open_watches() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the watch is open");
     let r = http.delete(&format!("{CRDS}/rollouts.argoproj.io")).await;
     assert_eq!(r.status, 200);
     let w = tokio::time::timeout(std::time::Duration::from_secs(5), watch)

@@ -141,13 +141,11 @@ async fn watchers_see_the_marked_object_then_the_deletion() {
         .unwrap()
         .to_string();
     delete_with(&http, "w", None, "?propagationPolicy=Foreground").await;
-    let r = http
-        .get(&format!(
-            "{CM}?watch=1&resourceVersion={rv}&timeoutSeconds=1"
-        ))
+    config_map(&http, "last", &[]).await;
+    let lines = http
+        .replay_until_added(&format!("{CM}?watch=1&resourceVersion={rv}"), "last")
         .await;
-    let kinds: Vec<String> = r
-        .lines()
+    let kinds: Vec<String> = lines
         .iter()
         .map(|l| l["type"].as_str().unwrap().to_string())
         .collect();

@@ -520,24 +520,33 @@ async fn watches_apply_selectors_to_transitions() {
     )
     .await;
     http.delete(&format!("{CM}/w")).await;
-    let r = http
-        .get(&format!(
-            "{CM}?watch=true&labelSelector=team%3Da&resourceVersion={start_rv}&timeoutSeconds=1"
-        ))
+    // The last event of the history each watch replays: it ends the read.
+    http.post(
+        CM,
+        &json!({"metadata": {"name": "other", "labels": {"team": "a"}}}),
+    )
+    .await;
+    let lines = http
+        .replay_until_added(
+            &format!("{CM}?watch=true&labelSelector=team%3Da&resourceVersion={start_rv}"),
+            "other",
+        )
         .await;
-    let types: Vec<String> = r
-        .lines()
+    let types: Vec<String> = lines
         .iter()
         .map(|l| l["type"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(types, ["ADDED", "DELETED", "ADDED", "DELETED"]);
     // the DELETED for leaving the selector carries the old labels
-    assert_eq!(r.lines()[1]["object"]["metadata"]["labels"]["team"], "a");
+    assert_eq!(lines[1]["object"]["metadata"]["labels"]["team"], "a");
     // field selectors too
-    let r = http
-        .get(&format!("{CM}?watch=1&fieldSelector=metadata.name%3Dother&resourceVersion={start_rv}&timeoutSeconds=1"))
+    let lines = http
+        .replay_until_added(
+            &format!("{CM}?watch=1&fieldSelector=metadata.name%3Dother&resourceVersion={start_rv}"),
+            "other",
+        )
         .await;
-    assert!(r.lines().is_empty());
+    assert!(lines.is_empty(), "{lines:?}");
 }
 
 #[tokio::test]
@@ -566,13 +575,14 @@ async fn history_window_and_resource_versions() {
         )
         .await;
     }
-    let r = http
-        .get(&format!(
-            "{CM}?watch=1&resourceVersion={first_rv}&timeoutSeconds=1"
-        ))
+    let lines = http
+        .watch_until(
+            &format!("{CM}?watch=1&resourceVersion={first_rv}&timeoutSeconds=60"),
+            &[("accept", "application/json")],
+            Duration::from_secs(30),
+            |lines| !lines.is_empty(),
+        )
         .await;
-    assert_eq!(r.status, 200);
-    let lines = r.lines();
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["type"], "ERROR");
     assert_eq!(lines[0]["object"]["code"], 410);
@@ -602,14 +612,17 @@ async fn history_window_and_resource_versions() {
     let r = http.get(&format!("{CM}?resourceVersionMatch=Exact")).await;
     assert_eq!(r.status, 422);
     // periodic bookmarks carry the latest resourceVersion
-    let r = http
-        .get(&format!(
-            "{CM}?watch=1&allowWatchBookmarks=true&resourceVersion={cur}&timeoutSeconds=1"
-        ))
+    let lines = http
+        .watch_until(
+            &format!(
+                "{CM}?watch=1&allowWatchBookmarks=true&resourceVersion={cur}&timeoutSeconds=60"
+            ),
+            &[("accept", "application/json")],
+            Duration::from_secs(30),
+            |lines| lines.len() >= 2,
+        )
         .await;
-    let lines = r.lines();
-    assert!(!lines.is_empty());
-    assert!(lines.iter().all(|l| l["type"] == "BOOKMARK"));
+    assert!(lines.iter().all(|l| l["type"] == "BOOKMARK"), "{lines:?}");
     assert_eq!(
         lines[0]["object"]["metadata"]["resourceVersion"],
         cur.to_string()
@@ -748,18 +761,20 @@ async fn ten_thousand_objects() {
         .unwrap();
     }
     let seeded = t.elapsed();
-    // a metadata-only watcher while writes go on
+    // a metadata-only watcher while writes go on: it reads until the 50
+    // events of the writes below have come (from `rv` on, so a watch that
+    // connects late replays them), however loaded the machine
     let h = http.clone();
     let rv = api.resource_version();
     let watcher = tokio::spawn(async move {
-        h.send(
-            "GET",
-            &format!("{CM}?watch=1&resourceVersion={rv}&timeoutSeconds=3"),
+        h.watch_until(
+            &format!("{CM}?watch=1&resourceVersion={rv}&timeoutSeconds=120"),
             &[(
                 "accept",
                 "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
             )],
-            None,
+            Duration::from_secs(60),
+            |events| events.len() >= 50,
         )
         .await
     });
@@ -810,7 +825,7 @@ async fn ten_thousand_objects() {
         assert_eq!(r.status, 200);
     }
     let point_ops = t.elapsed();
-    let events = watcher.await.unwrap().lines();
+    let events = watcher.await.unwrap();
     assert_eq!(events.len(), 50);
     assert!(
         events

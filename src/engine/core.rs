@@ -384,6 +384,7 @@ impl Core {
             self.graph.workload_count(),
             self.graph.tracked_count(),
             self.queue.len(),
+            self.in_flight,
         );
         let wake = [self.queue.next_wake(self.room() > 0), self.next_deadline()];
         if let Some(at) = wake.into_iter().flatten().min() {

@@ -1,5 +1,6 @@
 //! The engine's metrics, registered by the engine itself into the registry it is
-//! handed: stamp decisions, stamp latency, and the size of what it tracks.
+//! handed: stamp decisions, stamp latency, the size of what it tracks, and the
+//! work it has still to do.
 
 use std::time::Duration;
 
@@ -101,6 +102,10 @@ pub struct EngineMetrics {
     tracked_workloads: Gauge,
     tracked_references: Gauge,
     queue_depth: Gauge,
+    /// Queued plus in flight, set as one value: a scrape reads gauges one after
+    /// another, so two gauges could show 0 and 0 while a finished write requeues
+    /// its workload between the two reads.
+    outstanding: Gauge,
     events_dropped: Counter,
     annotation_errors: Family<AnnotationErrorLabels, Counter>,
     rollouts: Family<RolloutLabels, Counter>,
@@ -116,6 +121,7 @@ impl Default for EngineMetrics {
             tracked_workloads: Gauge::default(),
             tracked_references: Gauge::default(),
             queue_depth: Gauge::default(),
+            outstanding: Gauge::default(),
             events_dropped: Counter::default(),
             annotation_errors: Family::default(),
             rollouts: Family::default(),
@@ -128,8 +134,9 @@ impl EngineMetrics {
     /// Metrics registered into `registry` (nudge's root registry:
     /// `nudge_stamps_total`, `nudge_stamp_latency_seconds`, `nudge_tracked_workloads`,
     /// `nudge_tracked_references`, `nudge_debounce_queue_depth`,
-    /// `nudge_events_dropped_total`, `nudge_annotation_errors_total`,
-    /// `nudge_rollouts_total`, `nudge_rollout_duration_seconds`).
+    /// `nudge_stamps_outstanding`, `nudge_events_dropped_total`,
+    /// `nudge_annotation_errors_total`, `nudge_rollouts_total`,
+    /// `nudge_rollout_duration_seconds`).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -168,6 +175,11 @@ impl EngineMetrics {
             "debounce_queue_depth",
             "Workloads waiting for their debounce window or for pacing",
             metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "stamps_outstanding",
+            "Workloads queued (debounce, pacing, retry, an input not yet known) or being written; 0 when every change seen is written or decided against",
+            metrics.outstanding.clone(),
         );
         registry.register(
             "events_dropped",
@@ -275,12 +287,14 @@ impl EngineMetrics {
         self.stamp_latency.observe(latency.as_secs_f64());
     }
 
-    /// The dependency graph's size and the queue's depth.
-    pub fn set_gauges(&self, workloads: usize, references: usize, queue: usize) {
+    /// The dependency graph's size, the queue's depth and the writes in flight,
+    /// after each input the core handled.
+    pub fn set_gauges(&self, workloads: usize, references: usize, queue: usize, writes: usize) {
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.tracked_workloads.set(gauge(workloads));
         self.tracked_references.set(gauge(references));
         self.queue_depth.set(gauge(queue));
+        self.outstanding.set(gauge(queue.saturating_add(writes)));
     }
 }
 
@@ -318,7 +332,7 @@ mod tests {
         let mut registry = Registry::with_prefix("nudge");
         let metrics = EngineMetrics::register(&mut registry);
         metrics.stamp_latency(Duration::from_millis(5300));
-        metrics.set_gauges(3, 7, 2);
+        metrics.set_gauges(3, 7, 2, 1);
         let text = encode(&registry);
         assert!(text.contains(r#"nudge_stamp_latency_seconds_bucket{le="5.0"} 0"#));
         assert!(text.contains(r#"nudge_stamp_latency_seconds_bucket{le="10.0"} 1"#));
@@ -326,6 +340,7 @@ mod tests {
         assert!(text.contains("nudge_tracked_workloads 3"));
         assert!(text.contains("nudge_tracked_references 7"));
         assert!(text.contains("nudge_debounce_queue_depth 2"));
+        assert!(text.contains("nudge_stamps_outstanding 3"));
         assert!(text.contains("nudge_events_dropped_total 0"));
     }
 

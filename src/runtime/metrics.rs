@@ -11,6 +11,7 @@
 //! | `nudge_tracked_workloads` | gauge | | engine |
 //! | `nudge_tracked_references` | gauge | | engine |
 //! | `nudge_debounce_queue_depth` | gauge | | engine |
+//! | `nudge_stamps_outstanding` | gauge | | engine |
 //! | `nudge_rollouts_total` | counter | `kind`, `source`, `outcome` | engine (`follow`) |
 //! | `nudge_rollout_duration_seconds` | histogram | `kind`, `outcome` | engine (`follow`) |
 //! | `nudge_watch_restarts_total` | counter | `watch` | sources, targets (`health`) |
@@ -197,6 +198,7 @@ mod tests {
             "nudge_tracked_workloads",
             "nudge_tracked_references",
             "nudge_debounce_queue_depth",
+            "nudge_stamps_outstanding",
             "nudge_rollouts",
             "nudge_rollout_duration_seconds",
             "nudge_leader",

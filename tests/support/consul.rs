@@ -23,6 +23,8 @@ use tokio::task::JoinHandle;
 
 /// How long an agent may take to answer with a leader.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`Driver::wait_blocking`] waits for the queries to block again.
+const SOON_ENOUGH: Duration = Duration::from_secs(10);
 
 /// Agent-side sockets a peak sample may over-count: `/proc/net/tcp` is not read
 /// atomically, so while queries are regrouped a connection being closed and its
@@ -242,6 +244,20 @@ impl ConsulAgent {
     /// Writes a key through this agent.
     pub async fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         put_at(&self.http, &self.addr(), key, value).await
+    }
+
+    /// Writes a key's value again with other flags: a new ModifyIndex, the same
+    /// content. (Consul ignores a write of the same value and flags: no new
+    /// index, no answer to a blocking query.)
+    pub async fn touch(&self, key: &str, value: &[u8], flags: u64) -> Result<()> {
+        let mut url = kv_url(&self.addr(), key)?;
+        url.query_pairs_mut()
+            .append_pair("flags", &flags.to_string());
+        let response = self.http.put(url).body(value.to_vec()).send().await?;
+        if !response.status().is_success() {
+            bail!("PUT {key}?flags={flags}: {}", response.status());
+        }
+        Ok(())
     }
 
     /// Deletes a key through this agent.
@@ -562,7 +578,41 @@ impl Driver {
         }
     }
 
-    /// Every update arriving within `window` (none expected, usually).
+    /// The updates that have arrived and were not taken yet, without waiting.
+    pub fn received(&mut self) -> Vec<SourceUpdate> {
+        std::iter::from_fn(|| self.engine.try_next_update()).collect()
+    }
+
+    /// Updates until (and with) the first that `last` accepts, or an error when
+    /// none comes within `within`.
+    pub async fn collect_until(
+        &mut self,
+        within: Duration,
+        last: impl Fn(&SourceUpdate) -> bool,
+    ) -> Result<Vec<SourceUpdate>> {
+        let mut seen = Vec::new();
+        loop {
+            let update = self.next(within).await?;
+            let done = last(&update);
+            seen.push(update);
+            if done {
+                return Ok(seen);
+            }
+        }
+    }
+
+    /// Waits until the source's blocking queries have all answered what came
+    /// before and block again (`in_flight` of them): the answers are on their
+    /// way to the updates, in order with every later answer of the same query.
+    pub async fn wait_blocking(&self, in_flight: u64) -> Result<()> {
+        self.wait_until(SOON_ENOUGH, "the queries to block again", |s| {
+            s.blocking_queries_in_flight() == in_flight
+        })
+        .await
+    }
+
+    /// Every update arriving within `window`: for a test of pacing, where the
+    /// window is the duration under test.
     pub async fn collect_for(&mut self, window: Duration) -> Vec<SourceUpdate> {
         let deadline = tokio::time::Instant::now() + window;
         let mut seen = Vec::new();

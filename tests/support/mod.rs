@@ -11,12 +11,19 @@
 //! than pass without running.
 //!
 //! Negative checks ("nothing was patched") come only after a positive signal that
-//! nudge is running and has processed the events in question: a stamp that had to
-//! follow them, `/ready` ([`wait_ready`]) or a [`Sentinel`] flush; [`settle`] then
-//! lets an unwanted stamp show.
+//! nudge has processed the events in question and finished what they caused,
+//! never after a sleep: [`Sentinel::quiesce`] (module `signal` says what it
+//! proves and where it stops). For that, every nudge a test starts serves its
+//! admin server: on the port the test chose, or on a [`free_port`] when the
+//! configuration says port 0; [`Running::metrics_at`] reads it.
 #![allow(dead_code)]
 
+mod signal;
+
+pub use signal::*;
+
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -191,7 +198,7 @@ impl TestCluster {
         config.engine.min_interval = Duration::ZERO;
         config.engine.stamps_per_second = 1000.0;
         config.engine.burst = 1000;
-        // Tests run in parallel: any free port.
+        // Tests run in parallel: port 0 makes `start_nudge` pick a free port.
         config.admin.bind = ([127, 0, 0, 1], 0).into();
         config
     }
@@ -464,8 +471,10 @@ impl TestCluster {
             .collect()
     }
 
-    /// Runs nudge in this process with `config` until the handle is stopped.
-    pub fn start_nudge(&self, config: Config) -> InProcessNudge {
+    /// Runs nudge in this process with `config` until the handle is stopped; its
+    /// admin server on a free port unless `config` names one.
+    pub fn start_nudge(&self, mut config: Config) -> InProcessNudge {
+        let admin = admin_address(&mut config);
         let shutdown = CancellationToken::new();
         let client = self.client.clone();
         let token = shutdown.clone();
@@ -474,16 +483,18 @@ impl TestCluster {
                 .await
                 .expect("nudge runs");
         });
-        InProcessNudge { shutdown, task }
+        InProcessNudge {
+            shutdown,
+            task,
+            admin,
+        }
     }
 
-    /// Runs nudge in this process with `config` and its admin server on a free
-    /// port, and waits until `/ready` answers 200.
-    pub async fn start_ready_nudge(&self, mut config: Config) -> InProcessNudge {
-        let admin = free_port();
-        config.admin.bind = admin;
+    /// Runs nudge in this process with `config` (see
+    /// [`start_nudge`](Self::start_nudge)) and waits until `/ready` answers 200.
+    pub async fn start_ready_nudge(&self, config: Config) -> InProcessNudge {
         let nudge = self.start_nudge(config);
-        wait_ready(admin).await;
+        wait_ready(nudge.admin).await;
         nudge
     }
 
@@ -491,8 +502,9 @@ impl TestCluster {
     /// true) and returns it with the address its admission webhook listens on.
     pub async fn start_nudge_with_webhook(
         &self,
-        config: Config,
+        mut config: Config,
     ) -> (InProcessNudge, std::net::SocketAddr) {
+        let admin = admin_address(&mut config);
         let shutdown = CancellationToken::new();
         let client = self.client.clone();
         let token = shutdown.clone();
@@ -511,7 +523,12 @@ impl TestCluster {
             .await
             .expect("the webhook listens in time")
             .expect("nudge reports the webhook address");
-        (InProcessNudge { shutdown, task }, addr)
+        let nudge = InProcessNudge {
+            shutdown,
+            task,
+            admin,
+        };
+        (nudge, addr)
     }
 
     /// Runs the compiled `nudge run` binary against this cluster, configured
@@ -593,6 +610,8 @@ impl TestCluster {
 }
 
 fn spawn_nudge(kubeconfig: &Path, config: &Config, log: &Path, pod_name: &str) -> BinaryNudge {
+    let mut config = config.clone();
+    let admin = admin_address(&mut config);
     let log_file = std::fs::File::create(log).expect("create log file");
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
         .arg("run")
@@ -600,175 +619,23 @@ fn spawn_nudge(kubeconfig: &Path, config: &Config, log: &Path, pod_name: &str) -
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("KUBECONFIG", kubeconfig)
         .env("POD_NAME", pod_name)
-        .envs(config_env(config))
+        .envs(config_env(&config))
         .stdout(Stdio::null())
         .stderr(log_file)
         .kill_on_drop(true)
         .spawn()
         .expect("spawn nudge");
-    BinaryNudge { child }
+    BinaryNudge { child, admin }
 }
 
-/// Label of sentinel workloads: the tests' webhook registrations leave them out
-/// (objectSelector), so only the controller stamps them.
-pub const SENTINEL_LABEL: &str = "nudge.dev/test-sentinel";
-
-/// A positive signal for negative checks. Deployments `sentinel-<n>` with
-/// `nudge.dev/auto` that mount ConfigMap `sentinel` and read Secret `sentinel`:
-/// once nudge has stamped what a flush changed, it has processed every event of
-/// that kind (ConfigMap, Secret, workload) made before the flush, since a watch
-/// delivers events in order and each was due before the flush's.
-pub struct Sentinel {
-    configmaps: Api<ConfigMap>,
-    secrets: Api<Secret>,
-    deployments: Api<Deployment>,
-    round: std::sync::atomic::AtomicUsize,
-    workloads: std::sync::atomic::AtomicUsize,
-}
-
-impl Sentinel {
-    const NAME: &str = "sentinel";
-
-    /// Creates ConfigMap and Secret `sentinel` and Deployment `sentinel-0` in
-    /// `namespace`.
-    pub async fn create(client: Client, namespace: &str) -> Sentinel {
-        let sentinel = Sentinel {
-            configmaps: Api::namespaced(client.clone(), namespace),
-            secrets: Api::namespaced(client.clone(), namespace),
-            deployments: Api::namespaced(client, namespace),
-            round: Default::default(),
-            workloads: Default::default(),
-        };
-        sentinel.write_configmap(0).await;
-        sentinel.write_secret(0).await;
-        sentinel.add_workload().await;
-        sentinel
+/// Where nudge started with `config` serves its admin server: `config`'s
+/// address, made a free port first when it says port 0 (any), so that the test
+/// knows it.
+fn admin_address(config: &mut Config) -> SocketAddr {
+    if config.admin.bind.port() == 0 {
+        config.admin.bind = free_port();
     }
-
-    async fn write_configmap(&self, round: usize) {
-        let configmap = json!({
-            "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": Self::NAME },
-            "data": { "round": round.to_string() },
-        });
-        self.configmaps
-            .patch(Self::NAME, &Self::apply(), &Patch::Apply(&configmap))
-            .await
-            .expect("apply the sentinel ConfigMap");
-    }
-
-    async fn write_secret(&self, round: usize) {
-        let secret = json!({
-            "apiVersion": "v1", "kind": "Secret", "metadata": { "name": Self::NAME },
-            "stringData": { "round": round.to_string() },
-        });
-        self.secrets
-            .patch(Self::NAME, &Self::apply(), &Patch::Apply(&secret))
-            .await
-            .expect("apply the sentinel Secret");
-    }
-
-    fn apply() -> PatchParams {
-        PatchParams::apply("test-user").force()
-    }
-
-    /// Creates the next sentinel Deployment; returns its name.
-    async fn add_workload(&self) -> String {
-        let n = self
-            .workloads
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let name = format!("{}-{n}", Self::NAME);
-        let labels = json!({ "app": name, SENTINEL_LABEL: "true" });
-        let body = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": { "name": name, "labels": labels,
-                          "annotations": { "nudge.dev/auto": "true" } },
-            "spec": {
-                "selector": { "matchLabels": { "app": name } },
-                "template": {
-                    "metadata": { "labels": labels },
-                    "spec": {
-                        "containers": [{
-                            "name": "app", "image": "busybox",
-                            "envFrom": [{ "secretRef": { "name": Self::NAME } }],
-                            "volumeMounts": [{ "name": "config", "mountPath": "/etc/config" }],
-                        }],
-                        "volumes": [{ "name": "config", "configMap": { "name": Self::NAME } }],
-                    },
-                },
-            },
-        });
-        self.deployments
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(body).unwrap(),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"));
-        name
-    }
-
-    async fn stamp_of(&self, name: &str) -> Option<String> {
-        let deployment = self.deployments.get_opt(name).await.ok()??;
-        deployment
-            .spec?
-            .template
-            .metadata?
-            .annotations?
-            .get("nudge.dev/config-hash")
-            .cloned()
-    }
-
-    async fn wait_for_stamp(&self, name: &str, previous: Option<&str>) -> String {
-        wait_for(
-            &format!("nudge to stamp sentinel Deployment {name}"),
-            WAIT,
-            || async {
-                self.stamp_of(name)
-                    .await
-                    .filter(|s| Some(s.as_str()) != previous)
-            },
-        )
-        .await
-    }
-
-    /// Waits until nudge has stamped `sentinel-0`: it runs, and has listed and
-    /// processed what existed when it started.
-    pub async fn wait_stamped(&self) {
-        self.wait_for_stamp("sentinel-0", None).await;
-    }
-
-    /// Changes the sentinel ConfigMap and waits for nudge to stamp that change:
-    /// ConfigMap events before it have been processed.
-    pub async fn flush_configmaps(&self) {
-        let before = self.last_round_stamp().await;
-        self.write_configmap(self.next_round()).await;
-        self.wait_for_stamp("sentinel-0", Some(&before)).await;
-    }
-
-    /// Changes the sentinel Secret and waits for nudge to stamp that change:
-    /// Secret events before it have been processed.
-    pub async fn flush_secrets(&self) {
-        let before = self.last_round_stamp().await;
-        self.write_secret(self.next_round()).await;
-        self.wait_for_stamp("sentinel-0", Some(&before)).await;
-    }
-
-    /// The stamp of `sentinel-0` for the inputs as they are: each flush waits for
-    /// the stamp of its own change, so any later stamp is the next flush's.
-    async fn last_round_stamp(&self) -> String {
-        self.wait_for_stamp("sentinel-0", None).await
-    }
-
-    fn next_round(&self) -> usize {
-        self.round.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
-    }
-
-    /// Creates another sentinel Deployment and waits for nudge to stamp it:
-    /// workload events before it have been processed.
-    pub async fn flush_workloads(&self) {
-        let name = self.add_workload().await;
-        self.wait_for_stamp(&name, None).await;
-    }
+    config.admin.bind
 }
 
 impl Drop for TestCluster {
@@ -883,9 +750,21 @@ fn recorded_revisions(workload: &Value) -> i64 {
 pub struct InProcessNudge {
     shutdown: CancellationToken,
     task: JoinHandle<()>,
+    admin: SocketAddr,
+}
+
+impl Running for InProcessNudge {
+    fn metrics_at(&self) -> MetricsAt {
+        MetricsAt::Admin(self.admin)
+    }
 }
 
 impl InProcessNudge {
+    /// Its admin server's address.
+    pub fn admin(&self) -> SocketAddr {
+        self.admin
+    }
+
     /// Stops it and waits until it has.
     pub async fn stop(self) {
         self.shutdown.cancel();
@@ -899,9 +778,21 @@ impl InProcessNudge {
 /// The `nudge` binary running as a child process (killed on drop).
 pub struct BinaryNudge {
     child: tokio::process::Child,
+    admin: SocketAddr,
+}
+
+impl Running for BinaryNudge {
+    fn metrics_at(&self) -> MetricsAt {
+        MetricsAt::Admin(self.admin)
+    }
 }
 
 impl BinaryNudge {
+    /// Its admin server's address.
+    pub fn admin(&self) -> SocketAddr {
+        self.admin
+    }
+
     /// Waits for it to exit by itself, at most `timeout`.
     pub async fn exit_within(mut self, timeout: Duration) -> std::process::ExitStatus {
         tokio::time::timeout(timeout, self.child.wait())
@@ -939,10 +830,19 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, St
     Some((status, body.to_owned()))
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
+/// A port on 127.0.0.1 that was free a moment ago, for a server the test starts.
+/// Drawn below 32768, where Linux (and macOS) hand out no ephemeral ports: an
+/// outgoing connection of a test running beside this one cannot take it before
+/// the server binds it, as it could a port the kernel picked.
+pub fn free_port() -> SocketAddr {
+    loop {
+        let mut bytes = [0u8; 2];
+        getrandom::fill(&mut bytes).expect("random");
+        let port = 20_000 + u16::from_le_bytes(bytes) % 12_000;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().expect("a bound address");
+        }
+    }
 }
 
 /// Waits until nudge's admin server at `addr` answers `/ready` with 200; returns
@@ -996,16 +896,6 @@ pub async fn wait_for_stamp(
         },
     )
     .await
-}
-
-/// Lets a few debounce windows pass so that a second, unwanted stamp would show.
-///
-/// Only ever after a positive signal that nudge runs and has processed the events
-/// in question (a stamp that had to follow them, `/ready`, a [`Sentinel`] flush):
-/// on its own, a quiet second and a half proves nothing, since a nudge that had
-/// not even listed yet would be just as quiet.
-pub async fn settle() {
-    tokio::time::sleep(Duration::from_millis(1500)).await;
 }
 
 /// A pod spec with one container mounting ConfigMap `configmap` as a volume.

@@ -92,6 +92,88 @@ impl Http {
         }
     }
 
+    /// Opens the watch `path` (which should ask for a `timeoutSeconds` longer
+    /// than `within`) and reads its JSON lines until `done` accepts those that
+    /// have arrived; then closes it and returns them. Panics with what arrived
+    /// when the stream ends first or `within` passes: a watch read ends on what
+    /// it waits for, never after a fixed time.
+    pub async fn watch_until(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        within: std::time::Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let stream = TcpStream::connect(self.addr).await.expect("connect");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        let conn = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut req = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .header("host", self.addr.to_string())
+            .header("authorization", format!("Bearer {}", self.token));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(Bytes::new())).expect("request");
+        let mut body = sender.send_request(req).await.expect("send").into_body();
+        let mut lines: Vec<Value> = Vec::new();
+        let mut pending = Vec::new();
+        let read = tokio::time::timeout(within, async {
+            while !done(&lines) {
+                let Some(frame) = body.frame().await else {
+                    return false;
+                };
+                let Ok(data) = frame.expect("a body frame").into_data() else {
+                    continue;
+                };
+                pending.extend_from_slice(&data);
+                while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    let line = String::from_utf8_lossy(&line);
+                    if !line.trim().is_empty() {
+                        let value = serde_json::from_str(&line)
+                            .unwrap_or_else(|e| panic!("bad watch line ({e}): {line}"));
+                        lines.push(value);
+                    }
+                }
+            }
+            true
+        })
+        .await;
+        conn.abort();
+        match read {
+            Ok(true) => lines,
+            Ok(false) => panic!("the watch {path} ended with only {lines:?}"),
+            Err(_) => panic!(
+                "the watch {path} had only {} lines after {within:?}: {lines:?}",
+                lines.len()
+            ),
+        }
+    }
+
+    /// The events the watch `path` (from a past resourceVersion) replays before
+    /// the ADDED event of object `last`, made after the events in question: a
+    /// replay is in resourceVersion order, so nothing of theirs comes after it.
+    pub async fn replay_until_added(&self, path: &str, last: &str) -> Vec<Value> {
+        let is_last = |l: &Value| l["type"] == "ADDED" && l["object"]["metadata"]["name"] == last;
+        let mut lines = self
+            .watch_until(
+                &format!("{path}&timeoutSeconds=60"),
+                &[("accept", "application/json")],
+                std::time::Duration::from_secs(30),
+                |lines| lines.iter().any(is_last),
+            )
+            .await;
+        let at = lines.iter().position(is_last).expect("the last event");
+        lines.truncate(at);
+        lines
+    }
+
     pub async fn get(&self, path: &str) -> Resp {
         self.send("GET", path, &[("accept", "application/json")], None)
             .await

@@ -188,9 +188,13 @@ impl Running {
 }
 
 /// (a) A change of a file rolls the Deployment referencing it with exactly
-/// one PATCH. "Exactly one" is proven by a later signal, not a sleep: a second
-/// Deployment's file changes afterwards, and only once its stamp has arrived
-/// are the first Deployment's writes carrying the new fingerprint counted.
+/// one PATCH. "Exactly one" is proven by later signals, not a sleep: a second
+/// Deployment's file changes afterwards and its stamp arrives (the file source
+/// has been polled since), a third Deployment created after that is stamped
+/// (the Deployment watch has delivered web's own echo before it), and then
+/// `nudge_stamps_outstanding` reads 0 (nothing is waiting or being written).
+/// Only then are the first Deployment's writes carrying the new fingerprint
+/// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_change_rolls_its_deployment_with_exactly_one_patch() {
     let cluster = Cluster::start().await;
@@ -198,7 +202,8 @@ async fn a_file_change_rolls_its_deployment_with_exactly_one_patch() {
     cluster.write("sentinel.conf", "s1");
     cluster.deployment("web", "app.conf");
     cluster.deployment("sentinel", "sentinel.conf");
-    let running = Running::start(cluster.controller());
+    let admin = free_port();
+    let running = Running::start(cluster.controller().admin(admin));
     let api = deployments(&cluster.client);
     let template = ["spec", "template"];
     cluster
@@ -216,6 +221,11 @@ async fn a_file_change_rolls_its_deployment_with_exactly_one_patch() {
     cluster
         .until_stamped(&api, "sentinel", &template, &fingerprint("s2"))
         .await;
+    cluster.deployment("later", "sentinel.conf");
+    cluster
+        .until_stamped(&api, "later", &template, &fingerprint("s2"))
+        .await;
+    until_nothing_outstanding(admin).await;
 
     let requests = cluster.double.requests();
     let web = "/apis/apps/v1/namespaces/apps/deployments/web";
@@ -321,6 +331,23 @@ fn widget_crd() -> Value {
 fn free_port() -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()
+}
+
+/// Waits until the controller's admin endpoint at `admin` reports
+/// `nudge_stamps_outstanding 0`: every change it has handled is written, or
+/// decided against.
+async fn until_nothing_outstanding(admin: std::net::SocketAddr) {
+    let idle = tokio::time::timeout(WAIT, async {
+        while !http_get(admin, "/metrics")
+            .await
+            .lines()
+            .any(|line| line == "nudge_stamps_outstanding 0")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(idle.is_ok(), "stamps still outstanding after {WAIT:?}");
 }
 
 /// The body of `GET http://<addr><path>`, once it answers.
