@@ -200,7 +200,9 @@ async fn generation_follows_spec_and_status_subresource() {
             r#"{"status":{"replicas":3}}"#,
         )
         .await;
-    assert_eq!(r.json()["status"], json!({}));
+    // (The double's kube-controller-manager may have written a status of its
+    // own by now; the user's `replicas: 3` is not in it either way.)
+    assert_ne!(r.json()["status"]["replicas"], 3, "{}", r.json()["status"]);
     // through /status it is kept, spec changes are ignored, generation stays
     let r = http
         .send(
