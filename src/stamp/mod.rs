@@ -22,11 +22,13 @@ use crate::model::{Combine, Input, Output, Reference, StampSpec, Tracked, Worklo
 mod admission;
 mod apply;
 mod current_outputs;
+mod given_up;
 pub mod history;
 
 pub use admission::{admission_patch, release_ops};
 pub use apply::apply_body;
 pub use current_outputs::CurrentOutputs;
+pub(crate) use given_up::given_up_ops;
 
 /// The desired value of a hold ([`Combine::Release`]) once it may be lifted.
 pub const RELEASED: &str = "released";
