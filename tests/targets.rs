@@ -1,4 +1,5 @@
-//! Kinds beyond the built-in three: Argo Rollouts when their CRD is served,
+//! Kinds beyond the built-in three: Argo Rollouts when their CRD is served
+//! (Reloader's `restart` strategy through `spec.restartAt` among them),
 //! `[[targets]]` entries (the OpenShift DeploymentConfig preset among them), and kinds that are not served (reported, not fatal,
 //! picked up when their CRD appears). Outputs nudge gives up leave these
 //! kinds, written by JSON patch, as apply removes them from the built-in ones.
@@ -624,4 +625,100 @@ async fn an_env_var_output_nudge_gave_up_loses_the_value_nudge_wrote() {
 async fn template_annotation(api: &Api<DynamicObject>, name: &str, key: &str) -> Option<String> {
     let object = api.get(name).await.ok()?;
     annotations_at(&object, "/spec/template/metadata").remove(key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloaders_restart_strategy_restarts_a_rollout_by_restart_at_once_per_change() {
+    let cluster = TestCluster::start("argo-restart").await;
+    let _crd = cluster.ensure_crd(rollout_crd()).await;
+    cluster.put_configmap("app-cfg", &[("k", "1")]).await;
+    let mut body = rollout("restarted", "app-cfg");
+    body["metadata"]["annotations"] = json!({
+        "reloader.stakater.com/auto": "true",
+        "reloader.stakater.com/rollout-strategy": "restart",
+    });
+    // Left by Reloader under its other strategy: not written under this one.
+    body["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{ "name": "STAKATER_APP_CFG_CONFIGMAP", "value": "from-reloader" }]);
+    let api = dynamic_api(&cluster, &rollout_gvk()).await;
+    let object: DynamicObject = serde_json::from_value(body).unwrap();
+    let template = api
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap()
+        .data["spec"]["template"]
+        .clone();
+    let state = |object: &DynamicObject| annotations_at(object, "/metadata").remove(CONFIG_HASH);
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+
+    // Migrating from Reloader restarts nothing: the fingerprint is adopted.
+    let adopted = wait_for("the adoption", WAIT, || async {
+        state(&api.get("restarted").await.ok()?)
+    })
+    .await;
+    let seen = api.get("restarted").await.unwrap();
+    assert!(
+        seen.data["spec"].get("restartAt").is_none(),
+        "{:?}",
+        seen.data
+    );
+    assert_eq!(seen.data["spec"]["template"], template);
+
+    // A change restarts the pods by spec.restartAt, the template untouched,
+    // and starts a rollout nudge follows.
+    cluster.put_configmap("app-cfg", &[("k", "2")]).await;
+    let restarted = wait_for("the restart", WAIT, || async {
+        let object = api.get("restarted").await.ok()?;
+        (state(&object)? != adopted).then_some(object)
+    })
+    .await;
+    let restart_at = restarted.data["spec"]["restartAt"]
+        .as_str()
+        .expect("spec.restartAt")
+        .to_owned();
+    assert!(
+        restart_at.parse::<k8s_openapi::jiff::Timestamp>().is_ok() && !restart_at.contains('.'),
+        "RFC 3339 in whole seconds, as Argo keeps it: {restart_at}"
+    );
+    assert_eq!(restarted.data["spec"]["template"], template);
+    let marker = annotations_at(&restarted, "/metadata")
+        .remove("nudge.dev/rollout")
+        .expect("the rollout in flight");
+    let marker: serde_json::Value = serde_json::from_str(&marker).unwrap();
+    assert_eq!(marker["revision"], 1, "{marker}");
+    assert_eq!(marker["stamp"][0]["key"], CONFIG_HASH, "{marker}");
+
+    // Argo Rollouts restarted every pod: the rollout is complete.
+    let generation = restarted.metadata.generation.unwrap();
+    let status = json!({ "status": { "observedGeneration": generation.to_string(),
+        "phase": "Healthy", "restartedAt": restart_at } });
+    api.patch_status(
+        "restarted",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+    let history = wait_for("the rollout recorded", WAIT, || async {
+        let object = api.get("restarted").await.ok()?;
+        let own = annotations_at(&object, "/metadata");
+        let history: Vec<serde_json::Value> =
+            serde_json::from_str(own.get("nudge.dev/history")?).ok()?;
+        (!own.contains_key("nudge.dev/rollout")).then_some(history)
+    })
+    .await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["outcome"], "complete", "{history:?}");
+    nudge.stop().await;
+
+    // A controller restart restarts nothing.
+    let before = api.get("restarted").await.unwrap();
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    settle().await;
+    let after = api.get("restarted").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "not written at all"
+    );
+    nudge.stop().await;
 }

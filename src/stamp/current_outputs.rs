@@ -101,6 +101,9 @@ impl<'a> OutputKeys<'a> {
                     keys.own.insert(key);
                     keys.template.insert(RELOADER_LAST_RELOADED_FROM);
                 }
+                Output::RestartAt(key) => {
+                    keys.own.insert(key);
+                }
                 Output::SchedulingGate(name) => {
                     keys.gates.insert(name);
                 }
