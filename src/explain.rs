@@ -640,6 +640,7 @@ fn output_kind(output: &Output) -> &'static str {
         Output::WorkloadAnnotation(_) => "metadata",
         Output::Adopted(_) => "annotation (adopted)",
         Output::ReloaderSource(_) => "metadata + last-reloaded-from",
+        Output::RestartAt(_) => "metadata + restartAt",
         Output::SchedulingGate(_) => "scheduling gate",
         Output::WaveSchedulingDisabled => "Wave scheduler",
     }

@@ -1,6 +1,8 @@
-//! Kinds beyond the built-in three: Argo Rollouts when their CRD is served,
+//! Kinds beyond the built-in three: Argo Rollouts when their CRD is served
+//! (Reloader's `restart` strategy through `spec.restartAt` among them),
 //! `[[targets]]` entries (the OpenShift DeploymentConfig preset among them), and kinds that are not served (reported, not fatal,
-//! picked up when their CRD appears).
+//! picked up when their CRD appears). Outputs nudge gives up leave these
+//! kinds, written by JSON patch, as apply removes them from the built-in ones.
 
 mod support;
 
@@ -450,5 +452,273 @@ async fn the_deployment_config_preset_stamps_deployment_configs() {
             .filter(|stamp| *stamp != first)
     })
     .await;
+    nudge.stop().await;
+}
+
+/// Patches object `name` as the test's user would (merge patch, field
+/// manager `test-user`).
+async fn user_merge_patch(api: &Api<DynamicObject>, name: &str, patch: serde_json::Value) {
+    let params = kube::api::PatchParams {
+        field_manager: Some("test-user".into()),
+        ..kube::api::PatchParams::default()
+    };
+    api.patch(name, &params, &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The annotations of `object` at `pointer` (`/metadata`, `/spec/template/metadata`).
+fn annotations_at(
+    object: &DynamicObject,
+    pointer: &str,
+) -> std::collections::BTreeMap<String, String> {
+    let value = serde_json::to_value(object).unwrap();
+    value
+        .pointer(&format!("{pointer}/annotations"))
+        .cloned()
+        .and_then(|a| serde_json::from_value(a).ok())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotation_output_nudge_gave_up_leaves_a_rollout_at_its_next_write() {
+    let cluster = TestCluster::start("argo-given-up").await;
+    let _crd = cluster.ensure_crd(rollout_crd()).await;
+    cluster.put_configmap("a", &[("k", "1")]).await;
+    cluster.put_configmap("b", &[("k", "1")]).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let mut body = rollout("web", "a");
+    body["metadata"]["annotations"] =
+        json!({ "nudge.dev/configmap-a": "a", "nudge.dev/configmap-b": "b" });
+    // Under nudge's names, but written by the user: never nudge's to remove.
+    body["spec"]["template"]["metadata"]["annotations"] =
+        json!({ "nudge.dev/checksum-c": "by-hand", "team": "web" });
+    let api = dynamic_api(&cluster, &rollout_gvk()).await;
+    let object: DynamicObject = serde_json::from_value(body).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let template = |object: &DynamicObject| annotations_at(object, "/spec/template/metadata");
+    let first = wait_for("both references stamped", WAIT, || async {
+        let stamped = template(&api.get("web").await.ok()?);
+        stamped
+            .contains_key("nudge.dev/checksum-b")
+            .then_some(stamped)
+    })
+    .await;
+
+    // The user drops reference b. Like apply on a Deployment, nudge takes its
+    // output away with its next write, here for a change of a.
+    user_merge_patch(
+        &api,
+        "web",
+        json!({ "metadata": { "annotations": { "nudge.dev/configmap-b": null } } }),
+    )
+    .await;
+    settle().await;
+    cluster.put_configmap("a", &[("k", "2")]).await;
+    let after = wait_for("a's new stamp", WAIT, || async {
+        let stamped = template(&api.get("web").await.ok()?);
+        (stamped.get("nudge.dev/checksum-a") != first.get("nudge.dev/checksum-a"))
+            .then_some(stamped)
+    })
+    .await;
+    assert!(!after.contains_key("nudge.dev/checksum-b"), "{after:?}");
+    assert_eq!(after["nudge.dev/checksum-c"], "by-hand");
+    assert_eq!(after["team"], "web");
+    let own = annotations_at(&api.get("web").await.unwrap(), "/metadata");
+    assert!(own.contains_key("nudge.dev/last-updated"), "{own:?}");
+    assert_eq!(own["nudge.dev/configmap-a"], "a");
+    nudge.stop().await;
+}
+
+/// A CRD like Argo Rollouts' own, whose schema keys the pod template's
+/// containers and their env by name (the Rollout CRD of the double's tests
+/// leaves the template schemaless).
+fn keyed_crd(group: &str, kind: &str, plural: &str) -> serde_json::Value {
+    let keyed = |items: serde_json::Value| {
+        json!({ "type": "array", "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"], "items": items })
+    };
+    let env = keyed(json!({ "type": "object", "required": ["name"],
+        "x-kubernetes-preserve-unknown-fields": true,
+        "properties": { "name": { "type": "string" }, "value": { "type": "string" } } }));
+    let containers = keyed(json!({ "type": "object", "required": ["name"],
+        "x-kubernetes-preserve-unknown-fields": true,
+        "properties": { "name": { "type": "string" }, "env": env } }));
+    let open = |properties: serde_json::Value| {
+        json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "properties": properties })
+    };
+    let mut crd = crd_for(group, kind, plural);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = open(
+        json!({ "template": open(json!({ "spec": open(json!({ "containers": containers })) })) }),
+    );
+    crd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_env_var_output_nudge_gave_up_loses_the_value_nudge_wrote() {
+    let cluster = TestCluster::start("keyed-given-up").await;
+    let (group, kind) = ("keyed.nudge.test", "Widget");
+    let _crd = cluster.ensure_crd(keyed_crd(group, kind, "widgets")).await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    cluster.put_configmap("other", &[("k", "1")]).await;
+    let mut config = cluster.nudge_config();
+    config.targets.kinds = vec![TargetConfig {
+        group: group.into(),
+        version: "v1".into(),
+        kind: kind.into(),
+        template: "spec.template".into(),
+    }];
+    let nudge = cluster.start_nudge(config);
+    let api = dynamic_api(&cluster, &GroupVersionKind::gvk(group, "v1", kind)).await;
+    let mut pod = pod_mounting_configmap("cfg");
+    pod["containers"][0]["env"] = json!([
+        { "name": "LOG_LEVEL", "value": "debug" },
+        { "name": "STAKATER_CFG_CONFIGMAP", "value": "before-nudge" },
+        // Reloader's, for an object nothing references now: never nudge's.
+        { "name": "STAKATER_GONE_CONFIGMAP", "value": "by-reloader" },
+    ]);
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": kind,
+        "metadata": { "name": "w", "annotations": {
+            "reloader.stakater.com/auto": "true", "nudge.dev/configmap-other": "other" } },
+        "spec": { "template": { "spec": pod } },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &widget).await.unwrap();
+    let env = |object: &DynamicObject| {
+        object.data["spec"]["template"]["spec"]["containers"][0]["env"].clone()
+    };
+    wait_for("Reloader's env var to be written", WAIT, || async {
+        let env = env(&api.get("w").await.ok()?);
+        (env[1]["value"] != "before-nudge").then_some(())
+    })
+    .await;
+    let first = template_annotation(&api, "w", "nudge.dev/checksum-other").await;
+
+    user_merge_patch(
+        &api,
+        "w",
+        json!({ "metadata": { "annotations": { "reloader.stakater.com/auto": null } } }),
+    )
+    .await;
+    settle().await;
+    cluster.put_configmap("other", &[("k", "2")]).await;
+    wait_for("other's new stamp", WAIT, || async {
+        let now = template_annotation(&api, "w", "nudge.dev/checksum-other").await;
+        (now != first).then_some(())
+    })
+    .await;
+    assert_eq!(
+        env(&api.get("w").await.unwrap()),
+        json!([
+            { "name": "LOG_LEVEL", "value": "debug" },
+            // The entry is the user's; the value was nudge's, as apply leaves it.
+            { "name": "STAKATER_CFG_CONFIGMAP" },
+            { "name": "STAKATER_GONE_CONFIGMAP", "value": "by-reloader" },
+        ])
+    );
+    nudge.stop().await;
+}
+
+/// Pod-template annotation `key` of object `name`, when set.
+async fn template_annotation(api: &Api<DynamicObject>, name: &str, key: &str) -> Option<String> {
+    let object = api.get(name).await.ok()?;
+    annotations_at(&object, "/spec/template/metadata").remove(key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloaders_restart_strategy_restarts_a_rollout_by_restart_at_once_per_change() {
+    let cluster = TestCluster::start("argo-restart").await;
+    let _crd = cluster.ensure_crd(rollout_crd()).await;
+    cluster.put_configmap("app-cfg", &[("k", "1")]).await;
+    let mut body = rollout("restarted", "app-cfg");
+    body["metadata"]["annotations"] = json!({
+        "reloader.stakater.com/auto": "true",
+        "reloader.stakater.com/rollout-strategy": "restart",
+    });
+    // Left by Reloader under its other strategy: not written under this one.
+    body["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{ "name": "STAKATER_APP_CFG_CONFIGMAP", "value": "from-reloader" }]);
+    let api = dynamic_api(&cluster, &rollout_gvk()).await;
+    let object: DynamicObject = serde_json::from_value(body).unwrap();
+    let template = api
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap()
+        .data["spec"]["template"]
+        .clone();
+    let state = |object: &DynamicObject| annotations_at(object, "/metadata").remove(CONFIG_HASH);
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+
+    // Migrating from Reloader restarts nothing: the fingerprint is adopted.
+    let adopted = wait_for("the adoption", WAIT, || async {
+        state(&api.get("restarted").await.ok()?)
+    })
+    .await;
+    let seen = api.get("restarted").await.unwrap();
+    assert!(
+        seen.data["spec"].get("restartAt").is_none(),
+        "{:?}",
+        seen.data
+    );
+    assert_eq!(seen.data["spec"]["template"], template);
+
+    // A change restarts the pods by spec.restartAt, the template untouched,
+    // and starts a rollout nudge follows.
+    cluster.put_configmap("app-cfg", &[("k", "2")]).await;
+    let restarted = wait_for("the restart", WAIT, || async {
+        let object = api.get("restarted").await.ok()?;
+        (state(&object)? != adopted).then_some(object)
+    })
+    .await;
+    let restart_at = restarted.data["spec"]["restartAt"]
+        .as_str()
+        .expect("spec.restartAt")
+        .to_owned();
+    assert!(
+        restart_at.parse::<k8s_openapi::jiff::Timestamp>().is_ok() && !restart_at.contains('.'),
+        "RFC 3339 in whole seconds, as Argo keeps it: {restart_at}"
+    );
+    assert_eq!(restarted.data["spec"]["template"], template);
+    let marker = annotations_at(&restarted, "/metadata")
+        .remove("nudge.dev/rollout")
+        .expect("the rollout in flight");
+    let marker: serde_json::Value = serde_json::from_str(&marker).unwrap();
+    assert_eq!(marker["revision"], 1, "{marker}");
+    assert_eq!(marker["stamp"][0]["key"], CONFIG_HASH, "{marker}");
+
+    // Argo Rollouts restarted every pod: the rollout is complete.
+    let generation = restarted.metadata.generation.unwrap();
+    let status = json!({ "status": { "observedGeneration": generation.to_string(),
+        "phase": "Healthy", "restartedAt": restart_at } });
+    api.patch_status(
+        "restarted",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+    let history = wait_for("the rollout recorded", WAIT, || async {
+        let object = api.get("restarted").await.ok()?;
+        let own = annotations_at(&object, "/metadata");
+        let history: Vec<serde_json::Value> =
+            serde_json::from_str(own.get("nudge.dev/history")?).ok()?;
+        (!own.contains_key("nudge.dev/rollout")).then_some(history)
+    })
+    .await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["outcome"], "complete", "{history:?}");
+    nudge.stop().await;
+
+    // A controller restart restarts nothing.
+    let before = api.get("restarted").await.unwrap();
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    settle().await;
+    let after = api.get("restarted").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "not written at all"
+    );
     nudge.stop().await;
 }

@@ -1,7 +1,8 @@
 //! Reloader: `reloader.stakater.com/auto`, `{configmap,secret}.reloader.stakater.com/{auto,reload}`,
 //! `search` / `match`, the exclude lists, `pause-period` and `rollout-strategy`;
 //! each tracked object lands on Reloader's env var, its annotations-strategy
-//! state, or nudge's `config-hash`.
+//! state, or nudge's `config-hash` (on an Argo Rollout under the `restart`
+//! strategy: on metadata, restarting the pods through `spec.restartAt`).
 
 use std::collections::BTreeSet;
 
@@ -15,7 +16,7 @@ use super::parser::{Annotations, Parser};
 use super::stamps::Contribution;
 use crate::discovery;
 use crate::fingerprint::{self, Algorithm, ObjectKind};
-use crate::model::{Combine, Gate, Origin, Output, Tracked, Workload};
+use crate::model::{Combine, Gate, Origin, Output, Tracked, Workload, WorkloadKind};
 
 /// Reloader: `"true"` tracks every ConfigMap and Secret the pod template uses.
 pub const RELOADER_AUTO: &str = "reloader.stakater.com/auto";
@@ -41,8 +42,8 @@ pub const RELOADER_SECRETS_EXCLUDE: &str = "secrets.exclude.reloader.stakater.co
 /// Reloader: a Go duration; Reloader pauses the Deployment that long after a
 /// change. nudge waits that long (debounce and ceiling) and rolls once.
 pub const RELOADER_PAUSE_PERIOD: &str = "deployment.reloader.stakater.com/pause-period";
-/// Reloader: `restart` patches an Argo Rollout's `spec.restartAt` instead of its
-/// template.
+/// Reloader: on an Argo Rollout's own metadata, `restart` restarts its pods by
+/// setting `spec.restartAt` instead of changing its pod template.
 pub const RELOADER_ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
 /// Reloader's annotations strategy: the pod-template annotation it writes.
 pub const RELOADER_LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
@@ -99,6 +100,23 @@ impl<'e> ReloadEntry<'e> {
     }
 }
 
+/// How Reloader makes a workload's pods pick up a change
+/// (`reloader.stakater.com/rollout-strategy`, read as Reloader's
+/// `ToArgoRolloutStrategy` reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RolloutStrategy {
+    /// Through the pod template (the default).
+    Rollout,
+    /// An Argo Rollout's `spec.restartAt`: no pod-template change.
+    Restart,
+}
+
+/// Whether `kind` restarts its pods by `spec.restartAt` (Argo Rollouts), the
+/// only kind Reloader's `restart` strategy applies to.
+fn restarts_at(kind: &WorkloadKind) -> bool {
+    kind.group() == "argoproj.io" && kind.as_str() == "Rollout"
+}
+
 /// One object Reloader annotations ask to track.
 struct ReloaderObject {
     kind: ObjectKind,
@@ -111,7 +129,8 @@ struct ReloaderObject {
 
 impl<'a> Parser<'a> {
     pub(super) fn reloader(&mut self, annotations: &Annotations<'_>) {
-        self.reloader_settings(annotations);
+        self.reloader_pause_period(annotations);
+        let strategy = self.reloader_rollout_strategy();
         let excluded = self.reloader_excluded();
         let mut objects = self.reloader_auto(annotations);
         objects.extend(self.reloader_lists(annotations));
@@ -119,13 +138,13 @@ impl<'a> Parser<'a> {
         objects.retain(|o| !excluded.contains(&(o.kind, o.name.clone())));
         let env_vars = self.env_var_names();
         for object in objects {
-            let contribution = self.reloader_contribution(object, &env_vars);
+            let contribution = self.reloader_contribution(object, &env_vars, strategy);
             self.stamps.add(contribution);
         }
     }
 
-    /// `pause-period` (nudge's debounce and ceiling) and `rollout-strategy`.
-    fn reloader_settings(&mut self, annotations: &Annotations<'_>) {
+    /// `pause-period`: nudge's debounce and ceiling.
+    fn reloader_pause_period(&mut self, annotations: &Annotations<'_>) {
         if let Some(value) = annotations.get(RELOADER_PAUSE_PERIOD) {
             match parse_go_duration(RELOADER_PAUSE_PERIOD, value) {
                 // Reloader pauses the Deployment for the period after the first
@@ -139,18 +158,32 @@ impl<'a> Parser<'a> {
                 Err(error) => self.deps.errors.push(error),
             }
         }
-        match annotations.get(RELOADER_ROLLOUT_STRATEGY).copied() {
-            None | Some("rollout") => {}
-            Some("restart") => self.deps.errors.push(AnnotationError::Unsupported {
-                key: RELOADER_ROLLOUT_STRATEGY.to_owned(),
-                value: "restart".to_owned(),
-                instead: "nudge rolls the Rollout through its pod template, as the default \"rollout\" strategy does; remove the annotation",
-            }),
-            Some(other) => self.deps.errors.push(AnnotationError::InvalidValue {
-                key: RELOADER_ROLLOUT_STRATEGY.to_owned(),
-                value: excerpt(other),
-                expected: "\"rollout\" or \"restart\"",
-            }),
+    }
+
+    /// `rollout-strategy`, from the workload's own metadata as Reloader reads
+    /// it. `restart` means something on an Argo Rollout only; elsewhere it is
+    /// reported (Reloader ignores it there) and the template is used.
+    fn reloader_rollout_strategy(&mut self) -> RolloutStrategy {
+        let key = RELOADER_ROLLOUT_STRATEGY;
+        match self.workload.annotations.get(key).map(String::as_str) {
+            None | Some("rollout") => RolloutStrategy::Rollout,
+            Some("restart") if restarts_at(&self.workload.id.kind) => RolloutStrategy::Restart,
+            Some("restart") => {
+                self.deps.errors.push(AnnotationError::Unsupported {
+                    key: key.to_owned(),
+                    value: "restart".to_owned(),
+                    instead: "only an Argo Rollout restarts without a pod-template change (spec.restartAt); nudge rolls this workload through its pod template, as the default \"rollout\" strategy does",
+                });
+                RolloutStrategy::Rollout
+            }
+            Some(other) => {
+                self.deps.errors.push(AnnotationError::InvalidValue {
+                    key: key.to_owned(),
+                    value: excerpt(other),
+                    expected: "\"rollout\" or \"restart\"",
+                });
+                RolloutStrategy::Rollout
+            }
         }
     }
 
@@ -316,12 +349,14 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Reloader's env var when the pod template already carries it, nudge's
-    /// `config-hash` otherwise.
+    /// Under the `restart` strategy, nudge's `config-hash` on metadata with a
+    /// restart when it changes; otherwise Reloader's env var when the pod
+    /// template already carries it, nudge's `config-hash` if not.
     fn reloader_contribution(
         &self,
         object: ReloaderObject,
         env_vars: &BTreeSet<&str>,
+        strategy: RolloutStrategy,
     ) -> Contribution {
         let var = fingerprint::reloader_env_var(object.kind, &object.name);
         let reference = self.object(object.kind, None, &object.name);
@@ -329,7 +364,13 @@ impl<'a> Parser<'a> {
             .workload
             .template_annotations()
             .contains_key(RELOADER_LAST_RELOADED_FROM);
-        let (output, combine, algorithm) = if env_vars.contains(var.as_str()) {
+        let (output, combine, algorithm) = if strategy == RolloutStrategy::Restart {
+            // Reloader never writes the template under this strategy: one
+            // fingerprint over every object, kept on metadata and adopted
+            // at first sight (so migrating restarts nothing).
+            let output = Output::RestartAt(self.scheme.config_hash());
+            (output, Combine::NativeHash, Algorithm::Native)
+        } else if env_vars.contains(var.as_str()) {
             let algorithm = self.reloader_env_hash(&var);
             (Output::ContainerEnv(var), Combine::Single, algorithm)
         } else if annotations_strategy {

@@ -138,12 +138,15 @@ impl Stamps {
 }
 
 /// The pod-template annotation a grouped output writes, if any ([`Stamps`] keys
-/// an adopted output as its pod-template annotation).
+/// an adopted output as its pod-template annotation). A restart's state counts
+/// too: it shares `config-hash` with `auto`, on metadata where an adopted
+/// `config-hash` lives, so the two on one workload are a clash.
 fn template_annotation(output: &Output) -> Option<&str> {
     match output {
         Output::PodTemplateAnnotation(key)
         | Output::PodTemplateAndWorkloadAnnotation(key)
-        | Output::Adopted(key) => Some(key),
+        | Output::Adopted(key)
+        | Output::RestartAt(key) => Some(key),
         _ => None,
     }
 }

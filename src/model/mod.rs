@@ -504,6 +504,12 @@ pub enum Output {
     /// `reloader.stakater.com/last-reloaded-from` on the pod template is rewritten
     /// in Reloader's format (which is what rolls the pods).
     ReloaderSource(String),
+    /// Argo Rollouts' restart (Reloader's `rollout-strategy: restart`): the
+    /// combined fingerprint kept on the workload's own metadata under this key;
+    /// when it changes, `spec.restartAt` is set to the time of the write, and
+    /// Argo Rollouts restarts the pods without a pod-template change. Its first
+    /// value is adopted like [`Output::Adopted`]'s: written on metadata only.
+    RestartAt(String),
     /// A pod scheduling gate of this name (`spec.template.spec.schedulingGates`):
     /// the admission webhook adds it to a new workload whose required config is
     /// missing, so its pods wait `Pending`; nudge removes it, with the stamp, once
@@ -525,6 +531,7 @@ impl Output {
             | Self::WorkloadAnnotation(k)
             | Self::Adopted(k)
             | Self::ReloaderSource(k)
+            | Self::RestartAt(k)
             | Self::SchedulingGate(k) => k,
             Self::WaveSchedulingDisabled => WAVE_SCHEDULING_DISABLED,
         }
@@ -540,6 +547,9 @@ impl fmt::Display for Output {
             Self::WorkloadAnnotation(k) => write!(f, "annotation {k} (metadata)"),
             Self::Adopted(k) => write!(f, "annotation {k} (adopted)"),
             Self::ReloaderSource(k) => write!(f, "annotation {k} (Reloader's last-reloaded-from)"),
+            Self::RestartAt(k) => {
+                write!(f, "annotation {k} (metadata, restarts by spec.restartAt)")
+            }
             Self::SchedulingGate(k) => write!(f, "scheduling gate {k}"),
             Self::WaveSchedulingDisabled => write!(f, "Wave's {WAVE_SCHEDULING_DISABLED}"),
         }

@@ -6,7 +6,8 @@
 //! - Each value of the decision is written where the controller writes it (see
 //!   [`apply_body`](super::apply_body)): pod-template annotation, pod-template *and*
 //!   workload annotation (k8s-consul-mutator), or the Reloader env var in place in
-//!   every container and initContainer carrying it with a plain `value`.
+//!   every container and initContainer carrying it with a plain `value`; a restart
+//!   ([`Output::RestartAt`]) sets `spec.restartAt` to `now`.
 //! - The `last-updated` annotations are set to `now` when the stamp changes,
 //!   unless the request sets them itself (the controller's own apply); otherwise a
 //!   value the request dropped is restored from the stored object.
@@ -54,6 +55,7 @@ pub fn admission_patch(
     let mut template = BTreeMap::new();
     let mut workload = BTreeMap::new();
     let mut env = BTreeMap::new();
+    let mut restart = false;
     for (output, value) in &decision.values {
         match output {
             Output::PodTemplateAnnotation(key) => {
@@ -74,6 +76,8 @@ pub fn admission_patch(
             Output::ContainerEnv(name) => {
                 env.insert(name.clone(), value.clone());
             }
+            // Its state reaches the renderer as a workload annotation.
+            Output::RestartAt(_) => restart = true,
         }
     }
     let incoming_workload = string_map(object, &WORKLOAD_ANNOTATIONS);
@@ -105,7 +109,21 @@ pub fn admission_patch(
     ));
     ops.extend(env_ops(object, &template_path, &env));
     ops.extend(gate_ops(object, &template_path, &decision.gates));
+    if restart {
+        ops.extend(restart_op(object, now));
+    }
     Patch(ops)
+}
+
+/// The operation setting `spec.restartAt` to `now` (replacing any earlier
+/// time); none when the object has no `spec` map to hold it.
+fn restart_op(object: &Value, now: &str) -> Option<PatchOperation> {
+    let [spec, field] = super::RESTART_AT;
+    object.get(spec).filter(|v| v.is_object())?;
+    Some(add(
+        PointerBuf::from_tokens([spec, field]),
+        Value::from(super::restart_time(now)),
+    ))
 }
 
 /// Operations lifting `releases` on `object` (of `kind`): scheduling gates

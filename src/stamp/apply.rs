@@ -21,6 +21,7 @@ pub fn apply_body(
     let mut template_annotations = BTreeMap::new();
     let mut workload_annotations = BTreeMap::new();
     let mut env = BTreeMap::new();
+    let mut restart = false;
     for (output, value) in &patch.values {
         match output {
             Output::PodTemplateAnnotation(key) => {
@@ -42,6 +43,8 @@ pub fn apply_body(
             Output::ContainerEnv(name) => {
                 env.insert(name.clone(), value.clone());
             }
+            // Its state reaches the renderer as a workload annotation.
+            Output::RestartAt(_) => restart = true,
         }
     }
     for key in scheme.last_updated_keys(patch.values.keys()) {
@@ -77,6 +80,10 @@ pub fn apply_body(
         .rev()
         .fold(template, |inner, segment| json!({ *segment: inner }));
     body[segments[0]] = nested;
+    if restart {
+        let [spec, field] = super::RESTART_AT;
+        body[spec][field] = Value::from(super::restart_time(now));
+    }
     body
 }
 
@@ -266,6 +273,29 @@ mod tests {
         assert_eq!(
             spec["initContainers"],
             json!([{"name": "init", "env": [{"name": var, "value": "new"}]}])
+        );
+    }
+
+    #[test]
+    fn a_restart_sets_spec_restart_at_in_whole_seconds_beside_its_state() {
+        let workload = mk_workload(
+            WorkloadKind::deployment(),
+            vec![mk_container("app", &[])],
+            vec![],
+        );
+        let key = "nudge.dev/config-hash";
+        let patch = mk_patch(&[
+            (Output::WorkloadAnnotation(key.into()), "sha256-2"),
+            (Output::RestartAt(key.into()), "sha256-2"),
+        ]);
+        let body = apply_body(&workload, &patch, &scheme(), "2026-11-22T05:00:00.25Z");
+        assert_eq!(body["spec"]["restartAt"], "2026-11-22T05:00:00Z");
+        assert_eq!(body["metadata"]["annotations"][key], "sha256-2");
+        assert!(
+            body["spec"]["template"]["metadata"]["annotations"]
+                .as_object()
+                .is_some_and(|m| m.is_empty()),
+            "{body}"
         );
     }
 }

@@ -65,15 +65,18 @@ struct ContainerOutputs {
 
 /// The keys `outputs` occupy, by where they live.
 #[derive(Default)]
-struct OutputKeys<'a> {
-    own: BTreeSet<&'a str>,
-    template: BTreeSet<&'a str>,
-    env: BTreeSet<&'a str>,
+pub(super) struct OutputKeys<'a> {
+    /// Annotations on the workload's own metadata.
+    pub(super) own: BTreeSet<&'a str>,
+    /// Annotations on the pod template.
+    pub(super) template: BTreeSet<&'a str>,
+    /// Env var names.
+    pub(super) env: BTreeSet<&'a str>,
     gates: BTreeSet<&'a str>,
 }
 
 impl<'a> OutputKeys<'a> {
-    fn of(outputs: impl IntoIterator<Item = &'a Output>) -> Self {
+    pub(super) fn of(outputs: impl IntoIterator<Item = &'a Output>) -> Self {
         let mut keys = Self::default();
         for output in outputs {
             match output {
@@ -97,6 +100,9 @@ impl<'a> OutputKeys<'a> {
                 Output::ReloaderSource(key) => {
                     keys.own.insert(key);
                     keys.template.insert(RELOADER_LAST_RELOADED_FROM);
+                }
+                Output::RestartAt(key) => {
+                    keys.own.insert(key);
                 }
                 Output::SchedulingGate(name) => {
                     keys.gates.insert(name);

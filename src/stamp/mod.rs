@@ -22,14 +22,20 @@ use crate::model::{Combine, Input, Output, Reference, StampSpec, Tracked, Worklo
 mod admission;
 mod apply;
 mod current_outputs;
+mod given_up;
 pub mod history;
 
 pub use admission::{admission_patch, release_ops};
 pub use apply::apply_body;
 pub use current_outputs::CurrentOutputs;
+pub(crate) use given_up::given_up_ops;
 
 /// The desired value of a hold ([`Combine::Release`]) once it may be lifted.
 pub const RELEASED: &str = "released";
+
+/// Where an Argo Rollout takes the time its pods must be younger than: setting
+/// it to now restarts them ([`Output::RestartAt`]).
+const RESTART_AT: [&str; 2] = ["spec", "restartAt"];
 
 /// Read access to what sources currently know about tracked items.
 pub trait FingerprintLookup {
@@ -191,6 +197,8 @@ pub struct DesiredStamp {
 /// changed outputs at their new value, unchanged outputs at their current value,
 /// and blocked outputs at their current value when they have one. Bookkeeping
 /// fields the writer adds itself (such as `last-updated`) are not in `values`.
+/// One entry is a request rather than a value: an [`Output::RestartAt`] key is
+/// there only when the write restarts the pods (`spec.restartAt` set to now).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StampPatch {
     /// The workload to patch.
@@ -298,11 +306,15 @@ pub fn diff_since(
 }
 
 /// Whether writing `patch` changes `workload`'s pod template (and so rolls its
-/// pods, runs a CronJob, or must recreate a Job), not only its metadata.
+/// pods, runs a CronJob, or must recreate a Job), not only its metadata. A
+/// restart through `spec.restartAt` ([`Output::RestartAt`]) counts as one: it
+/// replaces every pod as a template change does, so it is a rollout to follow.
 pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
     !patch.releases.is_empty()
         || patch.values.iter().any(|(output, value)| {
             let on_template = match output {
+                // Resolved values carry it only when the pods restart.
+                Output::RestartAt(_) => return true,
                 Output::PodTemplateAnnotation(key)
                 | Output::PodTemplateAndWorkloadAnnotation(key)
                 | Output::Adopted(key) => {
@@ -389,14 +401,17 @@ pub fn decide_admission(
 
 /// Whether `workload` has an output still to adopt: an [`Output::Adopted`]
 /// output with its annotation neither on the pod template nor on the workload,
-/// or an [`Output::ReloaderSource`] output without its state annotation.
+/// or an [`Output::ReloaderSource`] or [`Output::RestartAt`] output without its
+/// state annotation.
 pub fn adopting(workload: &Workload, specs: &[StampSpec]) -> bool {
     specs.iter().any(|spec| match &spec.output {
         Output::Adopted(key) => {
             !workload.template_annotations().contains_key(key)
                 && !workload.annotations.contains_key(key)
         }
-        Output::ReloaderSource(key) => !workload.annotations.contains_key(key),
+        Output::ReloaderSource(key) | Output::RestartAt(key) => {
+            !workload.annotations.contains_key(key)
+        }
         _ => false,
     })
 }
@@ -432,7 +447,9 @@ impl Adoption<'_> {
 /// `fallback`'s), and which outputs change on `workload`. The values are keyed by
 /// where they are written: an [`Output::Adopted`] output resolves to
 /// [`Output::WorkloadAnnotation`] while it adopts and to
-/// [`Output::PodTemplateAndWorkloadAnnotation`] otherwise (see [`Adoption`]).
+/// [`Output::PodTemplateAndWorkloadAnnotation`] otherwise (see [`Adoption`]);
+/// an [`Output::RestartAt`] output to its state as [`Output::WorkloadAnnotation`],
+/// plus itself when the pods restart.
 fn plan(
     workload: &Workload,
     fallback: Option<&Workload>,
@@ -461,6 +478,12 @@ fn plan(
                 adoption,
                 &mut values,
             ) {
+                changed.push(output.clone());
+            }
+            continue;
+        }
+        if let Output::RestartAt(_) = output {
+            if plan_restart(workload, fallback, output, want, adoption, &mut values) {
                 changed.push(output.clone());
             }
             continue;
@@ -610,6 +633,46 @@ fn plan_reloader_source(
     rolls || own.is_none()
 }
 
+/// An [`Output::RestartAt`] output: the fingerprint `key` on metadata decides;
+/// when it changes (not at adoption, when there was none) the output itself goes
+/// into `values`, which its writers render as `spec.restartAt` set to now. The
+/// pod template is never touched. Returns whether the output changes.
+fn plan_restart(
+    workload: &Workload,
+    fallback: Option<&Workload>,
+    output: &Output,
+    want: Option<&str>,
+    adoption: Adoption<'_>,
+    values: &mut BTreeMap<Output, String>,
+) -> bool {
+    let key = output.key();
+    // A request that dropped the state is decided on the stored object's.
+    let own = [Some(workload), fallback]
+        .into_iter()
+        .flatten()
+        .find_map(|w| w.annotations.get(key))
+        .map(String::as_str);
+    let state = Output::WorkloadAnnotation(key.to_owned());
+    let Some(want) = want else {
+        if let Some(own) = own {
+            values.insert(state, own.to_owned());
+        }
+        return false;
+    };
+    let restarts = match (own, adoption) {
+        (Some(own), _) => own != want,
+        // A new workload's pods start with the content they are created with.
+        (None, Adoption::Never) => false,
+        (None, Adoption::LeftToController) => return false,
+        (None, Adoption::Controller(_)) => adoption.allows(output, want) == Some(false),
+    };
+    values.insert(state, want.to_owned());
+    if restarts {
+        values.insert(output.clone(), want.to_owned());
+    }
+    own != Some(want)
+}
+
 /// An [`Output::Adopted`] output: on the pod template once it is there; until
 /// then on the workload's metadata, so that adopting a workload rolls nothing and
 /// only a change of the adopted value reaches the pod template.
@@ -754,6 +817,18 @@ pub fn with_observed_at(document: &str, now: &str) -> String {
         Some(head) => format!("{head}\"observedAt\":{seconds}}}"),
         None => document.to_owned(),
     }
+}
+
+/// `now` (RFC 3339) as the value of `spec.restartAt`: whole seconds, as
+/// Reloader writes it. Argo Rollouts keeps the time it restarted at in whole
+/// seconds (`status.restartedAt`, a `metav1.Time`) and counts a restart done
+/// when the two are equal, so a fraction would keep it restarting for good. A
+/// `now` that is not a timestamp is returned as it is.
+fn restart_time(now: &str) -> String {
+    now.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t.as_second()).ok())
+        .map_or_else(|| now.to_owned(), |t| t.to_string())
 }
 
 fn resolve<'a, L>(
@@ -937,10 +1012,12 @@ fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
                 None => Observed::Unset,
             }
         }
-        Output::ReloaderSource(key) => match workload.annotations.get(key) {
-            Some(value) => Observed::Consistent(value),
-            None => Observed::Unset,
-        },
+        Output::ReloaderSource(key) | Output::RestartAt(key) => {
+            match workload.annotations.get(key) {
+                Some(value) => Observed::Consistent(value),
+                None => Observed::Unset,
+            }
+        }
         // A hold reads as released once it is gone.
         Output::SchedulingGate(name) if !has_gate(workload, name) => Observed::Consistent(RELEASED),
         Output::WaveSchedulingDisabled

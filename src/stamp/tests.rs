@@ -982,3 +982,139 @@ fn waves_scheduler_is_restored_once_the_config_exists() {
     let current = CurrentOutputs::new(&held, specs.iter().map(|s| &s.output));
     assert_eq!(diff(&current.to_workload(), &specs, &present), Some(patch));
 }
+
+// === restart ===
+
+fn restart_spec(tracked: &Tracked) -> StampSpec {
+    mk_spec(
+        Output::RestartAt(HASH.to_owned()),
+        Combine::NativeHash,
+        vec![mk_input(tracked, false)],
+    )
+}
+
+fn restart_state(value: &str) -> Workload {
+    mk_workload(&[], &[(HASH, value)], Vec::new(), Vec::new())
+}
+
+#[test]
+fn a_restart_output_is_adopted_on_metadata_and_never_touches_the_template() {
+    let cm = mk_cm("cfg");
+    let specs = [restart_spec(&cm)];
+    let output = Output::RestartAt(HASH.to_owned());
+    let now = desired(&specs, &mk_store(&[(&cm, present("sha256-2"))]), false);
+    let want = now.values[&output].clone();
+    let unadopted = mk_annotated(&[]);
+    assert!(adopting(&unadopted, &specs));
+
+    // Seen as it is now: the fingerprint goes on metadata, nothing restarts.
+    let first_seen = BTreeMap::from([(output.clone(), want.clone())]);
+    let patch = diff_since(&unadopted, &specs, &now, &first_seen).unwrap();
+    assert_eq!(patch.changed, std::slice::from_ref(&output));
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([(Output::WorkloadAnnotation(HASH.to_owned()), want.clone())])
+    );
+    assert!(!changes_pod_template(&unadopted, &patch));
+
+    // Changed while nudge was watching: restarted, still without the template.
+    let first_seen = BTreeMap::from([(output.clone(), "sha256-older".to_owned())]);
+    let patch = diff_since(&unadopted, &specs, &now, &first_seen).unwrap();
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([
+            (Output::WorkloadAnnotation(HASH.to_owned()), want.clone()),
+            (output.clone(), want.clone()),
+        ])
+    );
+    assert!(changes_pod_template(&unadopted, &patch), "a restart rolls");
+
+    // Adopted: in sync, also for a fresh process with no first sight.
+    let adopted = restart_state(&want);
+    assert!(!adopting(&adopted, &specs));
+    assert_eq!(diff(&adopted, &specs, &now), None);
+}
+
+#[test]
+fn a_changed_fingerprint_restarts_once() {
+    let cm = mk_cm("cfg");
+    let specs = [restart_spec(&cm)];
+    let output = Output::RestartAt(HASH.to_owned());
+    let before = desired(&specs, &mk_store(&[(&cm, present("sha256-1"))]), false);
+    let after = desired(&specs, &mk_store(&[(&cm, present("sha256-2"))]), false);
+    let stamped = restart_state(&before.values[&output]);
+    let patch = diff(&stamped, &specs, &after).expect("changed");
+    let want = after.values[&output].clone();
+    assert_eq!(patch.changed, std::slice::from_ref(&output));
+    assert_eq!(
+        patch.values,
+        BTreeMap::from([
+            (Output::WorkloadAnnotation(HASH.to_owned()), want.clone()),
+            (output.clone(), want.clone()),
+        ])
+    );
+    assert!(changes_pod_template(&stamped, &patch));
+    assert_eq!(
+        current(&stamped, &output).as_deref(),
+        Some(before.values[&output].as_str()),
+        "the value before, for the revision"
+    );
+    // Written: the same content restarts nothing more.
+    assert_eq!(diff(&restart_state(&want), &specs, &after), None);
+    let kept = CurrentOutputs::new(&restart_state(&want), specs.iter().map(|s| &s.output));
+    assert_eq!(diff(&kept.to_workload(), &specs, &after), None);
+}
+
+#[test]
+fn a_blocked_restart_output_keeps_its_state_and_restarts_nothing() {
+    let cm = mk_cm("cfg");
+    let other = mk_cm("other");
+    let specs = [restart_spec(&cm), mk_checksum("other", &other)];
+    let stamp = desired(&specs, &mk_store(&[(&other, present("sha256-9"))]), false);
+    let stamped = restart_state("sha256-1");
+    let patch = diff(&stamped, &specs, &stamp).expect("the other output changes");
+    assert_eq!(
+        patch.values[&Output::WorkloadAnnotation(HASH.to_owned())],
+        "sha256-1"
+    );
+    assert!(
+        !patch
+            .values
+            .contains_key(&Output::RestartAt(HASH.to_owned()))
+    );
+}
+
+#[test]
+fn under_admission_a_restart_output_is_kept_on_metadata() {
+    let cm = mk_cm("cfg");
+    let specs = [restart_spec(&cm)];
+    let output = Output::RestartAt(HASH.to_owned());
+    let stamp = desired(&specs, &mk_store(&[(&cm, present("sha256-1"))]), false);
+    let want = stamp.values[&output].clone();
+    let state = Output::WorkloadAnnotation(HASH.to_owned());
+    let incoming = mk_annotated(&[]);
+    // A new Rollout's pods start with the content: the state, no restart.
+    let created = decide_admission(&incoming, None, &specs, &stamp);
+    assert_eq!(
+        created.values,
+        BTreeMap::from([(state.clone(), want.clone())])
+    );
+    // An update leaves adoption to the controller.
+    let updated = decide_admission(&incoming, Some(&incoming), &specs, &stamp);
+    assert_eq!(updated.values, BTreeMap::new());
+    // A re-apply that drops the state gets it back, restarting nothing.
+    let adopted = restart_state(&want);
+    let reapplied = decide_admission(&incoming, Some(&adopted), &specs, &stamp);
+    assert_eq!(reapplied.values, BTreeMap::from([(state, want)]));
+    assert!(!reapplied.stamp_changed);
+}
+
+#[test]
+fn the_restart_time_is_whole_seconds_as_argo_rollouts_keeps_it() {
+    assert_eq!(
+        restart_time("2026-11-22T05:00:00.123456789Z"),
+        "2026-11-22T05:00:00Z"
+    );
+    assert_eq!(restart_time("2026-11-22T05:00:07Z"), "2026-11-22T05:00:07Z");
+    assert_eq!(restart_time("T"), "T");
+}

@@ -2,9 +2,12 @@
 //! dynamic API. Workloads are read with [`Workload::from_object`] at the kind's
 //! template path and stamped by server-side apply of
 //! [`stamp::apply_body`](crate::stamp::apply_body), except where apply cannot
-//! say what is meant: lifting a scheduling gate, and env vars on kinds outside
-//! `apps`/`batch` (their container lists may be atomic). Those are one JSON
-//! patch over the object as read, guarded by its resourceVersion.
+//! say what is meant: lifting a scheduling gate, and every write to a kind
+//! outside `apps`/`batch` (its container lists may be atomic, so an applied env
+//! var would replace them). Those are one JSON patch over the object as read,
+//! guarded by its resourceVersion; on kinds outside `apps`/`batch` it also
+//! removes the outputs nudge gave up, as apply does on the built-in kinds
+//! ([`stamp::given_up_ops`](crate::stamp::given_up_ops)).
 //!
 //! A kind the API server does not serve (its CRD is not installed) never
 //! blocks `/ready` and is picked up once served: the target counts as ready,
@@ -27,7 +30,7 @@ use tracing::Instrument;
 
 use super::{ApplyOutcome, Target, TargetContext, TargetError, WatchScope, WorkloadEvent};
 use crate::annotations::AnnotationScheme;
-use crate::model::{Output, TemplatePath, Workload, WorkloadId, WorkloadKind};
+use crate::model::{TemplatePath, Workload, WorkloadId, WorkloadKind};
 use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
 use crate::stamp::{self, StampPatch};
@@ -284,7 +287,7 @@ impl KubeTarget {
         current: &Workload,
         patch: &StampPatch,
     ) -> Result<Option<DynamicObject>, TargetError> {
-        if !patch.releases.is_empty() || self.env_needs_json_patch(patch) {
+        if !patch.releases.is_empty() || !self.applies_by_ssa() {
             return self.apply_json_patch(current, patch).await;
         }
         let id = &current.id;
@@ -305,24 +308,25 @@ impl KubeTarget {
         }
     }
 
-    /// Whether `patch` writes container env vars on a kind whose container lists
-    /// may be atomic to server-side apply. The built-in kinds (groups `apps` and
-    /// `batch`) key containers and env by name; a CRD does only if its schema says
-    /// so, and many (Argo Rollouts) leave the pod template schemaless, where an
-    /// apply of nudge's env var alone would replace every container.
-    fn env_needs_json_patch(&self, patch: &StampPatch) -> bool {
-        let keyed = matches!(self.kind.group(), "apps" | "batch");
-        !keyed
-            && patch
-                .values
-                .keys()
-                .any(|output| matches!(output, Output::ContainerEnv(_)))
+    /// Whether this kind is stamped by server-side apply: the built-in kinds
+    /// (groups `apps` and `batch`), whose pod spec keys containers and env by
+    /// name. A CRD does so only if its schema says so, and many leave the pod
+    /// template schemaless, where an apply of nudge's env var alone would
+    /// replace every container. The other kinds are stamped by JSON patch,
+    /// every write alike, so that one path knows every output nudge wrote
+    /// there and removes those it gave up.
+    fn applies_by_ssa(&self) -> bool {
+        matches!(self.kind.group(), "apps" | "batch")
     }
 
     /// Writes `patch` (and lifts its releases) in one JSON patch over the object
     /// as read now, guarded by its resourceVersion: a gate the webhook put into
     /// the user's object is not nudge's to drop by server-side apply, and an env
-    /// var is set in place whatever the kind's list semantics.
+    /// var is set in place whatever the kind's list semantics. On a kind not
+    /// stamped by apply, the outputs nudge gave up are removed in the same
+    /// patch. Not on the built-in kinds, where apply removes them at its next
+    /// write: a Job nudge recreated is wholly nudge's in `managedFields`, so
+    /// that record does not tell nudge's outputs there.
     async fn apply_json_patch(
         &self,
         current: &Workload,
@@ -357,6 +361,16 @@ impl KubeTarget {
         );
         ops.extend(written.0);
         ops.extend(stamp::release_ops(&value, &self.kind, &patch.releases));
+        if !self.applies_by_ssa() {
+            let settings = &self.settings;
+            ops.extend(stamp::given_up_ops(
+                &value,
+                &self.kind,
+                patch,
+                &settings.field_manager,
+                &settings.scheme,
+            ));
+        }
         let params = PatchParams {
             field_manager: Some(self.settings.field_manager.clone()),
             ..PatchParams::default()

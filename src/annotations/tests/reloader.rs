@@ -461,7 +461,7 @@ fn reloader_pause_period_is_the_debounce_and_its_ceiling() {
 }
 
 #[test]
-fn reloader_rollout_strategy_restart_is_answered_with_what_nudge_does_instead() {
+fn reloader_rollout_strategy_restart_on_a_deployment_is_answered_with_what_nudge_does_instead() {
     let deps = parse(&mk_annotated(&[(
         "reloader.stakater.com/rollout-strategy",
         "restart",
@@ -487,5 +487,96 @@ fn reloader_rollout_strategy_restart_is_answered_with_what_nudge_does_instead() 
     assert_eq!(
         categories(&deps),
         vec![("reloader.stakater.com/rollout-strategy", "bad_value")]
+    );
+}
+
+/// A Rollout (`argoproj.io`) with these annotations, mounting ConfigMap
+/// `app-config` and Secret `creds`, its container carrying Reloader's env var
+/// for `app-config`.
+fn mk_argo_rollout(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
+    let pod = mk_pod(
+        vec![
+            mk_cm_volume("app-config", &[]),
+            mk_secret_volume("creds", false),
+        ],
+        vec![mk_container(
+            "app",
+            &[],
+            vec![mk_env_value("STAKATER_APP_CONFIG_CONFIGMAP", "abc")],
+        )],
+        vec![],
+    );
+    let mut workload = mk_workload(meta, template, pod);
+    let kind = WorkloadKind::new(
+        "argoproj.io",
+        "v1alpha1",
+        "Rollout",
+        TemplatePath::parse("spec.template").unwrap(),
+    );
+    workload.id = WorkloadId::new(kind, NS, "web");
+    workload
+}
+
+#[test]
+fn reloader_restart_strategy_on_an_argo_rollout_keeps_one_fingerprint_on_metadata() {
+    let deps = parse(&mk_argo_rollout(
+        &[
+            ("reloader.stakater.com/auto", "true"),
+            ("reloader.stakater.com/rollout-strategy", "restart"),
+        ],
+        &[],
+    ));
+    assert!(deps.errors.is_empty(), "{:?}", deps.errors);
+    assert_eq!(deps.stamps.len(), 1, "{:?}", deps.stamps);
+    let spec = &deps.stamps[0];
+    // Reloader never writes the template under this strategy: not its env
+    // var either.
+    assert_eq!(
+        spec.output,
+        Output::RestartAt("nudge.dev/config-hash".into())
+    );
+    assert_eq!(spec.combine, Combine::NativeHash);
+    assert_eq!(
+        inputs(spec),
+        vec![
+            "configmap/shop/app-config (native)",
+            "secret/shop/creds (native)"
+        ]
+    );
+}
+
+#[test]
+fn reloader_restart_strategy_is_read_from_the_rollouts_own_metadata_only() {
+    let deps = parse(&mk_argo_rollout(
+        &[("reloader.stakater.com/auto", "true")],
+        &[("reloader.stakater.com/rollout-strategy", "restart")],
+    ));
+    assert!(deps.errors.is_empty(), "{:?}", deps.errors);
+    assert!(
+        deps.stamps
+            .iter()
+            .all(|spec| !matches!(spec.output, Output::RestartAt(_))),
+        "{:?}",
+        deps.stamps
+    );
+}
+
+#[test]
+fn reloader_restart_strategy_beside_native_auto_is_a_clash() {
+    let deps = parse(&mk_argo_rollout(
+        &[
+            ("nudge.dev/auto", "true"),
+            ("reloader.stakater.com/auto", "true"),
+            ("reloader.stakater.com/rollout-strategy", "restart"),
+        ],
+        &[],
+    ));
+    assert!(deps.stamps.is_empty(), "{:?}", deps.stamps);
+    assert_eq!(
+        categories(&deps),
+        vec![
+            ("nudge.dev/auto", "duplicate_slot"),
+            ("reloader.stakater.com/auto", "duplicate_slot"),
+        ]
     );
 }

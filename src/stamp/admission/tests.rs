@@ -535,3 +535,43 @@ fn releases_lift_only_what_is_there_and_patches_apply() {
         "already lifted"
     );
 }
+
+#[test]
+fn a_restart_sets_spec_restart_at_and_leaves_the_template_alone() {
+    let output = Output::RestartAt(HASH.into());
+    let state = Output::WorkloadAnnotation(HASH.into());
+    let object = mk_deployment(Some(json!({"labels": {"app": "web"}})));
+    let decision = AdmissionDecision {
+        values: [
+            (state, "sha256-2".to_owned()),
+            (output.clone(), "sha256-2".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+        outputs: vec![output],
+        stamp_changed: true,
+        gates: Vec::new(),
+    };
+    let now = "2026-11-22T05:00:00.5Z";
+    let kind = WorkloadKind::deployment();
+    let scheme = AnnotationScheme::default();
+    let patch = admission_patch(&object, None, &kind, &decision, &scheme, now);
+    let ops: Vec<Value> = patch
+        .0
+        .iter()
+        .map(|op| serde_json::to_value(op).unwrap())
+        .collect();
+    let patched = apply(&object, &ops);
+    assert_eq!(patched["spec"]["restartAt"], "2026-11-22T05:00:00Z");
+    assert_eq!(patched["metadata"]["annotations"][HASH], "sha256-2");
+    assert_eq!(patched["spec"]["template"], object["spec"]["template"]);
+    // Without a spec to hold it, no operation (and none that would fail).
+    let bare = json!({"metadata": {"name": "web"}});
+    let patch = admission_patch(&bare, None, &kind, &decision, &scheme, now);
+    let ops: Vec<Value> = patch
+        .0
+        .iter()
+        .map(|op| serde_json::to_value(op).unwrap())
+        .collect();
+    assert!(apply(&bare, &ops).get("spec").is_none());
+}
