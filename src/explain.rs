@@ -1064,7 +1064,7 @@ fn configured_sources(
     let sources = crate::sources::builtin(
         client,
         source_settings,
-        &config.sources.consul,
+        &config.sources,
         &ConsulMetrics::default(),
     )?;
     Ok(sources
