@@ -234,3 +234,86 @@ async fn a_source_whose_crd_appears_after_start_is_noted_then_watched_without_a_
 /// How long a kind's CRD may take to be noticed: discovery is checked again
 /// 5 s after start, then at most every 30 s.
 const PICKED_UP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `nudge explain` with the source configured by environment variables: the
+/// reference, its fingerprint, and its last write (so a fresh change waits
+/// for debounce, as a ConfigMap's does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_reads_a_custom_resource_reference_and_dates_its_change() {
+    let cluster = TestCluster::start("explain-cr-source").await;
+    let (group, kind) = ("explain.objsrc.nudge.test", "Widget");
+    let _crd = cluster.ensure_crd(crd_for(group, kind, "widgets")).await;
+    let api = objects(&cluster, group, kind).await;
+    create(
+        &api,
+        json!({
+            "apiVersion": format!("{group}/v1"), "kind": kind,
+            "metadata": { "name": "w" }, "spec": { "size": 1 },
+        }),
+    )
+    .await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "api",
+            &[("nudge.dev/widget-main", "w")],
+            &[],
+            plain_pod(),
+        )
+        .await;
+    let nudge = cluster.start_nudge(with_source(
+        cluster.nudge_config(),
+        "widget",
+        group,
+        kind,
+        &["/spec"],
+    ));
+    let stamped = wait_for_stamp(&cluster, "Deployment", "api", STAMP, None).await;
+    // Stopped, so that nothing stamps the change explain is asked about.
+    nudge.stop().await;
+    merge(&api, "w", json!({ "spec": { "size": 2 } })).await;
+
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
+        .args([
+            "explain",
+            "deployment/api",
+            "-n",
+            cluster.namespace(),
+            "-o",
+            "json",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("NUDGE_KUBERNETES__NAMESPACE", cluster.namespace())
+        .env("NUDGE_ENGINE__DEBOUNCE", "60s")
+        .env("NUDGE_SOURCES__KUBERNETES__WIDGET__GROUP", group)
+        .env("NUDGE_SOURCES__KUBERNETES__WIDGET__VERSION", "v1")
+        .env("NUDGE_SOURCES__KUBERNETES__WIDGET__KIND", kind)
+        .env("NUDGE_SOURCES__KUBERNETES__WIDGET__FIELDS", "[/spec]")
+        .output()
+        .await
+        .expect("run nudge explain");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["verdict"]["state"], "waiting_for_debounce",
+        "{report:#}"
+    );
+    let output = &report["outputs"][0];
+    assert_eq!(output["stamped"], stamped.as_str(), "{report:#}");
+    assert_ne!(output["desired"], output["stamped"], "{report:#}");
+    let reference = &output["references"][0];
+    assert_eq!(reference["reference"], "widget/w", "{report:#}");
+    assert!(reference["last_write"].is_string(), "{report:#}");
+    assert!(
+        reference["fingerprint"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("sha256-")),
+        "{report:#}"
+    );
+}
