@@ -581,12 +581,104 @@ pub struct SourcesConfig {
     /// `[sources.consul]`: the default Consul cluster (source name `consul`), and extra
     /// clusters under `[sources.consul.instances.<name>]` (source name `consul.<name>`).
     pub consul: ConsulConfig,
+    /// `[sources.kubernetes.<name>]`: the objects of one namespaced Kubernetes
+    /// kind (a custom resource, or any other) as the source `<name>`, which
+    /// workloads reference as `<prefix>/<name>-<slot>: <object name>`.
+    pub kubernetes: BTreeMap<String, KubernetesSourceConfig>,
     /// `[sources.<key>]` of custom sources, as written: each is read into its
     /// source's own typed configuration when the source is registered
     /// ([`Controller::with_configured_source`](crate::Controller::with_configured_source)),
     /// and a section no source is registered for is an error then.
     #[serde(flatten)]
     pub custom: BTreeMap<String, figment::value::Value>,
+}
+
+/// Section names under `[sources]` that nudge's own sources take; a custom
+/// source cannot be configured under them.
+pub(crate) const BUILTIN_SOURCE_SECTIONS: [&str; 2] = ["consul", "kubernetes"];
+
+/// `[sources.kubernetes.<name>]`: Kubernetes objects of one namespaced kind as
+/// a config source. Watched metadata-only; an object some workload references
+/// is read (GET) when it changes, fingerprinted and dropped. Its plural is
+/// found by API discovery; a kind not served yet (CRD not installed) is
+/// picked up once it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct KubernetesSourceConfig {
+    /// API group, e.g. `example.com` (empty: the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `FeatureFlags`.
+    pub kind: String,
+    /// JSON pointers (RFC 6901) of the fields whose content is the
+    /// fingerprint, e.g. `["/spec"]` or `["/data", "/status/objects"]`. Empty:
+    /// everything but `apiVersion`, `kind`, `metadata` and `status`.
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// The content is secret: fingerprint it keyed with the installation key
+    /// (`hmac-sha256-…`), as Secrets are, instead of a plain `sha256-…`.
+    #[serde(default)]
+    pub secret: bool,
+}
+
+impl KubernetesSourceConfig {
+    /// Objects of `group/version` `kind`, fingerprinted by the default fields,
+    /// in the clear.
+    pub fn new(
+        group: impl Into<String>,
+        version: impl Into<String>,
+        kind: impl Into<String>,
+    ) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            fields: Vec::new(),
+            secret: false,
+        }
+    }
+
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// What is wrong with this entry, if anything (field name and problem).
+    fn problem(&self) -> Option<(&'static str, String)> {
+        if !self.group.is_empty() && !is_dns_subdomain(&self.group) {
+            return Some((
+                "group",
+                format!("{:?} is not an API group (a DNS subdomain)", self.group),
+            ));
+        }
+        if !is_dns_label(&self.version) {
+            return Some((
+                "version",
+                format!("{:?} is not an API version (e.g. v1)", self.version),
+            ));
+        }
+        let kind_ok = self.kind.starts_with(|c: char| c.is_ascii_alphabetic())
+            && self.kind.chars().all(|c| c.is_ascii_alphanumeric());
+        if !kind_ok {
+            return Some((
+                "kind",
+                format!("{:?} is not a kind (e.g. FeatureFlags)", self.kind),
+            ));
+        }
+        for (i, pointer) in self.fields.iter().enumerate() {
+            if let Err(error) = crate::fingerprint::check_pointer(pointer) {
+                return Some(("fields", format!("entry {i}: {error}")));
+            }
+        }
+        None
+    }
 }
 
 /// `[sources.consul]` and `[sources.consul.instances.<name>]`: one Consul cluster.
@@ -860,6 +952,7 @@ impl Config {
             .or_else(|| self.kubernetes.field_manager_problem())
             .or_else(|| self.fingerprint.problem())
             .or_else(|| consul_problem(&self.sources.consul))
+            .or_else(|| kubernetes_sources_problem(&self.sources.kubernetes))
             .or_else(|| self.leader_election.problem())
             .or_else(|| self.webhook.problem())
             .or_else(|| self.notify.problem())
@@ -1017,6 +1110,30 @@ fn consul_problem(consul: &ConsulConfig) -> Problem {
                 "sources.consul.instances",
                 format!("{name}.{key}: {problem}"),
             ));
+        }
+    }
+    None
+}
+
+/// Each `[sources.kubernetes.<name>]`: its name must make a source name that no
+/// built-in source has, and its entry must be valid.
+pub(crate) fn kubernetes_sources_problem(
+    sources: &BTreeMap<String, KubernetesSourceConfig>,
+) -> Problem {
+    const KEY: &str = "sources.kubernetes";
+    for (name, source) in sources {
+        if let Err(error) = crate::model::SourceName::new(name.as_str()) {
+            return Some((KEY, format!("{name:?} cannot name a source: {error}")));
+        }
+        let builtin = ["configmap", "secret", "consul"];
+        if builtin.contains(&name.as_str()) || name.starts_with("consul.") {
+            return Some((
+                KEY,
+                format!("{name:?} is the name of a built-in source; choose another"),
+            ));
+        }
+        if let Some((field, problem)) = source.problem() {
+            return Some((KEY, format!("{name}.{field}: {problem}")));
         }
     }
     None
@@ -1492,6 +1609,123 @@ wait = "2m"
                 .to_string();
             assert!(err.contains("sources.consul.wait"), "{err}");
             assert!(err.contains("NUDGE_SOURCES__CONSUL__WAIT"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn kubernetes_sources_read_from_toml_with_defaults_for_what_is_left_out() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                r#"
+[sources.kubernetes.flags]
+group = "example.com"
+version = "v1"
+kind = "FeatureFlags"
+fields = ["/spec", "/status/objects"]
+secret = true
+
+[sources.kubernetes.settings]
+version = "v1"
+kind = "ConfigMap"
+"#,
+            )?;
+            let config =
+                Config::load(Some(Path::new("nudge.toml")), &Overrides::default()).unwrap();
+            let sources = &config.sources.kubernetes;
+            let flags = &sources["flags"];
+            assert_eq!(flags.api_version(), "example.com/v1");
+            assert_eq!(flags.kind, "FeatureFlags");
+            assert_eq!(flags.fields, ["/spec", "/status/objects"]);
+            assert!(flags.secret);
+            assert_eq!(
+                sources["settings"],
+                KubernetesSourceConfig::new("", "v1", "ConfigMap")
+            );
+            assert_eq!(sources["settings"].api_version(), "v1");
+            assert!(
+                config.sources.custom.is_empty(),
+                "{:?}",
+                config.sources.custom
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_kubernetes_source_can_be_configured_from_env() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_SOURCES__KUBERNETES__FLAGS__GROUP", "example.com");
+            jail.set_env("NUDGE_SOURCES__KUBERNETES__FLAGS__VERSION", "v1");
+            jail.set_env("NUDGE_SOURCES__KUBERNETES__FLAGS__KIND", "FeatureFlags");
+            jail.set_env("NUDGE_SOURCES__KUBERNETES__FLAGS__FIELDS", "[/spec]");
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            let flags = &config.sources.kubernetes["flags"];
+            assert_eq!(flags.kind, "FeatureFlags");
+            assert_eq!(flags.fields, ["/spec"]);
+            Ok(())
+        });
+    }
+
+    /// Each bad entry names `sources.kubernetes`, the entry's field and where
+    /// it was written.
+    #[test]
+    fn a_bad_kubernetes_source_names_its_key_and_file() {
+        let entry = |name: &str, body: &str| {
+            format!("[sources.kubernetes.{name}]\nversion = \"v1\"\nkind = \"Gizmo\"\n{body}")
+        };
+        let cases = [
+            (
+                entry("flags", "fields = [\"spec\"]"),
+                "flags.fields: entry 0",
+            ),
+            (
+                entry("flags", "fields = [\"/a~2\"]"),
+                "flags.fields: entry 0",
+            ),
+            (entry("flags", "group = \"Example_Com\""), "flags.group"),
+            (
+                "[sources.kubernetes.flags]\nversion = \"v1\"\nkind = \"a gizmo\"\n".to_owned(),
+                "flags.kind",
+            ),
+            (
+                "[sources.kubernetes.flags]\nversion = \"V 1\"\nkind = \"Gizmo\"\n".to_owned(),
+                "flags.version",
+            ),
+            (
+                entry("feature-flags", ""),
+                "\"feature-flags\" cannot name a source",
+            ),
+            (entry("secret", ""), "built-in source"),
+            (entry("\"consul.eu\"", ""), "built-in source"),
+        ];
+        for (toml, expected) in cases {
+            Jail::expect_with(|jail| {
+                jail.create_file("nudge.toml", &toml)?;
+                let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains("sources.kubernetes"), "{err}");
+                assert!(err.contains(expected), "{expected}: {err}");
+                assert!(err.contains("nudge.toml"), "{err}");
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn a_kubernetes_source_without_a_kind_names_the_missing_field() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                "[sources.kubernetes.flags]\nversion = \"v1\"\n",
+            )?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("sources.kubernetes.flags"), "{err}");
+            assert!(err.contains("kind"), "{err}");
             Ok(())
         });
     }

@@ -5,6 +5,7 @@
 //! references and annotations, never content. [`notify`] sends stamps to a chat or
 //! HTTP webhook as well; [`FanOut`] publishes to both.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -16,8 +17,9 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::time::Instant;
 
+use crate::config::KubernetesSourceConfig;
 use crate::fingerprint::ObjectKind;
-use crate::model::{Reference, WorkloadId};
+use crate::model::{Reference, SourceName, WorkloadId};
 use series::{Publication, SeriesCache};
 
 pub mod notify;
@@ -169,6 +171,9 @@ pub struct KubeEvents {
     client: Client,
     instance: String,
     recent: Mutex<SeriesCache>,
+    /// `apiVersion` and `kind` of the objects each configured Kubernetes
+    /// source holds, for the related object of an Event.
+    kinds: BTreeMap<SourceName, (String, String)>,
 }
 
 /// The `reportingController` of nudge's Events.
@@ -182,7 +187,23 @@ impl KubeEvents {
             client,
             instance: instance.unwrap_or_else(|| CONTROLLER.to_owned()),
             recent: Mutex::new(SeriesCache::default()),
+            kinds: BTreeMap::new(),
         }
+    }
+
+    /// The same sink, naming objects of the `[sources.kubernetes.<name>]`
+    /// kinds as Events' related objects, like ConfigMaps and Secrets.
+    pub fn with_source_kinds<'a>(
+        mut self,
+        sources: impl IntoIterator<Item = (&'a String, &'a KubernetesSourceConfig)>,
+    ) -> Self {
+        for (name, source) in sources {
+            if let Ok(name) = SourceName::new(name.as_str()) {
+                self.kinds
+                    .insert(name, (source.api_version(), source.kind.clone()));
+            }
+        }
+        self
     }
 
     fn recent(&self) -> std::sync::MutexGuard<'_, SeriesCache> {
@@ -240,7 +261,10 @@ impl KubeEvents {
                 name: Some(workload.name.to_string()),
                 ..Default::default()
             }),
-            related: notice.related.as_ref().and_then(object_reference),
+            related: notice
+                .related
+                .as_ref()
+                .and_then(|reference| object_reference(reference, &self.kinds)),
             reporting_controller: Some(CONTROLLER.into()),
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()
@@ -309,12 +333,19 @@ impl EventSink for KubeEvents {
     }
 }
 
-/// The Kubernetes object a reference names, for ConfigMaps and Secrets.
-fn object_reference(reference: &Reference) -> Option<ObjectReference> {
-    let kind = ObjectKind::of_source(&reference.source)?;
+/// The Kubernetes object a reference names, for ConfigMaps, Secrets and the
+/// objects of configured kinds (`kinds`, by source).
+fn object_reference(
+    reference: &Reference,
+    kinds: &BTreeMap<SourceName, (String, String)>,
+) -> Option<ObjectReference> {
+    let (api_version, kind) = match ObjectKind::of_source(&reference.source) {
+        Some(kind) => ("v1".to_owned(), kind.as_str().to_owned()),
+        None => kinds.get(&reference.source)?.clone(),
+    };
     Some(ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some(kind.as_str().into()),
+        api_version: Some(api_version),
+        kind: Some(kind),
         namespace: reference.namespace.as_ref().map(ToString::to_string),
         name: Some(reference.name.to_string()),
         ..Default::default()
@@ -368,6 +399,33 @@ mod tests {
             "sorted: configmap first"
         );
         assert_eq!(notice.changed[0].name, "app");
+    }
+
+    #[test]
+    fn the_related_object_is_a_configmap_a_secret_or_an_object_of_a_configured_kind() {
+        let flags = SourceName::new("flags").unwrap();
+        let kinds = BTreeMap::from([(
+            flags.clone(),
+            ("example.com/v1".to_owned(), "FeatureFlags".to_owned()),
+        )]);
+        let related = |reference: Reference| {
+            object_reference(&reference, &kinds)
+                .map(|r| (r.api_version.unwrap(), r.kind.unwrap(), r.name.unwrap()))
+        };
+        assert_eq!(
+            related(Reference::object(flags, "shop", "checkout")),
+            Some((
+                "example.com/v1".into(),
+                "FeatureFlags".into(),
+                "checkout".into()
+            ))
+        );
+        assert_eq!(
+            related(Reference::object(SourceName::configmap(), "shop", "app")),
+            Some(("v1".into(), "ConfigMap".into(), "app".into()))
+        );
+        let consul = Reference::key(SourceName::consul(), "app/config");
+        assert_eq!(related(consul), None);
     }
 
     #[test]

@@ -13,8 +13,8 @@
 //!   "in sync" means.
 //! - [`explain`] is the thin I/O part: it reads the workload through its target,
 //!   builds the same sources as `nudge run`, observes every input within a
-//!   deadline, and reads each referenced ConfigMap's and Secret's metadata for its
-//!   last write time (`managedFields[].time`). It never writes to the cluster: the
+//!   deadline, and reads each referenced ConfigMap's, Secret's and configured
+//!   kind's object's metadata for its last write time (`managedFields[].time`). It never writes to the cluster: the
 //!   installation key is read without creating anything.
 //!
 //! Whether an out-of-sync workload is merely waiting is inferred, not asked of the
@@ -36,7 +36,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta};
+use kube::api::{Api, DynamicObject, GroupVersionKind, ObjectMeta};
 use serde::Serialize;
 
 use crate::annotations::{self, AnnotationScheme, Dependencies, MUTATOR_LAST_UPDATED};
@@ -218,10 +218,11 @@ pub(crate) enum InputState {
     Failed(String),
 }
 
-/// A ConfigMap or Secret, as write times are keyed.
+/// A Kubernetes object a reference names (a ConfigMap, a Secret, an object of
+/// a `[sources.kubernetes.<name>]` kind), as write times are keyed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct ObjectRef {
-    /// `configmap` or `secret`.
+    /// `configmap`, `secret` or a configured kind's source.
     pub source: SourceName,
     /// Its namespace.
     pub namespace: String,
@@ -230,16 +231,13 @@ pub(crate) struct ObjectRef {
 }
 
 impl ObjectRef {
-    /// The object a reference names, for the ConfigMap and Secret sources only.
+    /// The object a reference of a namespaced source names. Whether its
+    /// metadata can be read is [`object_facts`]' business: only for
+    /// ConfigMaps, Secrets and configured kinds.
     pub(crate) fn of(reference: &Reference) -> Option<Self> {
-        let kube_source = ObjectKind::of_source(&reference.source).is_some();
         Some(Self {
             source: reference.source.clone(),
-            namespace: reference
-                .namespace
-                .as_deref()
-                .filter(|_| kube_source)?
-                .to_owned(),
+            namespace: reference.namespace.as_deref()?.to_owned(),
             name: reference.name.to_string(),
         })
     }
@@ -294,7 +292,7 @@ pub(crate) struct Facts<'a> {
     pub deps: &'a Dependencies,
     /// What each tracked input was observed as; an input missing here is unknown.
     pub inputs: &'a BTreeMap<Tracked, InputState>,
-    /// Metadata of the referenced ConfigMaps and Secrets that could be read.
+    /// Metadata of the referenced Kubernetes objects that could be read.
     pub objects: &'a BTreeMap<ObjectRef, ObjectFacts>,
     /// Timing and scope.
     pub settings: &'a ExplainSettings,
@@ -962,9 +960,10 @@ pub(crate) async fn explain_with(
         .iter()
         .filter_map(|t| ObjectRef::of(&t.reference))
         .collect();
+    let kinds = configured_kinds(config);
     let (inputs, objects) = futures::join!(
         observe_inputs(tracked, &sources, &observe_cx, &key, timeout),
-        read_objects(&client, objects, &settings.scheme, timeout),
+        read_objects(&client, objects, (&settings.scheme, &kinds), timeout),
     );
     Ok(build_report(&Facts {
         workload: &workload,
@@ -1065,7 +1064,7 @@ fn configured_sources(
     let sources = crate::sources::builtin(
         client,
         source_settings,
-        &config.sources.consul,
+        &config.sources,
         &ConsulMetrics::default(),
     )?;
     Ok(sources
@@ -1073,6 +1072,19 @@ fn configured_sources(
         .chain(custom.iter().cloned())
         .map(|s| (s.name().clone(), s))
         .collect())
+}
+
+/// The kind of each `[sources.kubernetes.<name>]` source, by source name.
+fn configured_kinds(config: &Config) -> BTreeMap<SourceName, GroupVersionKind> {
+    config
+        .sources
+        .kubernetes
+        .iter()
+        .filter_map(|(name, kind)| {
+            let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+            Some((SourceName::new(name.as_str()).ok()?, gvk))
+        })
+        .collect()
 }
 
 /// Every source's scope and reference check, as annotations see them (as the
@@ -1101,21 +1113,21 @@ async fn observe_inputs(
     .collect()
 }
 
-/// Reads the facts of every ConfigMap and Secret at once, each within
-/// `timeout`; those that cannot be read are left out.
+/// Reads the facts of every referenced object at once, each within
+/// `timeout`; those that cannot be read are left out. `kinds`: the
+/// configured kinds, by source.
 async fn read_objects(
     client: &kube::Client,
     objects: BTreeSet<ObjectRef>,
-    scheme: &AnnotationScheme,
+    (scheme, kinds): (&AnnotationScheme, &BTreeMap<SourceName, GroupVersionKind>),
     timeout: Duration,
 ) -> BTreeMap<ObjectRef, ObjectFacts> {
     join_all(objects.into_iter().map(|object| {
         let client = client.clone();
+        let kind = kinds.get(&object.source);
         async move {
-            let facts = tokio::time::timeout(timeout, object_facts(client, &object, scheme))
-                .await
-                .ok()
-                .flatten();
+            let read = object_facts(client, &object, kind, scheme);
+            let facts = tokio::time::timeout(timeout, read).await.ok().flatten();
             (object, facts)
         }
     }))
@@ -1189,19 +1201,31 @@ async fn observe(
     }
 }
 
-/// Last write and ignore flag of a ConfigMap or Secret; `None` when it does not
-/// exist or cannot be read.
+/// Last write and ignore flag of a ConfigMap, a Secret or an object of a
+/// configured kind (`kind`, found by discovery); `None` when it does not
+/// exist or cannot be read, or its source holds no Kubernetes objects.
 async fn object_facts(
     client: kube::Client,
     object: &ObjectRef,
+    kind: Option<&GroupVersionKind>,
     scheme: &AnnotationScheme,
 ) -> Option<ObjectFacts> {
-    let meta: ObjectMeta = if object.source == SourceName::secret() {
-        let api: Api<Secret> = Api::namespaced(client, &object.namespace);
-        api.get_metadata_opt(&object.name).await.ok()??.metadata
-    } else {
-        let api: Api<ConfigMap> = Api::namespaced(client, &object.namespace);
-        api.get_metadata_opt(&object.name).await.ok()??.metadata
+    let (namespace, name) = (&object.namespace, &object.name);
+    let meta: ObjectMeta = match (ObjectKind::of_source(&object.source), kind) {
+        (Some(ObjectKind::Secret), _) => {
+            let api: Api<Secret> = Api::namespaced(client, namespace);
+            api.get_metadata_opt(name).await.ok()??.metadata
+        }
+        (Some(_), _) => {
+            let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+            api.get_metadata_opt(name).await.ok()??.metadata
+        }
+        (None, Some(gvk)) => {
+            let (resource, _) = kube::discovery::pinned_kind(&client, gvk).await.ok()?;
+            let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
+            api.get_metadata_opt(name).await.ok()??.metadata
+        }
+        (None, None) => return None,
     };
     let last_write = meta
         .managed_fields

@@ -23,6 +23,10 @@ use sha2::{Digest, Sha256, Sha512_256};
 pub use crate::model::Algorithm;
 use crate::model::{KeySelection, SourceName};
 
+mod fields;
+
+pub use fields::{FieldSelection, PointerError, check_pointer, native_fields};
+
 /// The fingerprint of one tracked reference.
 #[derive(Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]

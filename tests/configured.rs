@@ -142,7 +142,7 @@ async fn unknown_fields_and_sections_are_errors_naming_their_key() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("sources.motdd") && error.contains("configured: consul, motd"),
+        error.contains("sources.motdd") && error.contains("configured: consul, kubernetes, motd"),
         "{error}"
     );
 }
@@ -159,4 +159,39 @@ async fn the_effective_configuration_prints_custom_sections_with_secrets_redacte
     assert!(config.targets.custom.contains_key("gadget"));
     config.sources.custom.clear();
     assert_eq!(config.targets.kinds.len(), 0);
+}
+
+/// `[sources.kubernetes.<name>]` is nudge's own section: checked by `check`
+/// even in a configuration given as a value (which nothing validated), and
+/// never a custom source's.
+#[tokio::test]
+async fn kubernetes_sources_are_checked_and_their_section_is_not_for_custom_sources() {
+    let mut config = Config::default();
+    let mut flags = nudge::config::KubernetesSourceConfig::new("example.com", "v1", "Flags");
+    flags.fields = vec!["spec".to_owned()];
+    config.sources.kubernetes.insert("flags".to_owned(), flags);
+    let error = Controller::from_config(config, nudge::cli::offline_client())
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("sources.kubernetes") && error.contains("flags.fields: entry 0"),
+        "{error}"
+    );
+
+    let seen = Arc::default();
+    let error = controller(
+        "[sources.kubernetes.flags]\nversion = \"v1\"\nkind = \"Flags\"\n",
+        &seen,
+    )
+    .with_configured_source("kubernetes", |_: MotdConfig| {
+        Ok::<_, String>(nudge::source::poll(Motd(SourceName::new("k").unwrap())))
+    })
+    .check()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("sources.kubernetes") && error.contains("two components"),
+        "{error}"
+    );
 }

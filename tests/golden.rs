@@ -145,3 +145,29 @@ fn the_combined_config_hash_matches_the_golden_vectors() {
         assert_eq!(stamp.values[&output], combined["config_hash"], "{combined}");
     }
 }
+
+/// The fingerprint of a configured Kubernetes-object source
+/// (`[sources.kubernetes.<name>]`): selected fields, plain and keyed.
+#[test]
+fn fields_fingerprints_match_the_golden_vectors() {
+    let vectors = vectors();
+    let key = key(&vectors);
+    for vector in vectors["fields"].as_array().unwrap() {
+        let pointers = vector["pointers"].as_array().unwrap();
+        let selection = fingerprint::FieldSelection::new(
+            pointers.iter().map(|p| p.as_str().unwrap().to_owned()),
+        )
+        .unwrap();
+        let object = &vector["object"];
+        assert_eq!(
+            digest(&fingerprint::native_fields(object, &selection, None)),
+            vector["fingerprint"],
+            "{pointers:?}"
+        );
+        assert_eq!(
+            digest(&fingerprint::native_fields(object, &selection, Some(&key))),
+            vector["keyed"],
+            "{pointers:?}"
+        );
+    }
+}

@@ -459,6 +459,12 @@ const NO_RBAC: &str = "rbac: {create: false}";
 const NO_PDB: &str = "podDisruptionBudget: {enabled: false}";
 const RENAMED: &str = "webhook: {tlsSecretName: my-webhook-tls, configurationName: my-nudge}\n\
                        resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 128Mi}}";
+/// Kubernetes objects as config sources: the entries, and read access to
+/// their kinds (the chart cannot know plurals: they are given).
+const SOURCE_KINDS: &str = "config: {sources: {kubernetes: {\
+                              flags: {group: example.com, version: v1, kind: FeatureFlags, fields: [/spec]},\
+                              settings: {version: v1, kind: ConfigMap}}}}\n\
+                            rbac: {sourceKinds: [{apiGroup: example.com, resources: [featureflags, gizmos]}]}";
 
 const VALUES: &[&str] = &[
     DEFAULTS,
@@ -469,6 +475,7 @@ const VALUES: &[&str] = &[
     NO_RBAC,
     NO_PDB,
     RENAMED,
+    SOURCE_KINDS,
 ];
 
 /// `helm template` of the chart as release `nudge` in `nudge-system` with
@@ -640,6 +647,64 @@ fn helm_chart_leaves_the_pod_disruption_budget_out_with_one_value() {
         Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
     );
     assert!(budgets(&render_chart(NO_PDB)).is_empty());
+}
+
+/// `rbac.sourceKinds` grants read access (get, list, watch) to the kinds of
+/// `config.sources.kubernetes` where nudge watches workloads, and nothing more;
+/// the configuration carries the entries.
+#[test]
+fn helm_chart_grants_read_only_access_to_the_kinds_of_kubernetes_sources() {
+    let source_reads: BTreeSet<Grant> = ["featureflags", "gizmos"]
+        .into_iter()
+        .flat_map(|resource| {
+            ["get", "list", "watch"].map(|verb| Grant {
+                group: "example.com".into(),
+                resource: resource.into(),
+                verb: verb.into(),
+                names: None,
+            })
+        })
+        .collect();
+    let with_namespaces = "config: {kubernetes: {namespaces: [team-a]}, sources: {kubernetes: {\
+                             flags: {group: example.com, version: v1, kind: FeatureFlags}}}}\n\
+                           rbac: {sourceKinds: [{apiGroup: example.com, resources: [featureflags, gizmos]}]}";
+    for (values, workload_role) in [
+        (SOURCE_KINDS, ("ClusterRole", None)),
+        (with_namespaces, ("Role", Some("team-a".to_owned()))),
+    ] {
+        let objects = render_chart(values);
+        let config = check_config(&objects);
+        assert_eq!(config.sources.kubernetes["flags"].kind, "FeatureFlags");
+        let key = (
+            workload_role.0,
+            workload_role.1,
+            "nudge-workloads".to_owned(),
+        );
+        let rbac = rbac(&objects);
+        let Some(Rbac::Rules(grants)) = rbac.get(&key) else {
+            panic!("{key:?} in {values}: {rbac:?}");
+        };
+        assert!(
+            grants.is_superset(&source_reads),
+            "{key:?} lacks reads of the source kinds: {grants:?}"
+        );
+        for grant in grants.iter().filter(|g| !source_reads.contains(*g)) {
+            assert!(
+                is_allowed(grant, key.1.as_deref(), "nudge-system"),
+                "{key:?} grants more than nudge needs: {grant:?}"
+            );
+        }
+        let elsewhere = rbac
+            .iter()
+            .filter(|(k, _)| **k != key)
+            .filter_map(|(_, entry)| match entry {
+                Rbac::Rules(grants) => Some(grants),
+                Rbac::Binding { .. } => None,
+            })
+            .flatten()
+            .find(|grant| grant.group == "example.com");
+        assert_eq!(elsewhere, None, "only the workload role reads source kinds");
+    }
 }
 
 // === the chart and the overlays agree ===

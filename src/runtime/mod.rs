@@ -332,7 +332,8 @@ impl Controller {
         C: serde::de::DeserializeOwned + Default,
         E: std::fmt::Display,
     {
-        let fresh = key != "consul" && self.configured.insert(key.to_owned());
+        let fresh = !crate::config::BUILTIN_SOURCE_SECTIONS.contains(&key)
+            && self.configured.insert(key.to_owned());
         match self.configured_section("sources", key, fresh, make) {
             Ok(source) => self.sources.push(source),
             Err(problem) => self.problems.push(problem),
@@ -392,31 +393,44 @@ impl Controller {
     }
 
     /// Every configuration problem: those met registering custom sources and
-    /// targets, then `[sources.<key>]` and `[targets.<key>]` sections nothing
-    /// is registered for.
+    /// targets, an invalid `[sources.kubernetes.<name>]` (also in a
+    /// configuration given as a value, which nothing validated), then
+    /// `[sources.<key>]` and `[targets.<key>]` sections nothing is registered
+    /// for.
     pub fn check(&self) -> Result<(), ConfigError> {
         if let Some(problem) = self.problems.first() {
             return Err(problem.clone());
         }
-        let sections = [
+        if let Some((key, problem)) =
+            crate::config::kubernetes_sources_problem(&self.config.sources.kubernetes)
+        {
+            return Err(ConfigError::Invalid {
+                key,
+                problem,
+                origin: crate::config::origin_of(&self.figment, key),
+            });
+        }
+        let sections: [(_, _, _, &[&str]); 2] = [
             (
                 "sources",
                 &self.config.sources.custom,
                 &self.configured,
-                "consul",
+                &crate::config::BUILTIN_SOURCE_SECTIONS,
             ),
             (
                 "targets",
                 &self.config.targets.custom,
                 &self.configured_targets,
-                "kinds",
+                &["kinds"],
             ),
         ];
         for (table, written, registered, builtin) in sections {
             let Some(key) = written.keys().find(|key| !registered.contains(*key)) else {
                 continue;
             };
-            let known: Vec<&str> = std::iter::once(builtin)
+            let known: Vec<&str> = builtin
+                .iter()
+                .copied()
                 .chain(registered.iter().map(String::as_str))
                 .collect();
             let path = format!("{table}.{key}");
@@ -608,14 +622,16 @@ impl Controller {
             scope: scope.clone(),
         };
         let instance = std::env::var("POD_NAME").ok();
-        let (events, notify_worker) =
-            event_sinks(KubeEvents::new(client.clone(), instance), notifier);
+        let (events, notify_worker) = event_sinks(
+            KubeEvents::new(client.clone(), instance).with_source_kinds(&sources.kubernetes),
+            notifier,
+        );
         let mut engine = Engine::new(engine_config, scheme.clone(), key)
             .with_events(events)
             .with_metrics(metrics.engine())
             .with_health(readiness.clone(), metrics.watches());
         let sources =
-            crate::sources::builtin(&client, source_settings, &sources.consul, &metrics.consul())?;
+            crate::sources::builtin(&client, source_settings, &sources, &metrics.consul())?;
         for source in sources.into_iter().chain(custom_sources) {
             engine = engine.with_source(source)?;
         }

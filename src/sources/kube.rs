@@ -1,4 +1,6 @@
-//! The Kubernetes-object source shared by ConfigMaps and Secrets.
+//! The Kubernetes-object source: ConfigMaps and Secrets ([`ObjectSource`]),
+//! and through [`ObjectReader`] the objects of configured kinds
+//! (`super::kind`), all run by one loop ([`run_objects`]).
 //!
 //! Objects are watched metadata-only; content is fetched (GET) only for objects some
 //! workload references, fingerprinted, and dropped. Memory therefore grows with what
@@ -7,13 +9,16 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -100,16 +105,16 @@ struct Watched {
 }
 
 /// The result of one content GET.
-struct Fetched<K> {
+struct Fetched<O> {
     key: ObjectKey,
     seq: u64,
-    result: Result<Option<K>, kube::Error>,
+    result: Result<Option<O>, kube::Error>,
     /// How long the GET took.
     took: std::time::Duration,
 }
 
 /// A watch of object metadata, reduced to what the source needs.
-enum MetaEvent {
+pub(crate) enum MetaEvent {
     /// A (re)list of the stream for this namespace (`None`: all) starts.
     Init(Option<String>),
     Seen {
@@ -135,8 +140,100 @@ impl<K: ContentObject> ObjectSource<K> {
             kind: PhantomData,
         }
     }
+}
+
+/// One kind of object as the shared run loop reads it: its metadata watches,
+/// a GET of one object, and how an object (or its absence) is observed.
+pub(crate) trait ObjectReader: Send + Sync + 'static {
+    /// What a GET returns.
+    type Object: Send + 'static;
+
+    /// The source's name, for logs and metrics.
+    fn source_name(&self) -> &SourceName;
+
+    /// The metadata of a fetched object (its resourceVersion, its provenance).
+    fn object_meta(object: &Self::Object) -> &ObjectMeta;
+
+    /// Reads one object now; `None` when it does not exist.
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Self::Object>, kube::Error>> + Send;
 
     /// The observation of `tracked` given the object (or its absence).
+    fn observation(
+        &self,
+        tracked: &Tracked,
+        object: Option<&Self::Object>,
+        cx: &ObserveContext,
+    ) -> Result<Observation, SourceError>;
+
+    /// One metadata watch per namespace stream; `health` counts their restarts.
+    fn meta_streams(&self, health: &WatchHealth) -> Vec<BoxStream<'static, MetaEvent>>;
+}
+
+/// One metadata-only watch per namespace stream of `settings`, each over the
+/// API `api` gives for its namespace (`None`: all), reduced to [`MetaEvent`]s.
+/// A failing watch is logged and counted as a restart of `source`'s watch.
+pub(crate) fn meta_streams<K>(
+    source: &SourceName,
+    settings: &ObjectSourceSettings,
+    health: &WatchHealth,
+    api: impl Fn(Option<&str>) -> Api<PartialObjectMeta<K>>,
+) -> Vec<BoxStream<'static, MetaEvent>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    settings
+        .scope
+        .streams()
+        .into_iter()
+        .map(|ns| {
+            // An Api over PartialObjectMeta asks for metadata-only responses.
+            let api = api(ns.as_deref());
+            let mut config = settings.scope.watcher_config(&ns);
+            if !settings.label_selector.is_empty() {
+                config = config.labels(&settings.label_selector);
+            }
+            let scheme = settings.scheme.clone();
+            let source = source.clone();
+            let health = health.clone();
+            watcher(api, config)
+                .default_backoff()
+                .filter_map(move |event| {
+                    let event = match event {
+                        Ok(event) => to_meta_event(event, &scheme, &ns),
+                        Err(error) => {
+                            tracing::warn!(%source, %error, "metadata watch failed; retrying");
+                            health.restarted(source.as_str());
+                            None
+                        }
+                    };
+                    futures::future::ready(event)
+                })
+                .boxed()
+        })
+        .collect()
+}
+
+impl<K: ContentObject> ObjectReader for ObjectSource<K> {
+    type Object = K;
+
+    fn source_name(&self) -> &SourceName {
+        &self.name
+    }
+
+    fn object_meta(object: &K) -> &ObjectMeta {
+        object.meta()
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<K>, kube::Error> {
+        Api::<K>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+    }
+
     fn observation(
         &self,
         tracked: &Tracked,
@@ -165,50 +262,12 @@ impl<K: ContentObject> ObjectSource<K> {
         Ok(Observation::Present(fingerprint))
     }
 
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<K>, kube::Error> {
-        Api::<K>::namespaced(self.client.clone(), namespace)
-            .get_opt(name)
-            .await
-    }
-
-    /// One metadata watch per namespace stream; `health` counts their restarts.
-    fn meta_streams(
-        &self,
-        health: &WatchHealth,
-    ) -> Vec<futures::stream::BoxStream<'static, MetaEvent>> {
-        self.settings
-            .scope
-            .streams()
-            .into_iter()
-            .map(|ns| {
-                // An Api over PartialObjectMeta asks for metadata-only responses.
-                let api: Api<PartialObjectMeta<K>> = match &ns {
-                    Some(ns) => Api::namespaced(self.client.clone(), ns),
-                    None => Api::all(self.client.clone()),
-                };
-                let mut config = self.settings.scope.watcher_config(&ns);
-                if !self.settings.label_selector.is_empty() {
-                    config = config.labels(&self.settings.label_selector);
-                }
-                let scheme = self.settings.scheme.clone();
-                let source = self.name.clone();
-                let health = health.clone();
-                watcher(api, config)
-                    .default_backoff()
-                    .filter_map(move |event| {
-                        let event = match event {
-                            Ok(event) => to_meta_event(event, &scheme, &ns),
-                            Err(error) => {
-                                tracing::warn!(%source, %error, "metadata watch failed; retrying");
-                                health.restarted(source.as_str());
-                                None
-                            }
-                        };
-                        futures::future::ready(event)
-                    })
-                    .boxed()
-            })
-            .collect()
+    fn meta_streams(&self, health: &WatchHealth) -> Vec<BoxStream<'static, MetaEvent>> {
+        let client = self.client.clone();
+        meta_streams(&self.name, &self.settings, health, |ns| match ns {
+            Some(ns) => Api::<PartialObjectMeta<K>>::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        })
     }
 }
 
@@ -251,9 +310,9 @@ fn to_meta_event<K: Resource>(
     }
 }
 
-/// The running state of one [`ObjectSource`].
-struct Runner<K> {
-    source: Arc<ObjectSource<K>>,
+/// The running state of one object source.
+struct Runner<R: ObjectReader> {
+    source: Arc<R>,
     cx: ObserveContext,
     watched: HashMap<ObjectKey, Watched>,
     /// Per metadata stream being relisted, the objects it has listed so far.
@@ -261,7 +320,7 @@ struct Runner<K> {
     /// Metadata streams that have listed once, of how many.
     listed: HashSet<Option<String>>,
     streams: usize,
-    fetches: JoinSet<Fetched<K>>,
+    fetches: JoinSet<Fetched<R::Object>>,
     /// Fetches waiting for a slot, and retries waiting for their time.
     queued: std::collections::VecDeque<(ObjectKey, u64)>,
     retries: DelayQueue<ObjectKey>,
@@ -270,7 +329,7 @@ struct Runner<K> {
     metrics: SourceMetrics,
 }
 
-impl<K: ContentObject> Runner<K> {
+impl<R: ObjectReader> Runner<R> {
     fn on_interest(&mut self, interest: Interest) {
         match interest {
             Interest::Track(tracked) => {
@@ -351,7 +410,7 @@ impl<K: ContentObject> Runner<K> {
         }
     }
 
-    async fn on_fetched(&mut self, fetched: Fetched<K>) -> bool {
+    async fn on_fetched(&mut self, fetched: Fetched<R::Object>) -> bool {
         self.next_queued();
         let Fetched {
             key,
@@ -359,7 +418,7 @@ impl<K: ContentObject> Runner<K> {
             result,
             took,
         } = fetched;
-        let name = self.source.name.as_str();
+        let name = self.source.source_name().as_str();
         self.metrics.observe_took(name, took);
         let Some(watched) = self.watched.get_mut(&key) else {
             return true;
@@ -388,7 +447,10 @@ impl<K: ContentObject> Runner<K> {
             return true;
         }
         watched.applied = seq;
-        watched.fetched = object.as_ref().and_then(resource_version);
+        watched.fetched = object
+            .as_ref()
+            .and_then(|object| R::object_meta(object).resource_version.as_deref())
+            .map(Name::from);
         watched.reported = true;
         let mut updates = Vec::new();
         for (tracked, reported) in watched.items.iter_mut() {
@@ -401,7 +463,9 @@ impl<K: ContentObject> Runner<K> {
                 Ok(observation) => {
                     let update = SourceUpdate::new(tracked.clone(), observation);
                     updates.push(match object.as_ref() {
-                        Some(object) => update.with_provenance(provenance_of(object.meta())),
+                        Some(object) => {
+                            update.with_provenance(provenance_of(R::object_meta(object)))
+                        }
                         None => update,
                     });
                 }
@@ -540,49 +604,60 @@ impl<K: ContentObject> Source for ObjectSource<K> {
 
     async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
         let (parts, health) = ctx.into_parts();
-        let ContextParts {
-            mut interest,
-            updates,
-            observe,
-            ready,
-            shutdown,
-        } = parts;
-        let streams = self.meta_streams(&health);
-        let mut runner = Runner {
-            source: self.clone(),
-            cx: observe,
-            watched: HashMap::new(),
-            relisting: HashMap::new(),
-            listed: HashSet::new(),
-            streams: streams.len(),
-            fetches: JoinSet::new(),
-            queued: std::collections::VecDeque::new(),
-            retries: DelayQueue::new(),
-            updates,
-            metrics: health.sources().clone(),
-        };
-        let mut meta = futures::stream::select_all(streams);
-        loop {
-            if runner.listed.len() == runner.streams {
-                ready.listed();
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                Some(request) = interest.recv() => runner.on_interest(request),
-                Some(done) = runner.fetches.join_next() => {
-                    let Ok(fetched) = done else { continue };
-                    if !runner.on_fetched(fetched).await {
-                        break;
-                    }
-                }
-                Some(retry) = runner.retries.next() => runner.fetch(retry.into_inner()),
-                Some(event) = meta.next() => runner.on_meta(event).await,
-                else => break,
-            }
-        }
-        runner.fetches.shutdown().await;
+        run_objects(self, parts, &health).await;
         Ok(())
     }
+}
+
+/// Runs an object source until shutdown: its metadata watches, the GETs of
+/// the objects it is asked to track, their observations. Ready once every
+/// metadata watch has listed.
+pub(crate) async fn run_objects<R: ObjectReader>(
+    source: Arc<R>,
+    parts: ContextParts,
+    health: &WatchHealth,
+) {
+    let ContextParts {
+        mut interest,
+        updates,
+        observe,
+        ready,
+        shutdown,
+    } = parts;
+    let streams = source.meta_streams(health);
+    let mut runner = Runner {
+        source,
+        cx: observe,
+        watched: HashMap::new(),
+        relisting: HashMap::new(),
+        listed: HashSet::new(),
+        streams: streams.len(),
+        fetches: JoinSet::new(),
+        queued: std::collections::VecDeque::new(),
+        retries: DelayQueue::new(),
+        updates,
+        metrics: health.sources().clone(),
+    };
+    let mut meta = futures::stream::select_all(streams);
+    loop {
+        if runner.listed.len() == runner.streams {
+            ready.listed();
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(request) = interest.recv() => runner.on_interest(request),
+            Some(done) = runner.fetches.join_next() => {
+                let Ok(fetched) = done else { continue };
+                if !runner.on_fetched(fetched).await {
+                    break;
+                }
+            }
+            Some(retry) = runner.retries.next() => runner.fetch(retry.into_inner()),
+            Some(event) = meta.next() => runner.on_meta(event).await,
+            else => break,
+        }
+    }
+    runner.fetches.shutdown().await;
 }
 
 /// Who changed `meta`'s object last: the manager and time of its latest

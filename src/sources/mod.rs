@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
-use crate::config::ConsulConfig;
+use crate::config::SourcesConfig;
 use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
 pub use crate::health::SourceMetrics;
 use crate::health::{Readiness, ReadyStatus, WatchHealth, WatchReady};
@@ -39,12 +39,14 @@ use crate::model::{Scope, SourceCatalog, SourceName, Tracked};
 
 mod configmap;
 pub mod consul;
+pub mod kind;
 pub mod kube;
 mod polled;
 pub mod secret;
 mod watched;
 
 use self::consul::{ConsulMetrics, SettingsError};
+pub use self::kind::{KindConfigError, KindError, KindSource};
 pub use self::kube::{ContentObject, ObjectSource, ObjectSourceSettings};
 pub use self::polled::{PollSource, Polled, poll};
 pub use self::watched::{ObservationStream, WatchSource, Watched, watch};
@@ -562,13 +564,15 @@ pub fn catalog<'a>(sources: impl IntoIterator<Item = &'a Arc<dyn Source>>) -> So
     catalog
 }
 
-/// The built-in sources `config` asks for: ConfigMaps, Secrets and every enabled
-/// Consul instance. `nudge run` and `nudge explain` both build their sources here,
-/// so they observe references the same way.
+/// The built-in sources `config` asks for: ConfigMaps, Secrets, every enabled
+/// Consul instance and every `[sources.kubernetes.<name>]` kind. `nudge run`
+/// and `nudge explain` both build their sources here, so they observe
+/// references the same way. An invalid kind entry (configuration validation
+/// reports it first) is logged and left out.
 pub fn builtin(
     client: &::kube::Client,
     settings: ObjectSourceSettings,
-    consul: &ConsulConfig,
+    config: &SourcesConfig,
     consul_metrics: &ConsulMetrics,
 ) -> Result<Vec<Arc<dyn Source>>, SettingsError> {
     let mut sources: Vec<Arc<dyn Source>> = vec![
@@ -580,11 +584,25 @@ pub fn builtin(
         Arc::new(ObjectSource::<Secret>::new(
             SourceName::secret(),
             client.clone(),
-            settings,
+            settings.clone(),
         )),
     ];
-    for source in consul::settings::sources_from_config(consul)? {
+    for source in consul::settings::sources_from_config(&config.consul)? {
         sources.push(Arc::new(source.with_metrics(consul_metrics.clone())));
+    }
+    // `kubernetes.source_label_selector` is for ConfigMaps and Secrets.
+    let kind_settings = ObjectSourceSettings {
+        label_selector: String::new(),
+        ..settings
+    };
+    for (name, kind) in &config.kubernetes {
+        match KindSource::from_config(name, kind, client.clone(), kind_settings.clone()) {
+            Ok(source) => sources.push(Arc::new(source)),
+            Err(error) => {
+                let error = crate::errors::error_chain(&error);
+                tracing::error!(%error, "invalid [sources.kubernetes] entry; not watching it");
+            }
+        }
     }
     Ok(sources)
 }

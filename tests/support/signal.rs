@@ -32,6 +32,9 @@
 //!   keeps the gauge above 0: those tests measure durations instead.
 //! - Kubernetes Events and notifications are published after the write, by one
 //!   task in order: [`Sentinel::flush_events`] proves the earlier ones out.
+//! - Objects of a `[sources.kubernetes.<name>]` kind come through a watch of
+//!   their own: [`SourceSentinel`] is that watch's sentinel, and its
+//!   [`quiesce`](SourceSentinel::quiesce) waits for the fetches too.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -476,5 +479,131 @@ impl Sentinel {
             },
         )
         .await;
+    }
+}
+
+/// The sentinel of a `[sources.kubernetes.<source>]` kind's watch, which is
+/// ordered with nothing the [`Sentinel`] changes: object `sentinel` of that
+/// kind, read by Deployment `sentinel-<source>` through
+/// `nudge.dev/<source>-sentinel: sentinel` (zero debounce). A flush writes
+/// `spec.<field>`, which the source must fingerprint, and waits for the
+/// stamp: every event of that kind made before has been processed.
+pub struct SourceSentinel {
+    objects: Api<DynamicObject>,
+    deployments: Api<Deployment>,
+    source: String,
+    field: String,
+    round: AtomicUsize,
+}
+
+impl SourceSentinel {
+    const NAME: &str = "sentinel";
+    const STAMP: &str = "nudge.dev/checksum-sentinel";
+
+    /// Creates object `sentinel` (`api_version` `kind`, through `objects`,
+    /// `spec.<field>` 0) and its Deployment in the namespace of `deployments`,
+    /// and waits until nudge has stamped it.
+    pub async fn create(
+        objects: Api<DynamicObject>,
+        deployments: Api<Deployment>,
+        (api_version, kind): (&str, &str),
+        source: &str,
+        field: &str,
+    ) -> SourceSentinel {
+        let object = json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": { "name": Self::NAME },
+            "spec": { field: 0 },
+        });
+        objects
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(object).unwrap(),
+            )
+            .await
+            .expect("create the source sentinel object");
+        let name = format!("{}-{source}", Self::NAME);
+        let labels = json!({ "app": name, SENTINEL_LABEL: "true" });
+        let mut annotations = SENTINEL_ANNOTATIONS.clone();
+        annotations["nudge.dev/auto"] = json!("false");
+        annotations[format!("nudge.dev/{source}-sentinel")] = json!(Self::NAME);
+        let body = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": name, "labels": labels, "annotations": annotations },
+            "spec": {
+                "selector": { "matchLabels": { "app": name } },
+                "template": {
+                    "metadata": { "labels": labels },
+                    "spec": { "containers": [{ "name": "app", "image": "busybox" }] },
+                },
+            },
+        });
+        deployments
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body).unwrap(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+        let sentinel = SourceSentinel {
+            objects,
+            deployments,
+            source: source.to_owned(),
+            field: field.to_owned(),
+            round: AtomicUsize::default(),
+        };
+        sentinel.wait_for_stamp(None).await;
+        sentinel
+    }
+
+    fn deployment(&self) -> String {
+        format!("{}-{}", Self::NAME, self.source)
+    }
+
+    async fn wait_for_stamp(&self, previous: Option<&str>) -> String {
+        let name = self.deployment();
+        wait_for(
+            &format!("nudge to stamp sentinel Deployment {name}"),
+            WAIT,
+            || async {
+                let deployment = self.deployments.get_opt(&name).await.ok()??;
+                let stamp = deployment
+                    .spec?
+                    .template
+                    .metadata?
+                    .annotations?
+                    .remove(Self::STAMP)?;
+                (Some(stamp.as_str()) != previous).then_some(stamp)
+            },
+        )
+        .await
+    }
+
+    /// Changes the sentinel object and waits for nudge to stamp that change:
+    /// events of the kind's watch made before it have been processed.
+    pub async fn flush(&self) {
+        let before = self.wait_for_stamp(None).await;
+        let round = self.round.fetch_add(1, Ordering::SeqCst) + 1;
+        let patch = json!({ "spec": { self.field.as_str(): round } });
+        self.objects
+            .patch(Self::NAME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch the source sentinel object");
+        self.wait_for_stamp(Some(&before)).await;
+    }
+
+    /// Waits until `nudge` has processed every event of the kind made before
+    /// the call and finished what they caused: a [`flush`](Self::flush); then
+    /// the observations of the source beyond `seen` (its count before the
+    /// events in question) that the `fetches` those events caused and the
+    /// flush's own make (the content of each object is fetched by a GET of
+    /// its own, concurrently); then [`wait_idle`].
+    pub async fn quiesce(&self, nudge: &impl Running, seen: f64, fetches: usize) {
+        self.flush().await;
+        let metrics = nudge.metrics_at();
+        metrics
+            .wait_observations(&self.source, seen + fetches as f64)
+            .await;
+        wait_idle(nudge).await;
     }
 }

@@ -1,0 +1,455 @@
+//! [`KindSource`]: the objects of one configured Kubernetes kind as a config
+//! source (`[sources.kubernetes.<name>]`, design §5b): custom resources, or
+//! any other namespaced kind, through kube's dynamic API.
+//!
+//! It is run by the same loop as ConfigMaps and Secrets (`super::kube`): one
+//! metadata-only watch per namespace stream, a GET only of objects some
+//! workload references, when their resourceVersion moves; the content is
+//! fingerprinted by the configured fields ([`FieldSelection`]) and dropped.
+//!
+//! A kind the API server does not serve (its CRD is not installed yet) never
+//! holds up `/ready`: the source counts as ready, says so once in the log and
+//! in a `/ready` note, and runs discovery again (5 s doubling to 30 s) until
+//! the kind is served, then watches it. Meanwhile its references are unknown,
+//! never absent: nothing is stamped from a missing CRD.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use tokio_util::sync::CancellationToken;
+
+use super::kube::{MetaEvent, ObjectReader, meta_streams, run_objects};
+use super::{ObjectSourceSettings, ObserveContext, Source, SourceContext, SourceError};
+use crate::config::KubernetesSourceConfig;
+use crate::fingerprint::{self, Algorithm, FieldSelection, Observation};
+use crate::health::{WatchHealth, WatchReady};
+use crate::model::{Scope, SourceName, Tracked};
+use crate::rate::Backoff;
+
+/// First and last delay between two discoveries of a kind not served yet.
+const FIRST_RECHECK: Duration = Duration::from_secs(5);
+const MAX_RECHECK: Duration = Duration::from_secs(30);
+
+/// Why a configured kind cannot be read (yet).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KindError {
+    /// The API server does not serve the kind (its CRD is not installed, or
+    /// the group/version/kind is misspelled).
+    #[error("the API server does not serve {api_version} {kind}")]
+    NotServed {
+        /// `group/version`.
+        api_version: String,
+        /// The kind.
+        kind: String,
+        /// What discovery answered.
+        #[source]
+        source: kube::Error,
+    },
+    /// The kind exists but is cluster-scoped; references name objects in the
+    /// workload's namespace.
+    #[error("{api_version} {kind} is cluster-scoped; sources read namespaced kinds only")]
+    ClusterScoped {
+        /// `group/version`.
+        api_version: String,
+        /// The kind.
+        kind: String,
+    },
+}
+
+/// Why a `[sources.kubernetes.<name>]` entry cannot make a source (what
+/// configuration validation reports first, naming the key).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KindConfigError {
+    /// The section's name is not a source name.
+    #[error("{name:?} cannot name a source")]
+    Name {
+        /// The section's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: crate::model::NameError,
+    },
+    /// A field pointer is not a JSON pointer.
+    #[error("sources.kubernetes.{name}.fields")]
+    Fields {
+        /// The section's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: fingerprint::PointerError,
+    },
+}
+
+/// The objects of one configured kind as a [`Source`] (see the module docs).
+pub struct KindSource {
+    name: SourceName,
+    client: Client,
+    gvk: GroupVersionKind,
+    fields: FieldSelection,
+    /// Fingerprint keyed with the installation key (secret content).
+    secret: bool,
+    settings: ObjectSourceSettings,
+    /// The API resource (plural); set once discovery finds the kind served.
+    resource: OnceLock<ApiResource>,
+    /// The kind was found not served and not yet found served again.
+    absent: AtomicBool,
+}
+
+// === impl KindSource ===
+
+impl KindSource {
+    /// The source `[sources.kubernetes.<name>]` configures, watching the
+    /// namespaces of `settings`.
+    pub fn from_config(
+        name: &str,
+        config: &KubernetesSourceConfig,
+        client: Client,
+        settings: ObjectSourceSettings,
+    ) -> Result<Self, KindConfigError> {
+        let source_name = SourceName::new(name).map_err(|source| KindConfigError::Name {
+            name: name.to_owned(),
+            source,
+        })?;
+        let fields = FieldSelection::new(config.fields.iter().cloned()).map_err(|source| {
+            KindConfigError::Fields {
+                name: name.to_owned(),
+                source,
+            }
+        })?;
+        Ok(Self {
+            name: source_name,
+            client,
+            gvk: GroupVersionKind::gvk(&config.group, &config.version, &config.kind),
+            fields,
+            secret: config.secret,
+            settings,
+            resource: OnceLock::new(),
+            absent: AtomicBool::new(false),
+        })
+    }
+
+    /// `group/version kind`, for logs and notes.
+    fn kind_label(&self) -> String {
+        format!("{} {}", self.gvk.api_version(), self.gvk.kind)
+    }
+
+    /// Discovers the kind: its API resource when served and namespaced.
+    async fn resolve(&self) -> Result<ApiResource, KindError> {
+        let api_version = self.gvk.api_version();
+        let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &self.gvk)
+            .await
+            .map_err(|source| KindError::NotServed {
+                api_version: api_version.clone(),
+                kind: self.gvk.kind.clone(),
+                source,
+            })?;
+        if capabilities.scope != kube::discovery::Scope::Namespaced {
+            return Err(KindError::ClusterScoped {
+                api_version,
+                kind: self.gvk.kind.clone(),
+            });
+        }
+        Ok(resource)
+    }
+
+    /// The API resource, discovered once (for `observe`, which cannot wait).
+    async fn resource(&self) -> Result<ApiResource, SourceError> {
+        if let Some(resource) = self.resource.get() {
+            return Ok(resource.clone());
+        }
+        let resource = self
+            .resolve()
+            .await
+            .map_err(|error| SourceError::backend(&self.name, "cannot read this kind", error))?;
+        Ok(self.resource.get_or_init(|| resource).clone())
+    }
+
+    /// The API resource, discovering it until the kind is served (checked
+    /// again with backoff); `None` on shutdown. Meanwhile the source counts
+    /// as ready and reports the kind once.
+    async fn served_resource(
+        &self,
+        ready: &WatchReady,
+        shutdown: &CancellationToken,
+    ) -> Option<ApiResource> {
+        if let Some(resource) = self.resource.get() {
+            return Some(resource.clone());
+        }
+        let mut backoff = Backoff::new(FIRST_RECHECK, MAX_RECHECK);
+        loop {
+            match self.resolve().await {
+                Ok(resource) => {
+                    self.report_served(ready);
+                    return Some(self.resource.get_or_init(|| resource).clone());
+                }
+                Err(error) => self.report_absent(ready, &error),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+            }
+        }
+    }
+
+    /// The kind cannot be read: the source does not hold up `/ready`; the
+    /// first time, one log line and a `/ready` note.
+    fn report_absent(&self, ready: &WatchReady, error: &KindError) {
+        if !self.absent.swap(true, Ordering::Relaxed) {
+            let text = crate::errors::error_chain(error);
+            let waiting = match error {
+                KindError::NotServed { .. } => "waiting for its CRD".to_owned(),
+                KindError::ClusterScoped { .. } => format!("fix sources.kubernetes.{}", self.name),
+            };
+            tracing::warn!(source = %self.name, error = %text, "not watching this source until its kind can be read; install its CRD (or fix its sources.kubernetes entry)");
+            // Noted before the source counts as ready, so that no `/ready`
+            // answer misses it.
+            ready.note(format!(
+                "not watching source {}: {text} ({waiting})",
+                self.name
+            ));
+        }
+        ready.listed();
+    }
+
+    /// The kind is served (again): clears the note, says so once.
+    fn report_served(&self, ready: &WatchReady) {
+        if self.absent.swap(false, Ordering::Relaxed) {
+            ready.clear_note();
+            tracing::info!(source = %self.name, kind = %self.kind_label(), "the API server serves this kind now; watching it");
+        }
+    }
+
+    fn api(&self, namespace: &str) -> Api<DynamicObject> {
+        let resource = self.resource.get().cloned().unwrap_or_else(|| {
+            // Not discovered: the plural is kube's guess, which the API
+            // server answers 404 until the kind is served.
+            ApiResource::from_gvk(&self.gvk)
+        });
+        Api::namespaced_with(self.client.clone(), namespace, &resource)
+    }
+}
+
+impl ObjectReader for KindSource {
+    type Object = DynamicObject;
+
+    fn source_name(&self) -> &SourceName {
+        &self.name
+    }
+
+    fn object_meta(object: &DynamicObject) -> &ObjectMeta {
+        &object.metadata
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<DynamicObject>, kube::Error> {
+        self.api(namespace).get_opt(name).await
+    }
+
+    fn observation(
+        &self,
+        tracked: &Tracked,
+        object: Option<&DynamicObject>,
+        cx: &ObserveContext,
+    ) -> Result<Observation, SourceError> {
+        if tracked.algorithm != Algorithm::Native {
+            return Err(SourceError::UnsupportedAlgorithm {
+                source_name: self.name.clone(),
+                algorithm: tracked.algorithm,
+            });
+        }
+        let Some(object) = object else {
+            return Ok(Observation::Absent);
+        };
+        let value = serde_json::to_value(object).map_err(|error| {
+            SourceError::backend(&self.name, "cannot read the object as JSON", error)
+        })?;
+        let key = self.secret.then(|| cx.key());
+        Ok(Observation::Present(fingerprint::native_fields(
+            &value,
+            &self.fields,
+            key,
+        )))
+    }
+
+    fn meta_streams(&self, health: &WatchHealth) -> Vec<BoxStream<'static, MetaEvent>> {
+        let client = self.client.clone();
+        let resource = self
+            .resource
+            .get()
+            .cloned()
+            .unwrap_or_else(|| ApiResource::from_gvk(&self.gvk));
+        meta_streams(&self.name, &self.settings, health, |ns| match ns {
+            Some(ns) => Api::<PartialObjectMeta<DynamicObject>>::namespaced_with(
+                client.clone(),
+                ns,
+                &resource,
+            ),
+            None => Api::all_with(client.clone(), &resource),
+        })
+    }
+}
+
+#[async_trait]
+impl Source for KindSource {
+    fn name(&self) -> &SourceName {
+        &self.name
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::Namespaced
+    }
+
+    /// An object name: a DNS-1123 subdomain.
+    fn check_reference(&self, reference: &str) -> Result<(), String> {
+        crate::annotations::check_object_name(reference).map_err(str::to_owned)
+    }
+
+    async fn observe(
+        &self,
+        tracked: &Tracked,
+        cx: &ObserveContext,
+    ) -> Result<Observation, SourceError> {
+        let reference = &tracked.reference;
+        let Some(namespace) = reference.namespace.as_deref() else {
+            return Err(SourceError::invalid_reference(
+                &self.name,
+                reference.name.as_str(),
+                "a namespaced source needs a namespace",
+            ));
+        };
+        let resource = self.resource().await?;
+        let object =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource)
+                .get_opt(&reference.name)
+                .await
+                .map_err(|e| {
+                    let what = format!("GET {} {namespace}/{}", self.gvk.kind, reference.name);
+                    SourceError::backend(&self.name, what, e)
+                })?;
+        self.observation(tracked, object.as_ref(), cx)
+    }
+
+    async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
+        let (parts, health) = ctx.into_parts();
+        if self
+            .served_resource(&parts.ready, &parts.shutdown)
+            .await
+            .is_none()
+        {
+            return Ok(());
+        }
+        run_objects(self, parts, &health).await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ObjectSourceSettings {
+        ObjectSourceSettings {
+            scheme: crate::annotations::AnnotationScheme::new("nudge.dev"),
+            scope: crate::scope::NamespaceScope::default(),
+            label_selector: String::new(),
+        }
+    }
+
+    /// A client that answers every request with an error (the tests here
+    /// read no cluster). Needs a tokio runtime.
+    fn offline() -> Client {
+        let refuse = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, _>(std::io::Error::other("offline"))
+        });
+        Client::new(refuse, "default")
+    }
+
+    fn gizmos(fields: &[&str], secret: bool) -> KindSource {
+        let mut config = KubernetesSourceConfig::new("example.com", "v1", "Gizmo");
+        config.fields = fields.iter().map(|f| (*f).to_owned()).collect();
+        config.secret = secret;
+        KindSource::from_config("gizmo", &config, offline(), settings()).expect("a valid entry")
+    }
+
+    fn object(spec_size: u64) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "Gizmo",
+            "metadata": { "name": "g", "namespace": "shop", "resourceVersion": spec_size.to_string() },
+            "spec": { "size": spec_size },
+            "status": { "observed": spec_size },
+        }))
+        .unwrap()
+    }
+
+    fn tracked(algorithm: Algorithm) -> Tracked {
+        let name = SourceName::new("gizmo").unwrap();
+        Tracked::new(
+            crate::model::Reference::object(name, "shop", "g"),
+            algorithm,
+        )
+    }
+
+    fn cx() -> ObserveContext {
+        ObserveContext::new(crate::fingerprint::FingerprintKey::new(vec![1; 32]).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_object_is_fingerprinted_by_its_configured_fields_and_absence_is_absent() {
+        let source = gizmos(&["/spec"], false);
+        let observe = |object: Option<&DynamicObject>| {
+            source
+                .observation(&tracked(Algorithm::Native), object, &cx())
+                .unwrap()
+        };
+        let three = observe(Some(&object(3)));
+        let Observation::Present(fingerprint) = &three else {
+            panic!("present: {three:?}");
+        };
+        let expected = fingerprint::native_fields(
+            &serde_json::to_value(object(3)).unwrap(),
+            &FieldSelection::new(["/spec"]).unwrap(),
+            None,
+        );
+        assert_eq!(*fingerprint, expected);
+        assert_ne!(observe(Some(&object(4))), three);
+        assert_eq!(observe(None), Observation::Absent);
+    }
+
+    #[tokio::test]
+    async fn secret_content_is_keyed_and_only_the_native_format_is_offered() {
+        let source = gizmos(&[], true);
+        let observation = source
+            .observation(&tracked(Algorithm::Native), Some(&object(3)), &cx())
+            .unwrap();
+        let Observation::Present(fingerprint) = observation else {
+            panic!("present");
+        };
+        assert!(fingerprint.as_digest().unwrap().starts_with("hmac-sha256-"));
+        let error = source
+            .observation(&tracked(Algorithm::Wave), Some(&object(3)), &cx())
+            .unwrap_err();
+        assert_eq!(error.category(), "unsupported_algorithm");
+        assert!(!source.supports(Algorithm::Reloader));
+    }
+
+    #[tokio::test]
+    async fn a_bad_entry_is_an_error_naming_it_not_a_panic() {
+        let mut config = KubernetesSourceConfig::new("example.com", "v1", "Gizmo");
+        config.fields = vec!["spec".to_owned()];
+        let error = KindSource::from_config("gizmo", &config, offline(), settings());
+        let error = error.err().expect("refused");
+        assert_eq!(
+            crate::errors::error_chain(&error),
+            "sources.kubernetes.gizmo.fields: \"spec\" is not a JSON pointer: it must start with \"/\" (e.g. \"/spec\")"
+        );
+        let bad_name = KindSource::from_config("giz-mo", &config, offline(), settings());
+        assert!(matches!(bad_name, Err(KindConfigError::Name { .. })));
+    }
+}
