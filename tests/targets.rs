@@ -513,7 +513,7 @@ async fn an_annotation_output_nudge_gave_up_leaves_a_rollout_at_its_next_write()
         json!({ "metadata": { "annotations": { "nudge.dev/configmap-b": null } } }),
     )
     .await;
-    settle().await;
+    wait_configmaps_tracked(&nudge, 1.0).await;
     cluster.put_configmap("a", &[("k", "2")]).await;
     let after = wait_for("a's new stamp", WAIT, || async {
         let stamped = template(&api.get("web").await.ok()?);
@@ -602,7 +602,7 @@ async fn an_env_var_output_nudge_gave_up_loses_the_value_nudge_wrote() {
         json!({ "metadata": { "annotations": { "reloader.stakater.com/auto": null } } }),
     )
     .await;
-    settle().await;
+    wait_configmaps_tracked(&nudge, 1.0).await;
     cluster.put_configmap("other", &[("k", "2")]).await;
     wait_for("other's new stamp", WAIT, || async {
         let now = template_annotation(&api, "w", "nudge.dev/checksum-other").await;
@@ -714,11 +714,34 @@ async fn reloaders_restart_strategy_restarts_a_rollout_by_restart_at_once_per_ch
     // A controller restart restarts nothing.
     let before = api.get("restarted").await.unwrap();
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
-    settle().await;
+    // A Rollout made now is stamped after the list that had `restarted` in it
+    // (one watch, in order); then nothing is left to do.
+    let mut probe = rollout("probe", "app-cfg");
+    probe["metadata"]["annotations"] = json!({ "nudge.dev/configmap-cfg": "app-cfg" });
+    let probe: DynamicObject = serde_json::from_value(probe).unwrap();
+    api.create(&PostParams::default(), &probe).await.unwrap();
+    wait_for("the probe Rollout stamped", WAIT, || async {
+        let object = api.get("probe").await.ok()?;
+        annotations_at(&object, "/spec/template/metadata")
+            .get("nudge.dev/checksum-cfg")
+            .map(drop)
+    })
+    .await;
+    wait_idle(&nudge).await;
     let after = api.get("restarted").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, before.metadata.resource_version,
         "not written at all"
     );
     nudge.stop().await;
+}
+
+/// Waits until nudge tracks `count` ConfigMap references: a workload event that
+/// dropped one has been processed.
+async fn wait_configmaps_tracked(nudge: &impl Running, count: f64) {
+    let series = r#"nudge_source_tracked_references{source="configmap"}"#;
+    wait_for(&format!("{count} ConfigMap references tracked"), WAIT, || async {
+        (nudge.metrics_at().sum(series).await? == count).then_some(())
+    })
+    .await;
 }
