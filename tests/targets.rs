@@ -740,8 +740,10 @@ async fn reloaders_restart_strategy_restarts_a_rollout_by_restart_at_once_per_ch
 /// dropped one has been processed.
 async fn wait_configmaps_tracked(nudge: &impl Running, count: f64) {
     let series = r#"nudge_source_tracked_references{source="configmap"}"#;
-    wait_for(&format!("{count} ConfigMap references tracked"), WAIT, || async {
-        (nudge.metrics_at().sum(series).await? == count).then_some(())
-    })
+    wait_for(
+        &format!("{count} ConfigMap references tracked"),
+        WAIT,
+        || async { (nudge.metrics_at().sum(series).await? == count).then_some(()) },
+    )
     .await;
 }
