@@ -727,7 +727,13 @@ impl PatchCounter {
         }
         let workload = cluster.workload(&self.kind, &self.name).await;
         let bumps = generation_of(&workload) - self.generation_before;
-        let recorded = recorded_revisions(&workload) - self.recorded_before;
+        // Only a Deployment's generation moves with its own annotations (the
+        // history record); a StatefulSet's or DaemonSet's moves with its spec.
+        let recorded = if self.kind == "Deployment" {
+            recorded_revisions(&workload) - self.recorded_before
+        } else {
+            0
+        };
         usize::try_from(bumps - recorded).unwrap_or(0)
     }
 }
