@@ -239,9 +239,20 @@ async fn create_and_reapply_follow_the_transcript() {
     // generation is bumped: the manifest drops the revision annotation from the
     // Deployment's own metadata (deploymentStrategy.PrepareForUpdate bumps it on
     // annotation changes, after admission).
+    // The controller manager may still be writing status (the ReplicaSet's
+    // pods counted): a 409 is sent again with the version it left, as a
+    // client would.
     let mut body = t["update"]["request"]["body"].clone();
     body["metadata"]["resourceVersion"] = observed["metadata"]["resourceVersion"].clone();
-    let updated = http.put(&path, &body).await;
+    let mut updated = http.put(&path, &body).await;
+    for _ in 0..5 {
+        if updated.status != 409 {
+            break;
+        }
+        let live = http.get(&path).await.json();
+        body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
+        updated = http.put(&path, &body).await;
+    }
     assert_eq!(
         updated.status,
         200,
