@@ -218,15 +218,18 @@ async fn create_and_reapply_follow_the_transcript() {
     assert_eq!(created["metadata"]["generation"], 1);
 
     // The recorded re-apply came after kube-controller-manager's writes (its
-    // oldObject carries their status and revision annotation): wait for them
-    // and send the resourceVersion they left.
+    // oldObject carries their status and revision annotation): wait until it
+    // is done (its pod reported: nothing more to write before the progress
+    // deadline) and send the resourceVersion it left.
     let path = format!("{DEPLOYMENTS}/hooked");
     let observed = wait_for(
-        "kube-controller-manager to observe hooked",
+        "kube-controller-manager to be done with hooked",
         Duration::from_secs(10),
         || async {
             let live = http.get(&path).await.json();
-            (live["status"]["observedGeneration"] == 1).then_some(live)
+            let done =
+                live["status"]["observedGeneration"] == 1 && live["status"]["updatedReplicas"] == 1;
+            done.then_some(live)
         },
     )
     .await;

@@ -34,7 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -86,20 +87,24 @@ async fn run(state: Arc<State>) {
     let mut shutdown = state.shutdown.clone();
     let mut controllers = Controllers::new(state.config.controller_latency);
     controllers.resync(&state);
-    loop {
-        controllers.work(&state).await;
+    let mut synced = 0usize;
+    while !*shutdown.borrow() {
+        // Events first, between any two syncs: the controllers' own writes
+        // must not pile up until the receiver lags.
+        controllers.drain(&mut events, &state);
+        if let Some(key) = controllers.queue.pop_due(Instant::now()) {
+            controllers.sync(&state, key);
+            synced += 1;
+            if synced.is_multiple_of(SYNCS_PER_YIELD) {
+                tokio::task::yield_now().await;
+            }
+            continue;
+        }
         let next = controllers.queue.next_due();
         tokio::select! {
-            event = events.recv() => match event {
-                Ok(event) => controllers.observe(&event),
-                Err(RecvError::Lagged(missed)) => {
-                    tracing::debug!(missed, "events missed: resyncing every workload");
-                    controllers.resync(&state);
-                }
-                Err(RecvError::Closed) => return,
-            },
+            event = events.recv() => controllers.receive(event, &state),
             () = sleep_until(next) => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => {}
         }
     }
 }
@@ -179,16 +184,31 @@ impl Controllers {
         }
     }
 
-    /// Syncs every key that is due.
-    async fn work(&mut self, state: &State) {
-        let mut synced = 0;
-        while let Some(key) = self.queue.pop_due(Instant::now()) {
-            self.sync(state, key);
-            synced += 1;
-            if synced % SYNCS_PER_YIELD == 0 {
-                tokio::task::yield_now().await;
+    /// Observes every event already received, without waiting.
+    fn drain(&mut self, events: &mut broadcast::Receiver<Arc<Event>>, state: &State) {
+        loop {
+            match events.try_recv() {
+                Ok(event) => self.observe(&event),
+                Err(TryRecvError::Lagged(missed)) => self.lagged(missed, state),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return,
             }
         }
+    }
+
+    /// Observes one awaited event.
+    fn receive(&mut self, event: Result<Arc<Event>, RecvError>, state: &State) {
+        match event {
+            Ok(event) => self.observe(&event),
+            Err(RecvError::Lagged(missed)) => self.lagged(missed, state),
+            // The store lives as long as the state: never closed while running.
+            Err(RecvError::Closed) => {}
+        }
+    }
+
+    /// Events were missed: every workload is looked at again.
+    fn lagged(&mut self, missed: u64, state: &State) {
+        tracing::debug!(missed, "events missed: resyncing every workload");
+        self.resync(state);
     }
 
     /// One sync of one key, and its requeue.

@@ -375,3 +375,24 @@ fn bad_input_is_synced_without_panicking() {
     w.now = SystemTime::UNIX_EPOCH;
     w.sync_deployment();
 }
+
+/// `tests/transcripts/admission_review.json`: a Deployment of one replica
+/// a moment after its creation, before its ReplicaSet reported the pod.
+#[test]
+fn the_status_before_the_pod_is_reported_is_the_recorded_one() {
+    let mut w = World::new(deployment(1, "x:1"));
+    w.sync_deployment();
+    w.sync_deployment();
+    let status = &w.deployment()["status"];
+    let rs_name = w.replica_sets()[0].name().to_string();
+    assert_eq!(
+        status,
+        &json!({"observedGeneration": 1, "unavailableReplicas": 1, "conditions": [
+            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated",
+             "message": format!("Created new replica set \"{rs_name}\""),
+             "lastUpdateTime": "2027-01-15T08:00:00Z", "lastTransitionTime": "2027-01-15T08:00:00Z"},
+            {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
+             "message": "Deployment does not have minimum availability.",
+             "lastUpdateTime": "2027-01-15T08:00:00Z", "lastTransitionTime": "2027-01-15T08:00:00Z"}]})
+    );
+}
