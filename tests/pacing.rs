@@ -3,16 +3,14 @@
 //! still rolls a workload at most twice.
 //!
 //! The workloads are Deployments scaled to zero, so a rollout completes as soon
-//! as the Deployment controller observes it. On a real cluster
-//! kube-controller-manager writes that status; where none runs (the double) the
-//! test plays its part.
+//! as the Deployment controller observes it: kube-controller-manager on a real
+//! cluster, its imitation on the API server double.
 
 mod support;
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use support::*;
 
@@ -35,38 +33,6 @@ async fn scaled_to_zero(cluster: &TestCluster, name: &str, pod: Value) {
         .await;
 }
 
-/// Plays the Deployment controller for Deployment `name` scaled to zero where
-/// none runs (the double, in process or as its own process): a generation left
-/// unobserved for a second is observed. A real kube-controller-manager observes
-/// it within milliseconds, so on a real cluster this never writes.
-fn deployment_controller(cluster: &TestCluster, name: &str) -> tokio::task::JoinHandle<()> {
-    let api = cluster.api::<Deployment>();
-    let name = name.to_owned();
-    tokio::spawn(async move {
-        let mut behind_since: Option<(i64, tokio::time::Instant)> = None;
-        loop {
-            if let Ok(deployment) = api.get(&name).await {
-                let generation = deployment.metadata.generation.unwrap_or(0);
-                let observed = deployment.status.and_then(|s| s.observed_generation);
-                behind_since = match (observed == Some(generation), behind_since) {
-                    (true, _) => None,
-                    (false, Some((g, since))) if g == generation => Some((g, since)),
-                    (false, _) => Some((generation, tokio::time::Instant::now())),
-                };
-                if let Some((_, since)) = behind_since
-                    && since.elapsed() > Duration::from_secs(1)
-                {
-                    let status = json!({ "status": { "observedGeneration": generation } });
-                    let _ = api
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                        .await;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-}
-
 /// Waits until the Deployment's status has caught up with its generation.
 async fn rollout_complete(cluster: &TestCluster, name: &str) {
     wait_for("the rollout to complete", WAIT, || async {
@@ -84,7 +50,6 @@ async fn after_a_completed_rollout_two_changes_within_the_debounce_roll_once() {
     cluster.put_configmap("pace-cm", &[("a", "1")]).await;
     cluster.put_secret("pace-secret", &[("s", "1")]).await;
     scaled_to_zero(&cluster, "paced", pod_with_both("pace-cm", "pace-secret")).await;
-    let controller = deployment_controller(&cluster, "paced");
     let mut config = cluster.nudge_config();
     config.engine.debounce = Duration::from_secs(2);
     // Far longer than the test waits: a stamp proves it did not hold.
@@ -113,7 +78,6 @@ async fn after_a_completed_rollout_two_changes_within_the_debounce_roll_once() {
     let now = cluster.template_annotations("Deployment", "paced").await;
     assert_eq!(now.get(CONFIG_HASH), Some(&second));
     nudge.stop().await;
-    controller.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +86,6 @@ async fn a_source_rewritten_every_200ms_for_30s_rolls_at_most_twice() {
     let sentinel = cluster.sentinel().await;
     cluster.put_configmap("looping", &[("n", "0")]).await;
     scaled_to_zero(&cluster, "looped", pod_mounting_configmap("looping")).await;
-    let controller = deployment_controller(&cluster, "looped");
     let mut config = cluster.nudge_config();
     // The defaults, but a short debounce so the test ends soon after the loop.
     config.engine.debounce = Duration::from_secs(1);
@@ -152,5 +115,4 @@ async fn a_source_rewritten_every_200ms_for_30s_rolls_at_most_twice() {
     let now = cluster.template_annotations("Deployment", "looped").await;
     assert_ne!(now.get(CONFIG_HASH), Some(&first));
     nudge.stop().await;
-    controller.abort();
 }
