@@ -37,9 +37,9 @@ pub(super) struct Follow {
     started: Instant,
     /// nudge's own progress deadline (kinds without one of their own).
     deadline: Option<Instant>,
-    /// A digest of the pod template as nudge's write left it; `None` when
-    /// resumed from the marker (the template as first seen then).
-    template: Option<u64>,
+    /// A digest of the pod template as nudge's write left it (resumed from
+    /// the marker: as first seen then).
+    template: u64,
     /// How it ended, once it has; kept until the marker leaves the workload.
     ended: Option<Outcome>,
 }
@@ -157,26 +157,38 @@ impl Core {
         now: Instant,
     ) {
         let sources = source_names(&revision);
-        let Some(record) = self.records.get_mut(id) else {
-            return;
-        };
-        record.revision = record.revision.max(revision.revision);
-        let deadline = self.deadline_for(id, now);
-        if self.leader {
+        // Not judged on the write's own result: its status is from before the
+        // new template (a status without observedGeneration could not say so).
+        if self.follow(workload, revision, related, now) && self.leader {
             let names: Vec<&str> = sources.iter().map(String::as_str).collect();
             self.metrics.rollout(&id.kind, &names, "started");
         }
+    }
+
+    /// Follows `revision` on `workload` from `now`; `false` when the workload
+    /// has no record.
+    fn follow(
+        &mut self,
+        workload: &Workload,
+        revision: Revision,
+        related: Option<Reference>,
+        now: Instant,
+    ) -> bool {
+        let id = &workload.id;
+        let Some(record) = self.records.get_mut(id) else {
+            return false;
+        };
+        record.revision = record.revision.max(revision.revision);
         let follow = Follow {
             revision,
             related,
             started: now,
-            deadline,
-            template: Some(template_digest(workload)),
+            deadline: self.deadline_for(id, now),
+            template: template_digest(workload),
             ended: None,
         };
-        // Not judged on the write's own result: its status is from before the
-        // new template (a status without observedGeneration could not say so).
         self.set_follow(id, follow);
+        true
     }
 
     /// A newer stamp of `id`, starting `next`, is on its way: the rollout
@@ -259,10 +271,7 @@ impl Core {
                 if !fresh {
                     return;
                 }
-                if follow
-                    .template
-                    .is_some_and(|digest| digest != template_digest(workload))
-                {
+                if follow.template != template_digest(workload) {
                     let reason = "the pod template was changed by someone else".to_owned();
                     self.end(id, Outcome::Superseded, Some(reason), now, out);
                 } else {
@@ -297,23 +306,10 @@ impl Core {
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
-        let id = &workload.id;
-        let Some(record) = self.records.get_mut(id) else {
-            return;
-        };
-        record.revision = record.revision.max(revision.revision);
-        let deadline = self.deadline_for(id, now);
-        tracing::info!(workload = %id, revision = revision.revision, "following the rollout in flight");
-        let follow = Follow {
-            revision,
-            related: None,
-            started: now,
-            deadline,
-            template: Some(template_digest(workload)),
-            ended: None,
-        };
-        self.set_follow(id, follow);
-        self.judge(id, workload.rollout, now, out);
+        tracing::info!(workload = %workload.id, revision = revision.revision, "following the rollout in flight");
+        if self.follow(workload, revision, None, now) {
+            self.judge(&workload.id, workload.rollout, now, out);
+        }
     }
 
     /// Ends the rollout of `id` when its status says it has.
