@@ -236,6 +236,11 @@ pub struct EngineConfig {
     pub progress_deadline: Duration,
     /// Config revisions kept in each workload's `<prefix>/history` annotation.
     pub history_limit: usize,
+    /// The default maintenance window of rolling stamps (design §5d), e.g.
+    /// `"Mon-Fri 22:00-06:00 Europe/Berlin"`; `None` (an empty string in TOML):
+    /// always open. Override per workload: `<prefix>/window`.
+    #[serde(with = "crate::window::optional")]
+    pub window: Option<crate::window::Window>,
 }
 
 impl Default for EngineConfig {
@@ -249,6 +254,7 @@ impl Default for EngineConfig {
             stamp_on_delete: false,
             progress_deadline: Duration::from_secs(600),
             history_limit: 10,
+            window: None,
         }
     }
 }
@@ -1415,6 +1421,28 @@ mod tests {
                 .to_string();
             assert!(err.contains("debounse"), "{err}");
             assert!(err.contains("nudge.toml"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn engine_window_parses_and_a_bad_one_names_the_key() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                "[engine]\nwindow = \"Mon-Fri 22:00-06:00 Europe/Berlin\"\n",
+            )?;
+            let config = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .expect("a valid window");
+            let window = config.engine.window.expect("set");
+            assert_eq!(window.zone(), "Europe/Berlin");
+            jail.set_env("NUDGE_ENGINE__WINDOW", "Mon-Fri 22:00 Europe/Berlin");
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("engine.window"), "{err}");
+            assert!(err.contains("NUDGE_ENGINE__WINDOW"), "{err}");
+            assert!(err.contains("invalid span"), "{err}");
             Ok(())
         });
     }

@@ -45,6 +45,12 @@ pub enum Reason {
     /// A rollout nudge started was replaced before it ended: by a newer stamp,
     /// or someone else's pod-template change (Normal).
     RolloutSuperseded,
+    /// Config changed, but a hold, a maintenance window or an earlier wave
+    /// keeps it from rolling the workload yet (Normal; design §5d).
+    ConfigPending,
+    /// A rollout failed while later waves waited for it: they stay held until
+    /// a newer change (Warning; design §5d).
+    WavesHalted,
 }
 
 impl Reason {
@@ -58,13 +64,18 @@ impl Reason {
             Self::RolloutComplete => "RolloutComplete",
             Self::RolloutFailed => "RolloutFailed",
             Self::RolloutSuperseded => "RolloutSuperseded",
+            Self::ConfigPending => "ConfigPending",
+            Self::WavesHalted => "WavesHalted",
         }
     }
 
     fn is_warning(self) -> bool {
         !matches!(
             self,
-            Self::ConfigChanged | Self::RolloutComplete | Self::RolloutSuperseded
+            Self::ConfigChanged
+                | Self::RolloutComplete
+                | Self::RolloutSuperseded
+                | Self::ConfigPending
         )
     }
 

@@ -85,6 +85,8 @@ pub struct Report {
     pub rollout: Option<Revision>,
     /// The workload's config history (`<prefix>/history`), oldest first.
     pub history: Vec<Revision>,
+    /// Its delivery settings and the config they hold back (design §5d).
+    pub delivery: DeliveryReport,
 }
 
 /// A state and a one-line explanation of it.
@@ -108,6 +110,9 @@ pub enum State {
     WaitingForDebounce,
     /// The workload was stamped within its min-interval; nudge stamps soon.
     WaitingForMinInterval,
+    /// Changed config waits for the workload's own delivery settings: mode
+    /// `notify`, an approval, or a maintenance window (design §5d).
+    Held,
     /// Some annotation is invalid (the valid ones are in sync).
     InvalidAnnotation,
     /// The stamped value differs from the desired one and no wait explains it.
@@ -267,6 +272,8 @@ pub(crate) struct ExplainSettings {
     pub stamp_on_delete: bool,
     /// `kubernetes.namespaces` (empty: all).
     pub namespaces: Vec<String>,
+    /// `engine.window`.
+    pub window: Option<crate::window::Window>,
 }
 
 impl ExplainSettings {
@@ -279,6 +286,7 @@ impl ExplainSettings {
             min_interval: config.engine.min_interval,
             stamp_on_delete: config.engine.stamp_on_delete,
             namespaces: config.kubernetes.namespaces.clone(),
+            window: config.engine.window.clone(),
         }
     }
 }
@@ -375,7 +383,21 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
             message: error.to_string(),
         })
         .collect();
-    let verdict = workload_verdict(facts, &outputs, &annotation_errors);
+    let pending_change = outputs
+        .iter()
+        .any(|output| output.desired.is_some() && output.desired != output.stamped);
+    let delivery = delivery_report(
+        deps,
+        &desired,
+        pending_change,
+        settings.window.as_ref(),
+        &settings.scheme.approve(),
+        now,
+    );
+    let verdict = held_verdict(
+        &delivery,
+        workload_verdict(facts, &outputs, &annotation_errors),
+    );
     let annotation = |key: String| workload.annotations.get(&key).map(String::as_str);
     Report {
         workload: workload.id.clone(),
@@ -385,6 +407,7 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
         timing,
         rollout: annotation(settings.scheme.rollout()).and_then(Revision::parse),
         history: history::parse_history(annotation(settings.scheme.history())),
+        delivery,
     }
 }
 
@@ -746,6 +769,9 @@ impl Report {
         }
         if let Some(rollout) = &self.rollout {
             let _ = writeln!(text, "rollout in progress: {}", revision_line(rollout));
+        }
+        if let Some(line) = self.delivery.line() {
+            let _ = writeln!(text, "delivery: {line}");
         }
         if let Some(last) = self.history.last() {
             let _ = writeln!(text, "last outcome: {}", revision_line(last));
@@ -1239,6 +1265,10 @@ async fn object_facts(
         ignored: annotations::is_ignored(&meta.annotations.unwrap_or_default(), scheme),
     })
 }
+
+mod delivery;
+pub use delivery::DeliveryReport;
+use delivery::{delivery_report, held_verdict};
 
 #[cfg(test)]
 mod tests;

@@ -90,6 +90,7 @@ mod webhook;
 pub mod cli;
 pub mod config;
 pub mod explain;
+pub mod window;
 
 pub use config::Config;
 pub use runtime::{Controller, RunError};

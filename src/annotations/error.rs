@@ -109,6 +109,17 @@ pub enum AnnotationError {
         /// What is allowed.
         expected: &'static str,
     },
+    /// `<prefix>/window` is not a maintenance window.
+    #[error("annotation {key}: invalid window {value:?}: {error}")]
+    InvalidWindow {
+        /// The annotation key.
+        key: String,
+        /// The start of the rejected value.
+        value: String,
+        /// What is wrong with it.
+        #[source]
+        error: crate::window::WindowError,
+    },
     /// Another tool's setting nudge does not emulate; the message says what nudge
     /// does instead.
     #[error("annotation {key}: {value:?} is not supported: {instead}")]
@@ -136,6 +147,7 @@ impl AnnotationError {
             Self::InvalidListItem { .. } => "bad_list_item",
             Self::DuplicateOutput { .. } => "duplicate_slot",
             Self::InvalidValue { .. } => "bad_value",
+            Self::InvalidWindow { .. } => "bad_window",
             Self::Unsupported { .. } => "unsupported",
         }
     }
@@ -153,6 +165,7 @@ impl AnnotationError {
             | Self::InvalidListItem { key, .. }
             | Self::DuplicateOutput { key, .. }
             | Self::InvalidValue { key, .. }
+            | Self::InvalidWindow { key, .. }
             | Self::Unsupported { key, .. } => key,
         }
     }

@@ -1,7 +1,8 @@
 //! Every annotation scheme nudge understands, parsed into typed [`StampSpec`]s.
 //!
 //! - **Native** (design §2, prefix `nudge.dev`, configurable): `auto`, explicit
-//!   `<source>-<slot>: <reference>`, `exclude`, `debounce`, `min-interval`.
+//!   `<source>-<slot>: <reference>`, `exclude`, `debounce`, `min-interval`, and
+//!   the delivery settings `mode`, `approve`, `window`, `wave` (design §5d).
 //! - **Wave** (design §4): `wave.pusher.com/update-on-config-change` plus
 //!   `extra-configmaps` / `extra-secrets`.
 //! - **k8s-consul-mutator**: `k8s-consul-mutator.io/key-<name>`, opt-out `skip`.
@@ -51,6 +52,7 @@ use std::time::Duration;
 
 use crate::model::{Reference, SourceCatalog, StampSpec, Tracked, Workload};
 
+mod delivery;
 mod error;
 mod go_regex;
 mod grammar;
@@ -63,6 +65,7 @@ mod scheme;
 mod stamps;
 mod wave;
 
+pub use delivery::{Approval, Delivery, MAX_WAVE, Mode, WindowChoice};
 pub use error::AnnotationError;
 pub use grammar::check_object_name;
 pub use mutator::{MUTATOR_LAST_UPDATED, MUTATOR_PREFIX, MUTATOR_SKIP, mutator_checksum};
@@ -98,6 +101,8 @@ pub struct Dependencies {
     /// Objects `<prefix>/exclude` drops from `auto` discovery (whole-object
     /// references in the workload's namespace).
     pub excluded: BTreeSet<Reference>,
+    /// When rolling stamps may be written (design §5d).
+    pub delivery: Delivery,
 }
 
 impl Dependencies {

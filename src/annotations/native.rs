@@ -1,6 +1,7 @@
 //! The native scheme (design §2, prefix `nudge.dev`, configurable): `auto`,
 //! explicit `<source>-<slot>: <reference>`, `exclude`, `debounce`,
-//! `min-interval`, `run-on-change` and `scheduling-gate`.
+//! `min-interval`, `run-on-change` and `scheduling-gate`; the delivery
+//! annotations (`mode`, `approve`, `window`, `wave`) are read in `delivery`.
 
 use super::AnnotationError;
 use super::grammar::{
@@ -9,6 +10,7 @@ use super::grammar::{
 };
 use super::parser::Annotations;
 use super::parser::Parser;
+use super::scheme::{APPROVE, MODE, WAVE, WINDOW};
 use super::scheme::{
     AUTO, CHECKSUM_PREFIX, CONFIG_HASH, DEBOUNCE, EXCLUDE, HISTORY, IGNORE, LAST_UPDATED,
     MAX_SLOT_LEN, MIN_INTERVAL, PROGRESS_DEADLINE, RELOADER_STATE, ROLLOUT, RUN_ON_CHANGE,
@@ -59,6 +61,7 @@ impl Parser<'_> {
                 parse_bool(key, value)?;
             }
             SCHEDULING_GATE => self.gate_choice = Some(parse_bool(key, value)?),
+            MODE | APPROVE | WINDOW | WAVE => self.delivery(key, name, value),
             // Written by nudge.
             IGNORE | CONFIG_HASH | LAST_UPDATED | RELOADER_STATE | ROLLOUT | HISTORY => {}
             _ if name.starts_with(CHECKSUM_PREFIX) => {}

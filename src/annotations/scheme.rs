@@ -27,6 +27,10 @@ pub(super) const SCHEDULING_GATE: &str = "scheduling-gate";
 pub(super) const PROGRESS_DEADLINE: &str = "progress-deadline";
 pub(super) const ROLLOUT: &str = "rollout";
 pub(super) const HISTORY: &str = "history";
+pub(super) const MODE: &str = "mode";
+pub(super) const APPROVE: &str = "approve";
+pub(super) const WINDOW: &str = "window";
+pub(super) const WAVE: &str = "wave";
 const AWAITING_CONFIG: &str = "awaiting-config";
 pub(super) const CHECKSUM_PREFIX: &str = "checksum-";
 
@@ -117,6 +121,27 @@ impl AnnotationScheme {
     /// each rollout ended.
     pub fn history(&self) -> String {
         self.key(HISTORY)
+    }
+
+    /// `<prefix>/mode`: on a workload, `auto`, `notify` or `manual` (design §5d).
+    pub fn mode(&self) -> String {
+        self.key(MODE)
+    }
+
+    /// `<prefix>/approve`: on a workload in `manual` mode, `latest` or the
+    /// pending fingerprint approved.
+    pub fn approve(&self) -> String {
+        self.key(APPROVE)
+    }
+
+    /// `<prefix>/window`: on a workload, its maintenance window.
+    pub fn window(&self) -> String {
+        self.key(WINDOW)
+    }
+
+    /// `<prefix>/wave`: on a workload, its wave among workloads sharing inputs.
+    pub fn wave(&self) -> String {
+        self.key(WAVE)
     }
 
     /// `<prefix>/awaiting-config`: the name of the pod scheduling gate that holds

@@ -32,6 +32,7 @@ use crate::stamp::{
     self, BlockReason, CurrentOutputs, FingerprintLookup, FingerprintStore, StampPatch,
 };
 use crate::targets::{ApplyOutcome, TargetError, WatchScope, WorkloadEvent};
+use crate::window::WallClock;
 
 /// Stamps written at once. Each write in flight is a connection to the API server;
 /// the token bucket paces how many start per second, this bounds how many
@@ -286,6 +287,9 @@ pub struct CoreSettings {
     pub namespace_selector: bool,
     /// Whether this replica starts as leader (false under leader election).
     pub leader: bool,
+    /// Wall-clock time of the instants the core is handed (maintenance
+    /// windows, design §5d).
+    pub clock: WallClock,
 }
 
 /// The engine core. See the module docs.
@@ -312,6 +316,8 @@ pub struct Core {
     /// Who changed each reference last, for references that changed while
     /// tracked (a rollout names them).
     provenance: HashMap<Tracked, Box<Provenance>>,
+    /// Holds, windows and waves (design §5d).
+    plans: plan::Plans,
 }
 
 // === impl Core ===
@@ -330,7 +336,9 @@ impl Core {
             catalog,
             namespace_selector,
             leader,
+            clock,
         } = settings;
+        let plans = plan::Plans::new(engine.window.clone(), clock);
         let bucket = TokenBucket::new(engine.stamps_per_second, engine.burst)?;
         Ok(Self {
             engine,
@@ -352,6 +360,7 @@ impl Core {
             metrics,
             deadlines: BTreeSet::new(),
             provenance: HashMap::new(),
+            plans,
         })
     }
 
@@ -386,6 +395,9 @@ impl Core {
             self.queue.len(),
             self.in_flight,
         );
+        for (reason, count) in self.plans.counts() {
+            self.metrics.set_held(reason, count);
+        }
         let wake = [self.queue.next_wake(self.room() > 0), self.next_deadline()];
         if let Some(at) = wake.into_iter().flatten().min() {
             out.push(Effect::WakeAt(at));
@@ -471,6 +483,7 @@ impl Core {
         let deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
         let current = CurrentOutputs::new(&workload, deps.stamps.iter().map(|s| &s.output));
         let timing = Timing::of(&deps);
+        self.plans.set(&id, deps.delivery.clone());
         let delta = self.graph.apply(id.clone(), deps.stamps);
         out.extend(delta.newly_tracked.into_iter().map(Effect::Track));
         self.drop_tracked(delta.droppable, out);
@@ -478,6 +491,7 @@ impl Core {
             // Nothing to track or report: forget it (memory grows with what is
             // tracked, not with the cluster).
             self.drop_follow(&id);
+            self.plans.forget(&id);
             self.records.remove(&id);
             self.queue.forget(&id);
             return;
@@ -518,6 +532,7 @@ impl Core {
         record.timing = timing;
         let completed =
             workload.rollout == Rollout::Complete && record.rollout != Rollout::Complete;
+        let moved = workload.rollout != record.rollout;
         record.rollout = workload.rollout;
         self.report_invalid(&id, &deps.errors, out);
         if completed {
@@ -527,6 +542,10 @@ impl Core {
         }
         self.evaluate(&id, now);
         self.follow_workload(&workload, now, out);
+        if moved {
+            // An earlier wave completed or failed: the waves after it decide again.
+            self.reevaluate_waves(now);
+        }
     }
 
     /// The copy of `id` the core already keeps: every event and write result
@@ -539,6 +558,7 @@ impl Core {
 
     fn on_delete(&mut self, id: &WorkloadId, out: &mut Vec<Effect>) {
         self.drop_follow(id);
+        self.plans.forget(id);
         self.parked.remove(id);
         let delta = self.graph.delete(id);
         self.drop_tracked(delta.droppable, out);
@@ -638,6 +658,11 @@ impl Core {
     fn on_leadership(&mut self, leader: bool, now: Instant, out: &mut Vec<Effect>) {
         let became = leader && !self.leader;
         self.leader = leader;
+        if !leader {
+            // Only the leader holds and reports; when it leads again it
+            // reports again what is still true.
+            self.plans.reset_reports();
+        }
         if !leader {
             tracing::info!("following: stamps are left to the leader");
             return;
@@ -754,6 +779,7 @@ impl Core {
             // pending references still belong to that stamp's Event.
             record.pending.clear();
             record.observed_at = None;
+            self.plans.release(id);
         }
     }
 
@@ -864,6 +890,7 @@ impl Core {
         let Some(patch) = patch else {
             record.pending.clear();
             record.observed_at = None;
+            self.plans.release(&id);
             return;
         };
         if !self.leader {
@@ -874,6 +901,12 @@ impl Core {
             return;
         }
         let rolls = stamp::changes_pod_template(&workload, &patch);
+        if rolls && self.held(&id, &desired, now, out) {
+            return;
+        }
+        let Some(record) = self.records.get_mut(&id) else {
+            return;
+        };
         let mut changed = std::mem::take(&mut record.pending);
         let mut observed_at = record.observed_at.take();
         if !rolls {
@@ -1170,6 +1203,7 @@ fn carried(patch: &StampPatch) -> String {
 }
 
 mod follow;
+mod plan;
 pub use follow::Conclusion;
 
 #[cfg(test)]
@@ -1178,6 +1212,8 @@ mod adoption_tests;
 mod follow_tests;
 #[cfg(test)]
 mod harness;
+#[cfg(test)]
+mod plan_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -126,6 +126,7 @@ impl Driver {
             catalog,
             namespace_selector: namespaces.is_some(),
             leader: leadership.is_none(),
+            clock: crate::window::WallClock::system(),
         };
         let core = Core::new(settings, store, metrics.clone())?;
         let tasks_shutdown = shutdown.child_token();

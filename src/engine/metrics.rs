@@ -94,6 +94,17 @@ struct AnnotationErrorLabels {
     category: &'static str,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct HeldLabels {
+    /// Why rolling config waits: `notify`, `manual`, `window`, `wave`,
+    /// `halted`, `invalid` (design §5d).
+    reason: &'static str,
+}
+
+/// The reasons of `nudge_held_workloads`, every one exported (0 included).
+pub(crate) const HELD_REASONS: [&str; 6] =
+    ["notify", "manual", "window", "wave", "halted", "invalid"];
+
 /// The engine's metrics. Clones share the series.
 #[derive(Debug, Clone)]
 pub struct EngineMetrics {
@@ -110,6 +121,7 @@ pub struct EngineMetrics {
     annotation_errors: Family<AnnotationErrorLabels, Counter>,
     rollouts: Family<RolloutLabels, Counter>,
     rollout_duration: Family<RolloutDurationLabels, Histogram>,
+    held: Family<HeldLabels, Gauge>,
 }
 
 impl Default for EngineMetrics {
@@ -126,6 +138,7 @@ impl Default for EngineMetrics {
             annotation_errors: Family::default(),
             rollouts: Family::default(),
             rollout_duration: Family::new_with_constructor(|| Histogram::new(ROLLOUT_BUCKETS)),
+            held: Family::default(),
         }
     }
 }
@@ -136,7 +149,7 @@ impl EngineMetrics {
     /// `nudge_tracked_references`, `nudge_debounce_queue_depth`,
     /// `nudge_stamps_outstanding`, `nudge_events_dropped_total`,
     /// `nudge_annotation_errors_total`, `nudge_rollouts_total`,
-    /// `nudge_rollout_duration_seconds`).
+    /// `nudge_rollout_duration_seconds`, `nudge_held_workloads`).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -186,6 +199,14 @@ impl EngineMetrics {
             "Events (and the notifications made from them) dropped because the publisher fell behind",
             metrics.events_dropped.clone(),
         );
+        registry.register(
+            "held_workloads",
+            "Workloads whose changed config waits (design §5d), by reason: notify, manual, window, wave (an earlier wave in flight), halted (an earlier wave failed), invalid",
+            metrics.held.clone(),
+        );
+        for reason in HELD_REASONS {
+            metrics.held.get_or_create(&HeldLabels { reason }).set(0);
+        }
         registry.register(
             "annotation_errors",
             "Invalid workload annotations by workload kind and error category, each counted when first reported",
@@ -253,6 +274,17 @@ impl EngineMetrics {
                 outcome,
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// Sets how many workloads are held for `reason`.
+    pub(crate) fn set_held(&self, reason: &'static str, count: usize) {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        self.held.get_or_create(&HeldLabels { reason }).set(count);
+    }
+
+    /// Workloads held for `reason` now.
+    pub fn held(&self, reason: &'static str) -> i64 {
+        self.held.get_or_create(&HeldLabels { reason }).get()
     }
 
     /// An Event was dropped: its queue was full.

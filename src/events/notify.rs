@@ -6,7 +6,9 @@
 //! [`Notifier`] is an [`EventSink`] that reacts to `ConfigChanged` (a stamp),
 //! `RolloutComplete` and `RolloutFailed` (how the rollout it started ended; the
 //! message carries the Event's note: references, who changed them, and values
-//! as nudge's history keeps them, keyed or redacted, never content). Its
+//! as nudge's history keeps them, keyed or redacted, never content),
+//! `ConfigPending` (changed config a hold, window or wave keeps back) and
+//! `WavesHalted` (a failed rollout holds the later waves; design §5d). Its
 //! `publish` renders the message and queues it without waiting (a full queue
 //! drops it); a [`NotifyWorker`] POSTs the queue one message at a time, with a
 //! deadline and no retries, and refuses redirects. Every outcome is counted
@@ -327,6 +329,16 @@ fn message(notice: &Notice, emphasis: Emphasis, additional_info: &str) -> String
     let named = named(notice);
     let text = if let Some(ended) = rollout_ended(notice.reason) {
         format!("nudge: the rollout of {rolled} {ended}: {}", notice.note)
+    } else if notice.reason == Reason::ConfigPending {
+        format!(
+            "nudge: config of {rolled} changed and waits: {}",
+            notice.note
+        )
+    } else if notice.reason == Reason::WavesHalted {
+        format!(
+            "nudge: later waves HALTED, the rollout of {rolled} failed: {}",
+            notice.note
+        )
     } else if named.is_empty() {
         format!("nudge rolled {rolled} ({})", notice.note)
     } else {
@@ -366,7 +378,7 @@ fn payload(format: NotifyFormat, notice: &Notice, additional_info: &str, time: &
         NotifyFormat::Slack => json!({
             "attachments": [{
                 "author_name": "nudge",
-                "color": if notice.reason == Reason::RolloutFailed { "danger" } else { "good" },
+                "color": if matches!(notice.reason, Reason::RolloutFailed | Reason::WavesHalted) { "danger" } else { "good" },
                 "text": message(notice, Emphasis::Bold, additional_info),
             }],
         }),
@@ -495,6 +507,8 @@ impl Notifier {
             Reason::ConfigChanged,
             Reason::RolloutComplete,
             Reason::RolloutFailed,
+            Reason::ConfigPending,
+            Reason::WavesHalted,
         ];
         if !notified.contains(&notice.reason) {
             return;

@@ -71,6 +71,7 @@ fn mk_settings() -> ExplainSettings {
         min_interval: Duration::from_secs(30),
         stamp_on_delete: false,
         namespaces: Vec::new(),
+        window: None,
     }
 }
 
@@ -427,6 +428,15 @@ fn json_shape_is_stable() {
             "annotation_errors": [],
             "rollout": null,
             "history": [],
+            "delivery": {
+                "mode": "auto",
+                "wave": 0,
+                "approve": null,
+                "window": null,
+                "next_opening": null,
+                "pending": null,
+                "held": null,
+            },
             "timing": {
                 "now": NOW,
                 "debounce": "5s",
@@ -550,4 +560,117 @@ fn the_rollout_in_flight_and_the_history_are_shown() {
         history.contains("changed: configmap/shop/flags (by kubectl-edit)"),
         "{history}"
     );
+}
+
+#[test]
+fn manual_mode_shows_the_pending_fingerprint_to_approve() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/mode", "manual"),
+        ],
+        &[("nudge.dev/checksum-flags", "sha256-old")],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::Held);
+    let pending = report.delivery.pending.clone().expect("pending");
+    assert!(
+        pending.starts_with("sha256-") && pending.len() == 19,
+        "{pending}"
+    );
+    assert_eq!(
+        report.verdict.message,
+        format!(
+            "held: config {pending} is pending; waiting for approval: set nudge.dev/approve: {pending}"
+        )
+    );
+    assert_eq!(report.delivery.mode, "manual");
+    assert!(
+        report
+            .to_table()
+            .contains(&format!("delivery: mode manual, pending {pending}"))
+    );
+}
+
+#[test]
+fn an_approval_of_the_pending_config_is_not_a_hold() {
+    let stale = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/mode", "manual"),
+            ("nudge.dev/approve", "sha256-0123456789ab"),
+        ],
+        &[("nudge.dev/checksum-flags", "sha256-old")],
+    );
+    let world = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z");
+    let report = world.report(&stale);
+    assert_eq!(report.verdict.state, State::Held);
+    assert!(
+        report
+            .verdict
+            .message
+            .contains("approves sha256-0123456789ab, not the pending"),
+        "{}",
+        report.verdict.message
+    );
+    let pending = report.delivery.pending.expect("pending");
+    let approved = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/mode", "manual"),
+            ("nudge.dev/approve", &pending),
+        ],
+        &[("nudge.dev/checksum-flags", "sha256-old")],
+    );
+    assert_eq!(world.report(&approved).verdict.state, State::OutOfSync);
+}
+
+#[test]
+fn a_closed_window_shows_its_next_opening() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/window", "Mon-Fri 22:00-06:00 UTC"),
+        ],
+        &[("nudge.dev/checksum-flags", "sha256-old")],
+    );
+    // NOW is a Sunday noon.
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::Held);
+    assert_eq!(
+        report.delivery.next_opening.as_deref(),
+        Some("2025-06-02T22:00:00+00:00[UTC]")
+    );
+    assert!(
+        report
+            .verdict
+            .message
+            .contains("outside the maintenance window")
+    );
+}
+
+#[test]
+fn an_in_sync_workload_in_notify_mode_has_nothing_pending() {
+    let workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/mode", "notify"),
+        ],
+        &[("nudge.dev/checksum-flags", FLAGS_FP)],
+    );
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z")
+        .report(&workload);
+    assert_eq!(report.verdict.state, State::InSync);
+    assert_eq!(report.delivery.pending, None);
+    assert_eq!(report.delivery.held, None);
 }

@@ -189,6 +189,26 @@ pub struct DesiredStamp {
     pub reloader_sources: BTreeMap<Output, String>,
 }
 
+impl DesiredStamp {
+    /// The pending fingerprint (design §5d): `sha256-` and 12 hex digits of the
+    /// desired values of every output, so that "the config a stamp would write
+    /// now" has one short name in the core, its Events and `nudge explain`, and
+    /// an approval can name it. The values are fingerprints already; this
+    /// reveals no content.
+    pub fn pending_fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for (output, value) in &self.values {
+            hasher.update(output.key().as_bytes());
+            hasher.update(b"=");
+            hasher.update(value.as_bytes());
+            hasher.update(b"\n");
+        }
+        let digest = hex::encode(hasher.finalize());
+        format!("sha256-{}", &digest[..12])
+    }
+}
+
 /// What to write to one workload.
 ///
 /// The patch is applied by **server-side apply with field manager `nudge`**, and a

@@ -49,6 +49,11 @@ impl Follow {
     pub(super) fn in_progress(&self) -> bool {
         self.ended.is_none()
     }
+
+    /// Whether it ended failed (an earlier wave halts the later ones, §5d).
+    pub(super) fn failed(&self) -> bool {
+        self.ended == Some(Outcome::Failed)
+    }
 }
 
 /// A rollout's end, for the driver to publish and record.

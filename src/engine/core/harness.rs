@@ -358,6 +358,10 @@ pub(super) fn settings() -> CoreSettings {
         catalog: builtin_catalog(),
         namespace_selector: false,
         leader: true,
+        clock: crate::window::WallClock::anchored(
+            tokio::time::Instant::now(),
+            jiff::Timestamp::UNIX_EPOCH,
+        ),
     }
 }
 

@@ -47,6 +47,10 @@ fn mk_settings() -> CoreSettings {
         }),
         namespace_selector: false,
         leader: true,
+        clock: crate::window::WallClock::anchored(
+            tokio::time::Instant::now(),
+            jiff::Timestamp::UNIX_EPOCH,
+        ),
     }
 }
 

@@ -1,0 +1,628 @@
+//! Holds, windows and waves (design §5d) in the core: explicit instants, a
+//! wall clock anchored where each test needs it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::*;
+use crate::fingerprint::{Algorithm, Fingerprint, Observation};
+use crate::model::{RolloutFailure, Scope, WorkloadKind};
+use crate::window::WallClock;
+
+const CHECKSUM: &str = "nudge.dev/checksum-cfg";
+const DEBOUNCE: Duration = Duration::from_secs(5);
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A core whose wall clock reads `wall` at `t0`, with `window` as
+/// `engine.window`.
+fn mk_core(t0: Instant, wall: &str, window: Option<&str>) -> Core {
+    let settings = CoreSettings {
+        engine: EngineConfig {
+            debounce: DEBOUNCE,
+            max_delay: secs(60),
+            stamps_per_second: 1000.0,
+            burst: 1000,
+            min_interval: secs(30),
+            window: window.map(|w| w.parse().unwrap()),
+            ..EngineConfig::default()
+        },
+        scheme: AnnotationScheme::default(),
+        catalog: SourceCatalog::new().with(SourceName::configmap(), Scope::Namespaced, |r| {
+            crate::annotations::check_object_name(r).map_err(str::to_owned)
+        }),
+        namespace_selector: false,
+        leader: true,
+        clock: WallClock::anchored(t0, wall.parse().unwrap()),
+    };
+    Core::new(settings, Arc::default(), EngineMetrics::default()).unwrap()
+}
+
+/// A Deployment referencing ConfigMap `cfg`, with `stamped` on its template,
+/// these extra annotations, and this rollout status.
+fn mk_workload(name: &str, stamped: &str, extra: &[(&str, &str)], rollout: Rollout) -> Workload {
+    let mut annotations =
+        BTreeMap::from([("nudge.dev/configmap-cfg".to_owned(), "cfg".to_owned())]);
+    for (key, value) in extra {
+        annotations.insert((*key).to_owned(), (*value).to_owned());
+    }
+    Workload {
+        id: WorkloadId::new(WorkloadKind::deployment(), "ns", name),
+        annotations,
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                annotations: Some(BTreeMap::from([(CHECKSUM.to_owned(), stamped.to_owned())])),
+                ..ObjectMeta::default()
+            }),
+            spec: None,
+        },
+        rollout,
+        ordered_pods: false,
+        resource_version: None,
+    }
+}
+
+fn apply(workload: Workload) -> Input {
+    Input::workload(WorkloadEvent::Apply(workload))
+}
+
+fn observed(digest: &str) -> Input {
+    Input::Observation(SourceUpdate::new(
+        Tracked::new(
+            Reference::object(SourceName::configmap(), "ns", "cfg"),
+            Algorithm::Native,
+        ),
+        Observation::Present(Fingerprint::digest(digest)),
+    ))
+}
+
+/// The workloads written and the value each write sets.
+fn writes(effects: &[Effect]) -> Vec<(String, String)> {
+    let output = Output::PodTemplateAnnotation(CHECKSUM.to_owned());
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Write(write) => Some((
+                write.patch.id.name.to_string(),
+                write.patch.values[&output].clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+fn notices(effects: &[Effect], reason: Reason) -> Vec<&Notice> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Publish(notice) if notice.reason == reason => Some(notice),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The pending fingerprint a `ConfigPending` note names.
+fn pending_in(note: &str) -> String {
+    let start = note.find("sha256-").expect("a fingerprint");
+    note[start..start + 19].to_owned()
+}
+
+/// Ends the write of `name` as applied: stamped `digest`, rolling out.
+fn finish(
+    core: &mut Core,
+    name: &str,
+    digest: &str,
+    extra: &[(&str, &str)],
+    at: Instant,
+) -> Vec<Effect> {
+    let workload = mk_workload(name, digest, extra, Rollout::InProgress);
+    core.handle(
+        Input::WriteFinished {
+            id: workload.id.clone(),
+            outcome: WriteOutcome::Applied(Box::new(workload)),
+        },
+        at,
+    )
+}
+
+// === holds ===
+
+#[test]
+fn notify_mode_reports_each_pending_config_once_and_never_stamps() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let notify = [("nudge.dev/mode", "notify")];
+    core.handle(
+        apply(mk_workload("web", "sha256-0", &notify, Rollout::Complete)),
+        t0,
+    );
+    core.handle(observed("sha256-0"), t0);
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(writes(&effects), []);
+    let pending = notices(&effects, Reason::ConfigPending);
+    assert_eq!(pending.len(), 1, "{effects:?}");
+    assert!(
+        pending[0].note.contains("mode notify"),
+        "{}",
+        pending[0].note
+    );
+    assert_eq!(pending[0].changed.len(), 1, "names the changed ConfigMap");
+    assert_eq!(core.metrics.held("notify"), 1);
+    // The same config again: no new report; a new one: reported.
+    let effects = core.handle(
+        apply(mk_workload("web", "sha256-0", &notify, Rollout::Complete)),
+        t0 + secs(6),
+    );
+    let effects = [effects, core.handle(Input::Tick, t0 + secs(12))].concat();
+    assert_eq!(notices(&effects, Reason::ConfigPending).len(), 0);
+    core.handle(observed("sha256-2"), t0 + secs(20));
+    let effects = core.handle(Input::Tick, t0 + secs(25));
+    assert_eq!(writes(&effects), []);
+    assert_eq!(notices(&effects, Reason::ConfigPending).len(), 1);
+    // Back to auto: the newest content is stamped, and nothing is held.
+    core.handle(
+        apply(mk_workload("web", "sha256-0", &[], Rollout::Complete)),
+        t0 + secs(30),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(35));
+    assert_eq!(
+        writes(&effects),
+        [("web".to_owned(), "sha256-2".to_owned())]
+    );
+    assert_eq!(core.metrics.held("notify"), 0);
+}
+
+#[test]
+fn manual_mode_stamps_exactly_the_approved_fingerprint() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let manual = |approve: Option<&str>| {
+        let mut extra = vec![("nudge.dev/mode", "manual")];
+        extra.extend(approve.map(|a| ("nudge.dev/approve", a)));
+        mk_workload("web", "sha256-0", &extra, Rollout::Complete)
+    };
+    core.handle(apply(manual(None)), t0);
+    core.handle(observed("sha256-0"), t0);
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    let first = pending_in(&notices(&effects, Reason::ConfigPending)[0].note);
+    core.handle(observed("sha256-2"), t0 + secs(10));
+    let effects = core.handle(Input::Tick, t0 + secs(15));
+    let second = pending_in(&notices(&effects, Reason::ConfigPending)[0].note);
+    assert_ne!(first, second);
+    assert_eq!(core.metrics.held("manual"), 1);
+
+    // An approval of the older config lets nothing through.
+    core.handle(apply(manual(Some(&first))), t0 + secs(20));
+    let effects = core.handle(Input::Tick, t0 + secs(25));
+    assert_eq!(writes(&effects), []);
+    let stale = notices(&effects, Reason::ConfigPending);
+    assert!(
+        stale[0].note.contains(&format!("approves {first}")),
+        "{}",
+        stale[0].note
+    );
+
+    // The pending one is stamped, with the newest content.
+    core.handle(apply(manual(Some(&second))), t0 + secs(30));
+    let effects = core.handle(Input::Tick, t0 + secs(35));
+    assert_eq!(
+        writes(&effects),
+        [("web".to_owned(), "sha256-2".to_owned())]
+    );
+    assert_eq!(core.metrics.held("manual"), 0);
+}
+
+#[test]
+fn approve_latest_lets_every_change_through_while_set() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let latest = [
+        ("nudge.dev/mode", "manual"),
+        ("nudge.dev/approve", "latest"),
+    ];
+    core.handle(
+        apply(mk_workload("web", "sha256-0", &latest, Rollout::Complete)),
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(
+        writes(&effects),
+        [("web".to_owned(), "sha256-1".to_owned())]
+    );
+}
+
+#[test]
+fn an_invalid_mode_holds_and_names_the_annotation() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let effects = core.handle(
+        apply(mk_workload(
+            "web",
+            "sha256-0",
+            &[("nudge.dev/mode", "manul")],
+            Rollout::Complete,
+        )),
+        t0,
+    );
+    let invalid = notices(&effects, Reason::InvalidAnnotation);
+    assert!(
+        invalid[0].note.contains("nudge.dev/mode"),
+        "{}",
+        invalid[0].note
+    );
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(writes(&effects), []);
+    assert_eq!(core.metrics.held("invalid"), 1);
+}
+
+// === windows ===
+
+#[test]
+fn a_window_opening_applies_the_newest_content_once() {
+    let t0 = Instant::now();
+    // Friday 21:58 UTC; the window opens at 22:00.
+    let mut core = mk_core(t0, "2026-11-27T21:58:00Z", Some("Mon-Fri 22:00-06:00 UTC"));
+    core.handle(
+        apply(mk_workload("web", "sha256-0", &[], Rollout::Complete)),
+        t0,
+    );
+    core.handle(observed("sha256-0"), t0);
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(writes(&effects), []);
+    let pending = notices(&effects, Reason::ConfigPending);
+    assert!(
+        pending[0]
+            .note
+            .contains("opens 2026-11-27T22:00:00+00:00[UTC]"),
+        "{}",
+        pending[0].note
+    );
+    assert_eq!(core.metrics.held("window"), 1);
+    core.handle(observed("sha256-2"), t0 + secs(30));
+    let effects = core.handle(Input::Tick, t0 + secs(35));
+    assert_eq!(writes(&effects), []);
+    let opening = t0 + secs(120);
+    assert_eq!(
+        effects.iter().find_map(|e| match e {
+            Effect::WakeAt(at) => Some(*at),
+            _ => None,
+        }),
+        Some(opening)
+    );
+    assert_eq!(writes(&core.handle(Input::Tick, opening - secs(1))), []);
+    let effects = core.handle(Input::Tick, opening);
+    assert_eq!(
+        writes(&effects),
+        [("web".to_owned(), "sha256-2".to_owned())]
+    );
+    finish(&mut core, "web", "sha256-2", &[], opening + secs(1));
+    assert_eq!(writes(&core.handle(Input::Tick, opening + secs(60))), []);
+}
+
+#[test]
+fn always_opts_a_workload_out_of_the_engine_window() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-28T12:00:00Z", Some("Mon-Fri 22:00-06:00 UTC"));
+    let always = [("nudge.dev/window", "always")];
+    core.handle(
+        apply(mk_workload("web", "sha256-0", &always, Rollout::Complete)),
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(
+        writes(&effects),
+        [("web".to_owned(), "sha256-1".to_owned())]
+    );
+}
+
+// === waves ===
+
+fn wave(n: &'static str) -> [(&'static str, &'static str); 1] {
+    [("nudge.dev/wave", n)]
+}
+
+/// `first` (wave 0), `second` (wave 1), `third` (wave 2), stamped
+/// `sha256-0` and complete, sharing ConfigMap `cfg`.
+fn three_waves(core: &mut Core, t0: Instant) {
+    core.handle(
+        apply(mk_workload("first", "sha256-0", &[], Rollout::Complete)),
+        t0,
+    );
+    core.handle(
+        apply(mk_workload(
+            "second",
+            "sha256-0",
+            &wave("1"),
+            Rollout::Complete,
+        )),
+        t0,
+    );
+    core.handle(
+        apply(mk_workload(
+            "third",
+            "sha256-0",
+            &wave("2"),
+            Rollout::Complete,
+        )),
+        t0,
+    );
+    core.handle(observed("sha256-0"), t0);
+}
+
+/// `name` reports its rollout of `digest` as `rollout`.
+fn status(core: &mut Core, name: &str, digest: &str, rollout: Rollout, at: Instant) -> Vec<Effect> {
+    let extra: &[(&str, &str)] = match name {
+        "second" => &wave("1"),
+        "third" => &wave("2"),
+        _ => &[],
+    };
+    core.handle(apply(mk_workload(name, digest, extra, rollout)), at)
+}
+
+#[test]
+fn three_waves_are_stamped_in_order() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    three_waves(&mut core, t0);
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(
+        writes(&effects),
+        [("first".to_owned(), "sha256-1".to_owned())]
+    );
+    assert_eq!(core.metrics.held("wave"), 2);
+    finish(&mut core, "first", "sha256-1", &[], t0 + secs(6));
+    assert_eq!(writes(&core.handle(Input::Tick, t0 + secs(20))), []);
+
+    status(
+        &mut core,
+        "first",
+        "sha256-1",
+        Rollout::Complete,
+        t0 + secs(30),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(35));
+    assert_eq!(
+        writes(&effects),
+        [("second".to_owned(), "sha256-1".to_owned())]
+    );
+    finish(&mut core, "second", "sha256-1", &wave("1"), t0 + secs(36));
+    assert_eq!(writes(&core.handle(Input::Tick, t0 + secs(45))), []);
+
+    status(
+        &mut core,
+        "second",
+        "sha256-1",
+        Rollout::Complete,
+        t0 + secs(50),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(55));
+    assert_eq!(
+        writes(&effects),
+        [("third".to_owned(), "sha256-1".to_owned())]
+    );
+    assert_eq!(core.metrics.held("wave"), 0);
+}
+
+#[test]
+fn a_failed_wave_halts_the_rest_until_a_fix_releases_them_with_it() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    three_waves(&mut core, t0);
+    core.handle(observed("sha256-1"), t0);
+    core.handle(Input::Tick, t0 + DEBOUNCE);
+    finish(&mut core, "first", "sha256-1", &[], t0 + secs(6));
+    let failed = Rollout::Failed {
+        reason: RolloutFailure::ProgressDeadlineExceeded,
+    };
+    let effects = status(&mut core, "first", "sha256-1", failed, t0 + secs(30));
+    let effects = [effects, core.handle(Input::Tick, t0 + secs(35))].concat();
+    assert_eq!(writes(&effects), []);
+    let halted = notices(&effects, Reason::WavesHalted);
+    assert_eq!(halted.len(), 1, "one per halted change: {effects:?}");
+    assert_eq!(halted[0].workload.name.as_str(), "first");
+    assert!(halted[0].note.contains("second"), "{}", halted[0].note);
+    assert!(halted[0].note.contains("third"), "{}", halted[0].note);
+    assert!(halted[0].note.contains("configmap"), "{}", halted[0].note);
+    let held: Vec<&str> = notices(&effects, Reason::ConfigPending)
+        .iter()
+        .map(|n| n.workload.name.as_str())
+        .collect();
+    assert_eq!(held.len(), 2, "one Event per held workload: {held:?}");
+    assert_eq!(core.metrics.held("halted"), 2);
+    // Nothing more while halted.
+    let effects = core.handle(Input::Tick, t0 + secs(90));
+    assert_eq!(notices(&effects, Reason::WavesHalted).len(), 0);
+
+    // A fix: the first wave again, then the others, with the fix.
+    core.handle(observed("sha256-2"), t0 + secs(100));
+    let effects = core.handle(Input::Tick, t0 + secs(105));
+    assert_eq!(
+        writes(&effects),
+        [("first".to_owned(), "sha256-2".to_owned())]
+    );
+    finish(&mut core, "first", "sha256-2", &[], t0 + secs(106));
+    status(
+        &mut core,
+        "first",
+        "sha256-2",
+        Rollout::Complete,
+        t0 + secs(120),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(125));
+    assert_eq!(
+        writes(&effects),
+        [("second".to_owned(), "sha256-2".to_owned())]
+    );
+}
+
+#[test]
+fn a_newer_change_mid_plan_supersedes_it() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    three_waves(&mut core, t0);
+    core.handle(observed("sha256-1"), t0);
+    core.handle(Input::Tick, t0 + DEBOUNCE);
+    finish(&mut core, "first", "sha256-1", &[], t0 + secs(6));
+    status(
+        &mut core,
+        "first",
+        "sha256-1",
+        Rollout::Complete,
+        t0 + secs(30),
+    );
+    core.handle(Input::Tick, t0 + secs(35));
+    finish(&mut core, "second", "sha256-1", &wave("1"), t0 + secs(36));
+
+    // Wave 1 rolls content 1 when content 2 arrives: wave 0 goes first again.
+    core.handle(observed("sha256-2"), t0 + secs(40));
+    let effects = core.handle(Input::Tick, t0 + secs(45));
+    assert_eq!(
+        writes(&effects),
+        [("first".to_owned(), "sha256-2".to_owned())]
+    );
+    finish(&mut core, "first", "sha256-2", &[], t0 + secs(46));
+    // Wave 1 completes content 1: the third wave still waits (wave 0, and wave 1 itself, are behind).
+    status(
+        &mut core,
+        "second",
+        "sha256-1",
+        Rollout::Complete,
+        t0 + secs(50),
+    );
+    assert_eq!(writes(&core.handle(Input::Tick, t0 + secs(60))), []);
+    status(
+        &mut core,
+        "first",
+        "sha256-2",
+        Rollout::Complete,
+        t0 + secs(70),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(75));
+    assert_eq!(
+        writes(&effects),
+        [("second".to_owned(), "sha256-2".to_owned())]
+    );
+    finish(&mut core, "second", "sha256-2", &wave("1"), t0 + secs(76));
+    status(
+        &mut core,
+        "second",
+        "sha256-2",
+        Rollout::Complete,
+        t0 + secs(90),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(95));
+    assert_eq!(
+        writes(&effects),
+        [("third".to_owned(), "sha256-2".to_owned())],
+        "never content 1"
+    );
+}
+
+#[test]
+fn a_new_leader_resumes_the_plan_from_the_workloads() {
+    // The old leader stamped wave 0 and it completed; wave 1 was not stamped.
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    core.handle(Input::Leadership(false), t0);
+    core.handle(
+        apply(mk_workload("first", "sha256-1", &[], Rollout::Complete)),
+        t0,
+    );
+    core.handle(
+        apply(mk_workload(
+            "second",
+            "sha256-0",
+            &wave("1"),
+            Rollout::Complete,
+        )),
+        t0,
+    );
+    core.handle(
+        apply(mk_workload(
+            "third",
+            "sha256-0",
+            &wave("2"),
+            Rollout::Complete,
+        )),
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    assert_eq!(
+        writes(&core.handle(Input::Tick, t0 + DEBOUNCE)),
+        [],
+        "a follower writes nothing"
+    );
+    core.handle(Input::Leadership(true), t0 + secs(10));
+    let effects = core.handle(Input::Tick, t0 + secs(15));
+    assert_eq!(
+        writes(&effects),
+        [("second".to_owned(), "sha256-1".to_owned())],
+        "wave 0 is not stamped again"
+    );
+    assert_eq!(
+        core.metrics.held("wave"),
+        1,
+        "the third waits for the second"
+    );
+}
+
+#[test]
+fn a_restart_mid_rollout_keeps_later_waves_waiting() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    core.handle(
+        apply(mk_workload("first", "sha256-1", &[], Rollout::InProgress)),
+        t0,
+    );
+    core.handle(
+        apply(mk_workload(
+            "second",
+            "sha256-0",
+            &wave("1"),
+            Rollout::Complete,
+        )),
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    assert_eq!(writes(&core.handle(Input::Tick, t0 + DEBOUNCE)), []);
+    status(
+        &mut core,
+        "first",
+        "sha256-1",
+        Rollout::Complete,
+        t0 + secs(30),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(35));
+    assert_eq!(
+        writes(&effects),
+        [("second".to_owned(), "sha256-1".to_owned())]
+    );
+}
+
+#[test]
+fn without_wave_annotations_everything_is_stamped_at_once() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    core.handle(
+        apply(mk_workload("a", "sha256-0", &[], Rollout::Complete)),
+        t0,
+    );
+    core.handle(
+        apply(mk_workload("b", "sha256-0", &[], Rollout::InProgress)),
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(writes(&effects).len(), 2);
+}
