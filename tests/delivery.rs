@@ -1,0 +1,324 @@
+//! Progressive config delivery (design §5d): `nudge.dev/mode` holds,
+//! approvals, and waves, against the double and a real control plane alike.
+//! With no nodes, `replicas: 0` completes its rollout and `replicas: 1` with a
+//! short `progressDeadlineSeconds` fails (`ProgressDeadlineExceeded`).
+//! Maintenance windows depend on the wall clock: they are tested in the core
+//! with an injected one (`engine/core/plan_tests.rs`, `window/tests.rs`).
+
+mod support;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::{Value, json};
+use support::{Running, Sentinel};
+use support::{TestCluster, WAIT, pod_mounting_configmap, wait_for, wait_for_stamp};
+
+const CONFIG_HASH: &str = "nudge.dev/config-hash";
+
+/// A Deployment `name` with `nudge.dev/auto` mounting ConfigMap `app-config`,
+/// with `replicas`, a `progressDeadlineSeconds` and these extra annotations.
+async fn deployment(
+    cluster: &TestCluster,
+    name: &str,
+    replicas: i64,
+    deadline: i64,
+    extra: &[(&str, &str)],
+) {
+    let mut annotations = json!({ "nudge.dev/auto": "true" });
+    for (key, value) in extra {
+        annotations[*key] = json!(value);
+    }
+    let body = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": name, "annotations": annotations },
+        "spec": {
+            "replicas": replicas,
+            "progressDeadlineSeconds": deadline,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": pod_mounting_configmap("app-config"),
+            },
+        },
+    });
+    cluster.apply_as_user::<Deployment>(name, body).await;
+}
+
+async fn annotate(cluster: &TestCluster, name: &str, key: &str, value: &str) {
+    cluster
+        .merge_patch::<Deployment>(name, json!({"metadata": {"annotations": {key: value}}}))
+        .await;
+}
+
+async fn stamp(cluster: &TestCluster, name: &str) -> Option<String> {
+    cluster
+        .template_annotations("Deployment", name)
+        .await
+        .get(CONFIG_HASH)
+        .cloned()
+}
+
+/// The first note of a `reason` Event on `name` that `accept` takes.
+async fn event_note(
+    cluster: &TestCluster,
+    name: &str,
+    reason: &str,
+    accept: impl Fn(&str) -> bool,
+) -> String {
+    wait_for(&format!("a {reason} Event on {name}"), WAIT, || async {
+        let events = cluster.events_for(name, reason).await;
+        events
+            .into_iter()
+            .filter_map(|e| e.note)
+            .find(|note| accept(note))
+    })
+    .await
+}
+
+/// The pending fingerprint a `ConfigPending` note names.
+fn pending_in(note: &str) -> String {
+    let start = note.find("sha256-").expect("a fingerprint in the note");
+    note[start..start + 19].to_owned()
+}
+
+/// The revisions in the workload's `nudge.dev/history`, once it has `count`.
+async fn history(cluster: &TestCluster, name: &str, count: usize) -> Vec<Value> {
+    wait_for(
+        &format!("{count} revisions in {name}'s history"),
+        WAIT,
+        || async {
+            let workload = cluster.workload("Deployment", name).await;
+            let history: Vec<Value> = workload["metadata"]["annotations"]["nudge.dev/history"]
+                .as_str()
+                .and_then(|h| serde_json::from_str(h).ok())?;
+            (history.len() >= count).then_some(history)
+        },
+    )
+    .await
+}
+
+async fn last_updated(cluster: &TestCluster, name: &str) -> String {
+    let workload = cluster.workload("Deployment", name).await;
+    workload["metadata"]["annotations"]["nudge.dev/last-updated"]
+        .as_str()
+        .expect("stamped")
+        .to_owned()
+}
+
+async fn held(nudge: &impl Running, reason: &str) -> f64 {
+    let series = format!(r#"nudge_held_workloads{{reason="{reason}"}}"#);
+    let text = nudge.metrics_at().text().await.expect("metrics");
+    support::sample(&text, &series).expect("exported")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_mode_reports_changed_config_and_never_stamps() {
+    let cluster = TestCluster::start("delivery-notify").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    deployment(&cluster, "web", 0, 600, &[]).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
+    annotate(&cluster, "web", "nudge.dev/mode", "notify").await;
+    sentinel.quiesce(&nudge).await;
+
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let note = event_note(&cluster, "web", "ConfigPending", |_| true).await;
+    assert!(note.contains("mode notify"), "{note}");
+    sentinel.quiesce(&nudge).await;
+    assert_eq!(stamp(&cluster, "web").await, Some(first), "never stamped");
+    assert_eq!(held(&nudge, "notify").await, 1.0);
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_mode_stamps_exactly_the_approved_config() {
+    let cluster = TestCluster::start("delivery-manual").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    deployment(&cluster, "web", 0, 600, &[]).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
+    annotate(&cluster, "web", "nudge.dev/mode", "manual").await;
+    sentinel.quiesce(&nudge).await;
+
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let older = pending_in(&event_note(&cluster, "web", "ConfigPending", |_| true).await);
+    cluster.put_configmap("app-config", &[("a", "3")]).await;
+    let newer =
+        pending_in(&event_note(&cluster, "web", "ConfigPending", |n| !n.contains(&older)).await);
+
+    // Approving the older config lets nothing through: it is not pending.
+    annotate(&cluster, "web", "nudge.dev/approve", &older).await;
+    event_note(&cluster, "web", "ConfigPending", |n| {
+        n.contains(&format!("approves {older}"))
+    })
+    .await;
+    sentinel.quiesce(&nudge).await;
+    assert_eq!(
+        stamp(&cluster, "web").await.as_deref(),
+        Some(first.as_str())
+    );
+
+    annotate(&cluster, "web", "nudge.dev/approve", &newer).await;
+    let approved = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
+    // It was the newest content: back in auto mode, nothing is left to stamp.
+    annotate(&cluster, "web", "nudge.dev/mode", "auto").await;
+    sentinel.quiesce(&nudge).await;
+    assert_eq!(stamp(&cluster, "web").await, Some(approved));
+    assert_eq!(held(&nudge, "manual").await, 0.0);
+    nudge.stop().await;
+}
+
+/// Deployments `wave-0`, `wave-1`, `wave-2` sharing `app-config`, each in its
+/// wave, `wave-0` with `first_replicas`.
+async fn three_waves(cluster: &TestCluster, first_replicas: i64) {
+    deployment(cluster, "wave-0", first_replicas, 2, &[]).await;
+    deployment(cluster, "wave-1", 0, 600, &[("nudge.dev/wave", "1")]).await;
+    deployment(cluster, "wave-2", 0, 600, &[("nudge.dev/wave", "2")]).await;
+}
+
+/// `later` was stamped after `earlier`'s newest rollout completed.
+async fn stamped_after(cluster: &TestCluster, earlier: &str, later: &str, revisions: usize) {
+    let done = history(cluster, earlier, revisions).await;
+    let done = &done[revisions - 1];
+    assert_eq!(done["outcome"], "complete", "{done}");
+    let ended = done["ended"].as_str().expect("ended");
+    let stamped = last_updated(cluster, later).await;
+    assert!(
+        stamped.as_str() >= ended,
+        "{later} stamped at {stamped}, before {earlier} completed at {ended}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_waves_complete_in_order() {
+    let cluster = TestCluster::start("delivery-waves").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    three_waves(&cluster, 0).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, None).await;
+    history(&cluster, "wave-2", 1).await;
+
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let second = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, Some(&first)).await;
+    for name in ["wave-0", "wave-1"] {
+        assert_eq!(
+            stamp(&cluster, name).await.as_deref(),
+            Some(second.as_str())
+        );
+    }
+    stamped_after(&cluster, "wave-0", "wave-1", 2).await;
+    stamped_after(&cluster, "wave-1", "wave-2", 2).await;
+    let waiting = event_note(&cluster, "wave-2", "ConfigPending", |_| true).await;
+    assert!(waiting.contains("waits for wave"), "{waiting}");
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_wave_halts_the_rest_until_a_fix_releases_them() {
+    let cluster = TestCluster::start("delivery-halt").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    three_waves(&cluster, 0).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, None).await;
+    history(&cluster, "wave-2", 1).await;
+
+    // One replica and no node: wave 0's next rollout fails after 2 s.
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
+        .await;
+    cluster
+        .put_configmap("app-config", &[("a", "broken")])
+        .await;
+    let halted = event_note(&cluster, "wave-0", "WavesHalted", |_| true).await;
+    assert!(halted.contains("wave-1 (wave 1)"), "{halted}");
+    assert!(halted.contains("wave-2 (wave 2)"), "{halted}");
+    assert!(halted.contains("app-config"), "{halted}");
+    for name in ["wave-1", "wave-2"] {
+        event_note(&cluster, name, "ConfigPending", |n| n.contains("halted")).await;
+    }
+    let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
+    sentinel.flush_events(&nudge).await;
+    assert_eq!(cluster.events_for("wave-0", "WavesHalted").await.len(), 1);
+    for name in ["wave-1", "wave-2"] {
+        assert_eq!(
+            stamp(&cluster, name).await.as_deref(),
+            Some(first.as_str()),
+            "{name} held"
+        );
+    }
+    assert_eq!(held(&nudge, "halted").await, 2.0);
+
+    // The fix: wave 0 rolls it (and completes once scaled to what the
+    // cluster can run), then the others follow with it. Scaling first would
+    // complete the broken revision and release it.
+    let broken = stamp(&cluster, "wave-0").await.expect("stamped");
+    cluster.put_configmap("app-config", &[("a", "fixed")]).await;
+    let fixed = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&broken)).await;
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 0}}))
+        .await;
+    let last = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, Some(&first)).await;
+    assert_eq!(
+        last, fixed,
+        "released with the fix, never the broken config"
+    );
+    assert_eq!(
+        stamp(&cluster, "wave-1").await.as_deref(),
+        Some(fixed.as_str())
+    );
+    stamped_after(&cluster, "wave-1", "wave-2", 2).await;
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_mid_plan_resumes_it_without_stamping_a_wave_twice() {
+    let cluster = TestCluster::start("delivery-restart").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    deployment(&cluster, "wave-0", 0, 600, &[]).await;
+    deployment(&cluster, "wave-1", 0, 600, &[("nudge.dev/wave", "1")]).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, None).await;
+    history(&cluster, "wave-1", 1).await;
+
+    // Wave 0 rolls out to a replica no node runs, within a long deadline:
+    // wave 1 waits while nudge restarts.
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
+        .await;
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let second = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&first)).await;
+    event_note(&cluster, "wave-1", "ConfigPending", |n| {
+        n.contains("waits for wave 0")
+    })
+    .await;
+    nudge.stop().await;
+
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
+    sentinel.quiesce(&nudge).await;
+    assert_eq!(
+        stamp(&cluster, "wave-1").await.as_deref(),
+        Some(first.as_str()),
+        "still waiting"
+    );
+
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 0}}))
+        .await;
+    let resumed = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, Some(&first)).await;
+    assert_eq!(resumed, second);
+    let revisions = history(&cluster, "wave-0", 2).await;
+    assert_eq!(
+        revisions.len(),
+        2,
+        "wave 0 was stamped once for the change: {revisions:?}"
+    );
+    assert_eq!(revisions[1]["outcome"], "complete");
+    assert!(
+        cluster.workload("Deployment", "wave-0").await["metadata"]["annotations"]["nudge.dev/rollout"]
+            .is_null(),
+        "no rollout of wave 0 in flight"
+    );
+    nudge.stop().await;
+}
