@@ -306,6 +306,9 @@ pub(crate) struct Facts<'a> {
     pub settings: &'a ExplainSettings,
     /// The current time.
     pub now: Timestamp,
+    /// The workloads sharing an input with it (read only for a workload in a
+    /// wave after the first).
+    pub neighbours: &'a [Neighbour],
 }
 
 // === build_report ===
@@ -386,12 +389,19 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
     let pending_change = outputs
         .iter()
         .any(|output| output.desired.is_some() && output.desired != output.stamped);
+    let plan = wave_plan(
+        workload,
+        deps,
+        facts.neighbours,
+        &Observed(inputs),
+        (settings.stamp_on_delete, &settings.scheme),
+    );
     let delivery = delivery_report(
         deps,
         &desired,
         pending_change,
-        settings.window.as_ref(),
-        &settings.scheme.approve(),
+        plan,
+        (settings.window.as_ref(), &settings.scheme.approve()),
         now,
     );
     let verdict = held_verdict(
@@ -773,6 +783,12 @@ impl Report {
         if let Some(line) = self.delivery.line() {
             let _ = writeln!(text, "delivery: {line}");
         }
+        if !self.delivery.plan.is_empty() {
+            text.push_str("wave plan (workloads sharing its inputs):\n");
+            for line in self.delivery.plan_lines() {
+                let _ = writeln!(text, "  {line}");
+            }
+        }
         if let Some(last) = self.history.last() {
             let _ = writeln!(text, "last outcome: {}", revision_line(last));
         }
@@ -890,6 +906,19 @@ pub enum ExplainError {
         #[source]
         source: TargetError,
     },
+    /// The workloads of its kind in its namespace could not be listed (a
+    /// workload in a wave after the first is judged with the workloads
+    /// sharing its inputs).
+    #[error("cannot list the {kind} workloads of namespace {namespace} for the wave plan")]
+    Neighbours {
+        /// The kind listed.
+        kind: String,
+        /// The namespace.
+        namespace: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// The kind is not one nudge stamps (built in, Argo Rollouts, or a
     /// `[[targets]]` entry).
     #[error(
@@ -980,8 +1009,22 @@ pub(crate) async fn explain_with(
     let key = load_key(&client, config).await;
     let observe_cx = observe_context(&key)?;
     let sources = configured_sources(&client, config, &settings.scheme, custom_sources)?;
-    let deps = annotations::dependencies(&workload, &settings.scheme, &catalog(&sources));
-    let tracked: BTreeSet<Tracked> = deps.tracked().cloned().collect();
+    let catalog = catalog(&sources);
+    let deps = annotations::dependencies(&workload, &settings.scheme, &catalog);
+    let mut tracked: BTreeSet<Tracked> = deps.tracked().cloned().collect();
+    let neighbours = if deps.delivery.wave > 0 {
+        neighbours(
+            &client,
+            &*target,
+            (&workload, &tracked),
+            &settings.scheme,
+            &catalog,
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
+    tracked.extend(neighbours.iter().flat_map(|n| n.deps.tracked().cloned()));
     let objects: BTreeSet<ObjectRef> = tracked
         .iter()
         .filter_map(|t| ObjectRef::of(&t.reference))
@@ -998,7 +1041,56 @@ pub(crate) async fn explain_with(
         objects: &objects,
         settings: &settings,
         now: Timestamp::now(),
+        neighbours: &neighbours,
     }))
+}
+
+/// The workloads of `workload`'s kind in its namespace that share one of its
+/// inputs (`tracked`): a wave plan is among them (design §5d).
+async fn neighbours(
+    client: &kube::Client,
+    target: &dyn Target,
+    (workload, tracked): (&Workload, &BTreeSet<Tracked>),
+    scheme: &AnnotationScheme,
+    catalog: &SourceCatalog,
+) -> Result<Vec<Neighbour>, ExplainError> {
+    let kind = target.kind();
+    let namespace = workload.id.namespace.as_str();
+    let gvk = GroupVersionKind::gvk(kind.group(), kind.version(), kind.as_str());
+    let listing = |source: kube::Error| ExplainError::Neighbours {
+        kind: kind.as_str().to_owned(),
+        namespace: namespace.to_owned(),
+        source,
+    };
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(listing)?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let names = api
+        .list_metadata(&kube::api::ListParams::default())
+        .await
+        .map_err(listing)?;
+    let mut found = Vec::new();
+    for name in names
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.name.as_deref())
+    {
+        if name == workload.id.name.as_str() {
+            continue;
+        }
+        let Ok(other) = read_workload(target, namespace, name).await else {
+            continue; // deleted meanwhile
+        };
+        let deps = annotations::dependencies(&other, scheme, catalog);
+        if deps.tracked().any(|t| tracked.contains(t)) {
+            found.push(Neighbour {
+                workload: other,
+                deps,
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// The target for `kind`: a built-in one, or one discovered from the API.
@@ -1267,8 +1359,9 @@ async fn object_facts(
 }
 
 mod delivery;
-pub use delivery::DeliveryReport;
-use delivery::{delivery_report, held_verdict};
+pub(crate) use delivery::Neighbour;
+pub use delivery::{DeliveryReport, WaveMember};
+use delivery::{delivery_report, held_verdict, wave_plan};
 
 #[cfg(test)]
 mod tests;

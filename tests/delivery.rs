@@ -104,6 +104,23 @@ async fn last_updated(cluster: &TestCluster, name: &str) -> String {
         .to_owned()
 }
 
+/// `nudge explain deployment/<name>` as a table, run as the binary against
+/// the cluster, with nudge's namespace set to the test namespace.
+async fn explain(cluster: &TestCluster, name: &str) -> String {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
+        .args(["explain", &format!("deployment/{name}")])
+        .args(["-n", cluster.namespace()])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("NUDGE_KUBERNETES__NAMESPACE", cluster.namespace())
+        .output()
+        .await
+        .expect("run nudge explain");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
 async fn held(nudge: &impl Running, reason: &str) -> f64 {
     let series = format!(r#"nudge_held_workloads{{reason="{reason}"}}"#);
     let text = nudge.metrics_at().text().await.expect("metrics");
@@ -248,6 +265,20 @@ async fn a_failed_wave_halts_the_rest_until_a_fix_releases_them() {
         );
     }
     assert_eq!(held(&nudge, "halted").await, 2.0);
+    let table = explain(&cluster, "wave-1").await;
+    eprintln!("nudge explain deployment/wave-1:\n{table}");
+    assert!(
+        table.contains("wave 0 halted: the rollout of Deployment/wave-0 failed"),
+        "{table}"
+    );
+    assert!(
+        table.contains("wave 0  Deployment/wave-0  failed"),
+        "{table}"
+    );
+    assert!(
+        table.contains("wave 2  Deployment/wave-2  not stamped"),
+        "{table}"
+    );
 
     // The fix: wave 0 rolls it (and completes once scaled to what the
     // cluster can run), then the others follow with it. Scaling first would

@@ -81,6 +81,7 @@ struct World {
     inputs: BTreeMap<String, InputState>,
     objects: BTreeMap<String, ObjectFacts>,
     settings: Option<ExplainSettings>,
+    neighbours: Vec<super::Neighbour>,
 }
 
 impl World {
@@ -112,6 +113,14 @@ impl World {
                 ignored: false,
             },
         );
+        self
+    }
+
+    /// A workload sharing inputs with the explained one.
+    fn neighbour(mut self, workload: Workload) -> Self {
+        let deps =
+            annotations::dependencies(&workload, &AnnotationScheme::default(), &mk_catalog());
+        self.neighbours.push(super::Neighbour { workload, deps });
         self
     }
 
@@ -148,6 +157,7 @@ impl World {
             objects: &objects,
             settings: &settings,
             now: ts(NOW),
+            neighbours: &self.neighbours,
         })
     }
 }
@@ -436,6 +446,7 @@ fn json_shape_is_stable() {
                 "next_opening": null,
                 "pending": null,
                 "held": null,
+                "plan": [],
             },
             "timing": {
                 "now": NOW,
@@ -673,4 +684,90 @@ fn an_in_sync_workload_in_notify_mode_has_nothing_pending() {
     assert_eq!(report.verdict.state, State::InSync);
     assert_eq!(report.delivery.pending, None);
     assert_eq!(report.delivery.held, None);
+}
+
+/// `name` in `wave`, reading ConfigMap `flags`, stamped `stamped`, with `rollout`.
+fn in_wave(name: &str, wave: &str, stamped: &str, rollout: crate::model::Rollout) -> Workload {
+    let mut workload = mk_workload(
+        &[
+            ("nudge.dev/configmap-flags", "flags"),
+            ("nudge.dev/wave", wave),
+        ],
+        &[("nudge.dev/checksum-flags", stamped)],
+    );
+    workload.id = WorkloadId::new(WorkloadKind::deployment(), NS, name);
+    workload.rollout = rollout;
+    workload
+}
+
+#[test]
+fn a_halted_wave_plan_names_the_failed_workload() {
+    use crate::model::{Rollout, RolloutFailure};
+    let failed = Rollout::Failed {
+        reason: RolloutFailure::ProgressDeadlineExceeded,
+    };
+    let report = World::default()
+        .present("flags", FLAGS_FP)
+        .written("flags", "2025-06-01T11:00:00Z")
+        .neighbour(in_wave("canary", "0", FLAGS_FP, failed))
+        .neighbour(in_wave("eu", "2", "sha256-old", Rollout::Complete))
+        .report(&in_wave("web", "1", "sha256-old", Rollout::Complete));
+    assert_eq!(report.verdict.state, State::Held);
+    assert!(
+        report.verdict.message.ends_with(
+            "wave 0 halted: the rollout of Deployment/canary failed; a newer change releases it"
+        ),
+        "{}",
+        report.verdict.message
+    );
+    let states: Vec<(u32, &str, &str, bool)> = report
+        .delivery
+        .plan
+        .iter()
+        .map(|m| (m.wave, m.workload.as_str(), m.state, m.this))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (0, "Deployment/canary", "failed", false),
+            (1, "Deployment/web", "not_stamped", true),
+            (2, "Deployment/eu", "not_stamped", false),
+        ]
+    );
+    let table = report.to_table();
+    assert!(
+        table.contains("  wave 1  Deployment/web (this workload)  not stamped"),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_wave_waits_while_an_earlier_one_rolls_out_and_not_once_it_is_done() {
+    use crate::model::Rollout;
+    let world = || {
+        World::default()
+            .present("flags", FLAGS_FP)
+            .written("flags", "2025-06-01T11:00:00Z")
+    };
+    let web = in_wave("web", "1", "sha256-old", Rollout::Complete);
+    let rolling = world()
+        .neighbour(in_wave("canary", "0", FLAGS_FP, Rollout::InProgress))
+        .report(&web);
+    assert!(
+        rolling
+            .verdict
+            .message
+            .ends_with("waits for wave 0: Deployment/canary is rolling out"),
+        "{}",
+        rolling.verdict.message
+    );
+    let done = world()
+        .neighbour(in_wave("canary", "0", FLAGS_FP, Rollout::Complete))
+        .report(&web);
+    assert_eq!(
+        done.verdict.state,
+        State::OutOfSync,
+        "{}",
+        done.verdict.message
+    );
 }
