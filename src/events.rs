@@ -45,9 +45,14 @@ pub enum Reason {
     /// A rollout nudge started was replaced before it ended: by a newer stamp,
     /// or someone else's pod-template change (Normal).
     RolloutSuperseded,
-    /// Config changed, but a hold, a maintenance window or an earlier wave
-    /// keeps it from rolling the workload yet (Normal; design §5d).
+    /// Config changed, and the workload's mode keeps it back until someone
+    /// acts: `notify`, `manual` without an approval, an invalid delivery
+    /// annotation (Normal, and a notification; design §5d).
     ConfigPending,
+    /// Config changed and waits for the workload's maintenance window or an
+    /// earlier wave (Normal, no notification: it goes out on its own, or
+    /// `WavesHalted` says why not; design §5d).
+    ConfigWaiting,
     /// A rollout failed while later waves waited for it: they stay held until
     /// a newer change (Warning; design §5d).
     WavesHalted,
@@ -65,6 +70,7 @@ impl Reason {
             Self::RolloutFailed => "RolloutFailed",
             Self::RolloutSuperseded => "RolloutSuperseded",
             Self::ConfigPending => "ConfigPending",
+            Self::ConfigWaiting => "ConfigWaiting",
             Self::WavesHalted => "WavesHalted",
         }
     }
@@ -76,6 +82,7 @@ impl Reason {
                 | Self::RolloutComplete
                 | Self::RolloutSuperseded
                 | Self::ConfigPending
+                | Self::ConfigWaiting
         )
     }
 

@@ -226,7 +226,7 @@ async fn three_waves_complete_in_order() {
     }
     stamped_after(&cluster, "wave-0", "wave-1", 2).await;
     stamped_after(&cluster, "wave-1", "wave-2", 2).await;
-    let waiting = event_note(&cluster, "wave-2", "ConfigPending", |_| true).await;
+    let waiting = event_note(&cluster, "wave-2", "ConfigWaiting", |_| true).await;
     assert!(waiting.contains("waits for wave"), "{waiting}");
     nudge.stop().await;
 }
@@ -252,7 +252,7 @@ async fn a_failed_wave_halts_the_rest_until_a_fix_releases_them() {
     assert!(halted.contains("wave-2 (wave 2)"), "{halted}");
     assert!(halted.contains("app-config"), "{halted}");
     for name in ["wave-1", "wave-2"] {
-        event_note(&cluster, name, "ConfigPending", |n| n.contains("halted")).await;
+        event_note(&cluster, name, "ConfigWaiting", |n| n.contains("halted")).await;
     }
     let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
     sentinel.flush_events(&nudge).await;
@@ -319,7 +319,7 @@ async fn a_restart_mid_plan_resumes_it_without_stamping_a_wave_twice() {
         .await;
     cluster.put_configmap("app-config", &[("a", "2")]).await;
     let second = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&first)).await;
-    event_note(&cluster, "wave-1", "ConfigPending", |n| {
+    event_note(&cluster, "wave-1", "ConfigWaiting", |n| {
         n.contains("waits for wave 0")
     })
     .await;

@@ -7,7 +7,7 @@
 //! `RolloutComplete` and `RolloutFailed` (how the rollout it started ended; the
 //! message carries the Event's note: references, who changed them, and values
 //! as nudge's history keeps them, keyed or redacted, never content),
-//! `ConfigPending` (changed config a hold, window or wave keeps back) and
+//! `ConfigPending` (changed config a hold keeps back until someone acts) and
 //! `WavesHalted` (a failed rollout holds the later waves; design §5d). Its
 //! `publish` renders the message and queues it without waiting (a full queue
 //! drops it); a [`NotifyWorker`] POSTs the queue one message at a time, with a

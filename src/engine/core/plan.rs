@@ -53,12 +53,22 @@ impl Hold {
         }
     }
 
+    /// The Event it is reported with: `ConfigPending` when someone must act,
+    /// `ConfigWaiting` when time or an earlier wave releases it.
+    pub(super) fn event(&self) -> Reason {
+        match self {
+            Self::Invalid | Self::Notify | Self::Manual { .. } => Reason::ConfigPending,
+            Self::Wave { .. } | Self::Halted { .. } | Self::Window { .. } => Reason::ConfigWaiting,
+        }
+    }
+
     /// Whether an earlier wave holds it (re-evaluated when one moves).
     fn by_wave(&self) -> bool {
         matches!(self, Self::Wave { .. } | Self::Halted { .. })
     }
 
-    /// The `ConfigPending` note: which config waits, and for what.
+    /// The `ConfigPending` or `ConfigWaiting` note: which config waits, and
+    /// for what.
     /// `approve_key` is `<prefix>/approve`.
     pub(super) fn note(&self, pending: &str, approve_key: &str) -> String {
         match self {
@@ -340,10 +350,10 @@ impl Core {
             self.report_halt(failed, &changed, out);
         }
         let note = hold.note(&pending, &self.scheme.approve());
-        let reason = hold.reason();
+        let (reason, event) = (hold.reason(), hold.event());
         if let Some(note) = self.plans.hold(id, hold, note) {
             tracing::info!(workload = %id, reason, %note, "config pending");
-            let notice = Notice::new(id.clone(), Reason::ConfigPending, note).with_changed(changed);
+            let notice = Notice::new(id.clone(), event, note).with_changed(changed);
             self.publish(out, notice);
         }
         true

@@ -278,7 +278,7 @@ fn a_window_opening_applies_the_newest_content_once() {
     core.handle(observed("sha256-1"), t0);
     let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
     assert_eq!(writes(&effects), []);
-    let pending = notices(&effects, Reason::ConfigPending);
+    let pending = notices(&effects, Reason::ConfigWaiting);
     assert!(
         pending[0]
             .note
@@ -434,7 +434,7 @@ fn a_failed_wave_halts_the_rest_until_a_fix_releases_them_with_it() {
     assert!(halted[0].note.contains("second"), "{}", halted[0].note);
     assert!(halted[0].note.contains("third"), "{}", halted[0].note);
     assert!(halted[0].note.contains("configmap"), "{}", halted[0].note);
-    let held: Vec<&str> = notices(&effects, Reason::ConfigPending)
+    let held: Vec<&str> = notices(&effects, Reason::ConfigWaiting)
         .iter()
         .map(|n| n.workload.name.as_str())
         .collect();

@@ -266,6 +266,34 @@ fn a_failed_rollout_is_sent_in_red_with_the_events_note() {
     );
 }
 
+#[test]
+fn held_config_and_halted_waves_say_so() {
+    let pending = Notice::new(
+        mk_id(),
+        Reason::ConfigPending,
+        "config sha256-3c1f09ab77e2 is pending: mode notify, nudge does not roll this workload"
+            .into(),
+    );
+    assert_eq!(
+        payload(NotifyFormat::Teams, &pending, "", TIME)["text"],
+        "nudge: config of *web* of type *Deployment* in namespace *shop* changed and waits: \
+         config sha256-3c1f09ab77e2 is pending: mode notify, nudge does not roll this workload"
+    );
+    let halted = Notice::new(
+        mk_id(),
+        Reason::WavesHalted,
+        "the rollout of config sha256-3c1f09ab77e2 (wave 0) failed; held: Deployment/shop/eu (wave 1)"
+            .into(),
+    );
+    let slack = payload(NotifyFormat::Slack, &halted, "", TIME);
+    assert_eq!(slack["attachments"][0]["color"], "danger");
+    assert_eq!(
+        slack["attachments"][0]["text"],
+        "nudge: later waves HALTED, the rollout of *web* of type *Deployment* in namespace *shop* failed: \
+         the rollout of config sha256-3c1f09ab77e2 (wave 0) failed; held: Deployment/shop/eu (wave 1)"
+    );
+}
+
 // === the queue ===
 
 #[tokio::test]
@@ -279,6 +307,7 @@ async fn only_stamps_and_rollout_outcomes_are_queued() {
         Reason::MissingConfig,
         Reason::StampFailed,
         Reason::RolloutSuperseded,
+        Reason::ConfigWaiting,
     ] {
         notifier
             .publish(Notice::new(
@@ -294,7 +323,12 @@ async fn only_stamps_and_rollout_outcomes_are_queued() {
         .await;
     let message = worker.queue.try_recv().expect("the stamp is queued");
     assert_eq!(message.workload, mk_id());
-    for reason in [Reason::RolloutComplete, Reason::RolloutFailed] {
+    for reason in [
+        Reason::RolloutComplete,
+        Reason::RolloutFailed,
+        Reason::ConfigPending,
+        Reason::WavesHalted,
+    ] {
         notifier
             .publish(Notice::new(mk_id(), reason, "config revision 2".into()))
             .await;
