@@ -7,10 +7,14 @@
 
 mod support;
 
+use std::time::Duration;
+
 use k8s_openapi::api::apps::v1::Deployment;
+use nudge::__private::runtime::metrics::Metrics;
 use serde_json::{Value, json};
 use support::{Running, Sentinel};
 use support::{TestCluster, WAIT, pod_mounting_configmap, wait_for, wait_for_stamp};
+use tokio_util::sync::CancellationToken;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
@@ -351,5 +355,149 @@ async fn a_restart_mid_plan_resumes_it_without_stamping_a_wave_twice() {
             .is_null(),
         "no rollout of wave 0 in flight"
     );
+    nudge.stop().await;
+}
+
+/// nudge in this process under leader election with short lease timings,
+/// its metrics read from `metrics`.
+fn start_replica(
+    cluster: &TestCluster,
+    metrics: &Metrics,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let mut config = cluster.nudge_config();
+    config.leader_election.lease_duration = Duration::from_secs(2);
+    config.leader_election.renew_deadline = Duration::from_secs(1);
+    config.leader_election.retry_period = Duration::from_millis(400);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(nudge::__private::runtime::run_with_metrics(
+        config,
+        cluster.client(),
+        shutdown.clone(),
+        metrics.clone(),
+    ));
+    let task = tokio::spawn(async move {
+        task.await
+            .expect("nudge does not panic")
+            .expect("nudge runs");
+    });
+    (shutdown, task)
+}
+
+fn leads(metrics: &Metrics) -> bool {
+    support::sample_sum(&metrics.encode().unwrap(), "nudge_leader") == 1.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_resumes_the_plan_where_the_workloads_say_it_is() {
+    let cluster = TestCluster::start("delivery-failover").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    deployment(&cluster, "wave-0", 0, 600, &[]).await;
+    deployment(&cluster, "wave-1", 0, 600, &[("nudge.dev/wave", "1")]).await;
+    let (a, b) = (Metrics::new(), Metrics::new());
+    let replicas = [start_replica(&cluster, &a), start_replica(&cluster, &b)];
+    let first = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, None).await;
+    history(&cluster, "wave-1", 1).await;
+
+    // Wave 0 rolls out to a replica no node runs: wave 1 waits.
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
+        .await;
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let second = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&first)).await;
+    event_note(&cluster, "wave-1", "ConfigWaiting", |n| {
+        n.contains("waits for wave 0")
+    })
+    .await;
+
+    // The leader goes; the other replica takes over mid-plan.
+    let leader = wait_for("one leader", WAIT, || async {
+        match (leads(&a), leads(&b)) {
+            (true, false) => Some(0),
+            (false, true) => Some(1),
+            _ => None,
+        }
+    })
+    .await;
+    let [(stop_a, task_a), (stop_b, task_b)] = replicas;
+    let (stop, task, (next_stop, next_task), next) = if leader == 0 {
+        (stop_a, task_a, (stop_b, task_b), &b)
+    } else {
+        (stop_b, task_b, (stop_a, task_a), &a)
+    };
+    stop.cancel();
+    task.await.unwrap();
+    wait_for("the other replica to lead", WAIT, || async {
+        leads(next).then_some(())
+    })
+    .await;
+    let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
+    sentinel.quiesce(next).await;
+    assert_eq!(
+        stamp(&cluster, "wave-1").await.as_deref(),
+        Some(first.as_str()),
+        "wave 1 still waits for wave 0"
+    );
+
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 0}}))
+        .await;
+    let resumed = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, Some(&first)).await;
+    assert_eq!(resumed, second);
+    let revisions = history(&cluster, "wave-1", 2).await;
+    assert_eq!(revisions[1]["outcome"], "complete");
+    sentinel.quiesce(next).await;
+    let wave_0 = history(&cluster, "wave-0", 2).await;
+    assert_eq!(
+        wave_0.len(),
+        2,
+        "wave 0 stamped once for the change: {wave_0:?}"
+    );
+    assert_eq!(revisions.len(), 2, "wave 1 stamped once for the change");
+    next_stop.cancel();
+    next_task.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_change_mid_plan_supersedes_it() {
+    let cluster = TestCluster::start("delivery-supersede").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    deployment(&cluster, "wave-0", 0, 600, &[]).await;
+    deployment(&cluster, "wave-1", 0, 600, &[("nudge.dev/wave", "1")]).await;
+    deployment(&cluster, "wave-2", 0, 600, &[("nudge.dev/wave", "2")]).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, None).await;
+    history(&cluster, "wave-2", 1).await;
+
+    // Change 2 reaches wave 0, whose rollout cannot finish yet.
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
+        .await;
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let second = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&first)).await;
+    // Change 3 supersedes it there, and is what the later waves get.
+    cluster.put_configmap("app-config", &[("a", "3")]).await;
+    let third = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&second)).await;
+    let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
+    sentinel.quiesce(&nudge).await;
+    for name in ["wave-1", "wave-2"] {
+        assert_eq!(
+            stamp(&cluster, name).await.as_deref(),
+            Some(first.as_str()),
+            "{name} waits"
+        );
+    }
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 0}}))
+        .await;
+    let last = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, Some(&first)).await;
+    assert_eq!(last, third, "the later waves never get change 2");
+    assert_eq!(
+        stamp(&cluster, "wave-1").await.as_deref(),
+        Some(third.as_str())
+    );
+    let wave_1 = history(&cluster, "wave-1", 2).await;
+    assert_eq!(wave_1.len(), 2, "wave 1 rolled once: {wave_1:?}");
+    let wave_0 = history(&cluster, "wave-0", 3).await;
+    assert_eq!(wave_0[1]["outcome"], "superseded", "{wave_0:?}");
     nudge.stop().await;
 }
