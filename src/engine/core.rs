@@ -385,7 +385,12 @@ impl Core {
             // already queued first, so a burst (a workload's four Consul keys
             // observed together) is written once, not once per input.
             Input::Tick => {
+                let following = self.deadlines.len();
                 self.expire_deadlines(now, &mut out);
+                if self.deadlines.len() < following {
+                    // A rollout past nudge's deadline failed: the waves after it decide again.
+                    self.reevaluate_waves(now);
+                }
                 self.release(now, &mut out);
             }
         }
@@ -452,7 +457,11 @@ impl Core {
                 }
             }
             WorkloadEvent::Apply(workload) => self.on_workload(workload, now, out),
-            WorkloadEvent::Delete(id) => self.on_delete(&id, out),
+            WorkloadEvent::Delete(id) => {
+                self.on_delete(&id, out);
+                // It may have been an earlier wave of a held workload.
+                self.reevaluate_waves(now);
+            }
         }
     }
 
@@ -659,11 +668,9 @@ impl Core {
         let became = leader && !self.leader;
         self.leader = leader;
         if !leader {
-            // Only the leader holds and reports; when it leads again it
+            // Only the leader holds and reports holds; when it leads again it
             // reports again what is still true.
             self.plans.reset_reports();
-        }
-        if !leader {
             tracing::info!("following: stamps are left to the leader");
             return;
         }

@@ -626,3 +626,38 @@ fn without_wave_annotations_everything_is_stamped_at_once() {
     let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
     assert_eq!(writes(&effects).len(), 2);
 }
+
+#[test]
+fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let sts = |name: &str, stamped: &str, extra: &[(&str, &str)], rollout| {
+        let mut workload = mk_workload(name, stamped, extra, rollout);
+        workload.id = WorkloadId::new(WorkloadKind::stateful_set(), "ns", name);
+        workload
+    };
+    let deadline = [("nudge.dev/progress-deadline", "60s")];
+    core.handle(apply(sts("db", "sha256-0", &deadline, Rollout::Complete)), t0);
+    core.handle(apply(sts("replica", "sha256-0", &wave("1"), Rollout::Complete)), t0);
+    core.handle(observed("sha256-0"), t0);
+    core.handle(observed("sha256-1"), t0);
+    assert_eq!(
+        writes(&core.handle(Input::Tick, t0 + DEBOUNCE)),
+        [("db".to_owned(), "sha256-1".to_owned())]
+    );
+    let written = sts("db", "sha256-1", &deadline, Rollout::InProgress);
+    core.handle(
+        Input::WriteFinished {
+            id: written.id.clone(),
+            outcome: WriteOutcome::Applied(Box::new(written)),
+        },
+        t0 + secs(6),
+    );
+    assert_eq!(core.metrics.held("wave"), 1);
+    // nudge's deadline passes: the rollout failed, and the later wave halts.
+    let effects = core.handle(Input::Tick, t0 + secs(66));
+    let effects = [effects, core.handle(Input::Tick, t0 + secs(71))].concat();
+    assert_eq!(writes(&effects), []);
+    assert_eq!(notices(&effects, Reason::WavesHalted).len(), 1, "{effects:?}");
+    assert_eq!(core.metrics.held("halted"), 1);
+}
