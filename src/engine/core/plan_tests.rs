@@ -637,8 +637,14 @@ fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
         workload
     };
     let deadline = [("nudge.dev/progress-deadline", "60s")];
-    core.handle(apply(sts("db", "sha256-0", &deadline, Rollout::Complete)), t0);
-    core.handle(apply(sts("replica", "sha256-0", &wave("1"), Rollout::Complete)), t0);
+    core.handle(
+        apply(sts("db", "sha256-0", &deadline, Rollout::Complete)),
+        t0,
+    );
+    core.handle(
+        apply(sts("replica", "sha256-0", &wave("1"), Rollout::Complete)),
+        t0,
+    );
     core.handle(observed("sha256-0"), t0);
     core.handle(observed("sha256-1"), t0);
     assert_eq!(
@@ -658,6 +664,10 @@ fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
     let effects = core.handle(Input::Tick, t0 + secs(66));
     let effects = [effects, core.handle(Input::Tick, t0 + secs(71))].concat();
     assert_eq!(writes(&effects), []);
-    assert_eq!(notices(&effects, Reason::WavesHalted).len(), 1, "{effects:?}");
+    assert_eq!(
+        notices(&effects, Reason::WavesHalted).len(),
+        1,
+        "{effects:?}"
+    );
     assert_eq!(core.metrics.held("halted"), 1);
 }
