@@ -52,7 +52,7 @@
 //!
 //! # Layers
 //!
-//! Each layer imports only the layers below it (`tests/layers.rs` checks this;
+//! Each layer imports only the layers below it (`tests/it/layers.rs` checks this;
 //! `docs/design.md` §1a says what each module owns):
 //!
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,

@@ -5,11 +5,9 @@
 //! `replicas: 1` never becomes available: a short `progressDeadlineSeconds`
 //! ends in `ProgressDeadlineExceeded`.
 
-mod support;
-
+use crate::support::{TestCluster, WAIT, pod_mounting_configmap, wait_for, wait_for_stamp};
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
-use support::{TestCluster, WAIT, pod_mounting_configmap, wait_for, wait_for_stamp};
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

@@ -123,7 +123,7 @@ fn parse_object(doc: &Yaml, origin: &str) -> Object {
         }
         (api_version, kind) => panic!(
             "{origin}: unknown kind {api_version}/{kind}; add it to parse_object in \
-             tests/manifests.rs"
+             tests/it/manifests.rs"
         ),
     }
 }
