@@ -28,18 +28,11 @@ use serde_json::Value;
 
 use super::kube::classify;
 use super::{ApplyOutcome, KubeTarget, Target, TargetContext, TargetError, TargetSettings};
-use crate::model::{TemplatePath, Workload, WorkloadId, WorkloadKind};
+use crate::model::{GENERATED_JOB_LABELS, TemplatePath, Workload, WorkloadId, WorkloadKind};
 use crate::stamp::{self, AdmissionDecision, StampPatch};
 
 /// How long a Job recreation waits for the old Job to be gone.
 const JOB_GONE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Labels the API server generates on a Job's pod template (and selector).
-const GENERATED_JOB_LABELS: [&str; 4] = [
-    "controller-uid",
-    "batch.kubernetes.io/controller-uid",
-    "job-name",
-    "batch.kubernetes.io/job-name",
-];
 
 /// `batch/v1` CronJob: the job template, adopting first stamps.
 pub fn cron_job_kind() -> WorkloadKind {
