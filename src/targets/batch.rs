@@ -15,7 +15,7 @@
 //!   the same spec minus what the API server generated, and the new stamp. The
 //!   recreated Job carries its stamp, so a restart recreates nothing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -161,6 +161,14 @@ impl Target for CronJobTarget {
 
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {
         self.inner.get(id).await
+    }
+
+    async fn annotate(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        self.inner.annotate(current, annotations).await
     }
 }
 
@@ -374,5 +382,13 @@ impl Target for JobTarget {
 
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {
         self.inner.get(id).await
+    }
+
+    async fn annotate(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        self.inner.annotate(current, annotations).await
     }
 }

@@ -147,7 +147,7 @@ pub(super) fn revision_of(
         .changed
         .iter()
         .filter_map(|output| {
-            let after = patch.values.get(output)?;
+            let after = value_after(patch, output)?;
             let secret = reads_a_secret(specs, output);
             let before = crate::stamp::current(current, output);
             Some(ValueChange {
@@ -168,6 +168,21 @@ pub(super) fn revision_of(
         seconds: None,
         superseded: Vec::new(),
     }
+}
+
+/// The value `patch` writes for `output`: kept under where it is written,
+/// which for an output that adopts or keeps its state on the workload
+/// ([`Output::Adopted`], [`Output::ReloaderSource`]) is not the output itself.
+fn value_after<'a>(patch: &'a StampPatch, output: &Output) -> Option<&'a String> {
+    patch.values.get(output).or_else(|| {
+        let key = output.key().to_owned();
+        [
+            Output::PodTemplateAndWorkloadAnnotation(key.clone()),
+            Output::WorkloadAnnotation(key),
+        ]
+        .iter()
+        .find_map(|resolved| patch.values.get(resolved))
+    })
 }
 
 /// Whether Secret content goes into `output`.

@@ -253,7 +253,15 @@ fn changed_after_adoption(workload: Workload) -> Harness {
     h.content("v2");
     h.advance(Duration::from_secs(10));
     assert!(h.writes.iter().any(|w| w.rolls), "the job template changed");
-    assert_eq!(marker(&h).map(|m| m.revision), Some(1));
+    let first = marker(&h).unwrap();
+    assert_eq!(first.revision, 1);
+    // The adopted value is the one before; the one written, after.
+    assert_eq!(first.stamp[0].key, CHECKSUM);
+    assert!(first.stamp[0].before.is_some(), "{first:?}");
+    assert_ne!(
+        first.stamp[0].before.as_deref(),
+        Some(&*first.stamp[0].after)
+    );
     h
 }
 
