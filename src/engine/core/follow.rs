@@ -249,14 +249,18 @@ impl Core {
         if !is_job(&job.id.kind) {
             return;
         }
-        let Some(owner) = job.controller.as_ref() else {
+        let Some(owner) = job
+            .controller
+            .as_ref()
+            .filter(|owner| owner.kind == "CronJob" && owner.api_version == "batch/v1")
+        else {
             return;
         };
-        let cron_job = crate::targets::cron_job_kind();
-        if !owner.is(&cron_job) {
-            return;
-        }
-        let id = WorkloadId::new(cron_job, job.id.namespace.clone(), owner.name.clone());
+        let id = WorkloadId::new(
+            crate::targets::cron_job_kind(),
+            job.id.namespace.clone(),
+            owner.name.clone(),
+        );
         // Memory follows what nudge stamps: a run is kept for a CronJob nudge
         // tracks, or (its CronJob not listed yet, after a restart) a run of a
         // template nudge stamped.
