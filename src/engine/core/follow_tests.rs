@@ -171,6 +171,34 @@ fn someone_elses_template_change_supersedes_the_rollout() {
 }
 
 #[test]
+fn kinds_without_status_verdicts_of_their_own_are_superseded_alike() {
+    // What a cluster without nodes cannot show: a DaemonSet there wants no pod
+    // and completes at once.
+    for kind in [WorkloadKind::stateful_set(), WorkloadKind::daemon_set()] {
+        let mut h = stamped(batch(kind.clone()));
+        h.content("v2");
+        h.settle();
+        assert_eq!(marker(&h).map(|m| m.revision), Some(2), "{kind}");
+        assert!(
+            h.notes
+                .iter()
+                .any(|n| n.starts_with("config revision 1 superseded")),
+            "{kind}: {:?}",
+            h.notes
+        );
+        h.workload
+            .template
+            .metadata
+            .get_or_insert_default()
+            .annotations
+            .get_or_insert_default()
+            .insert("example.com/edited".into(), "by hand".into());
+        h.rollout_status(Rollout::InProgress);
+        assert_eq!(outcomes(&h), [(2, Outcome::Superseded)], "{kind}");
+    }
+}
+
+#[test]
 fn after_a_restart_the_rollout_in_flight_is_followed_from_its_marker() {
     let mut h = stamped(native_deployment());
     h.restart(false);
