@@ -231,7 +231,8 @@ pub struct EngineConfig {
     /// How long a rollout nudge started may run before nudge reports it failed,
     /// for kinds without a progress deadline of their own (every kind but
     /// Deployment, whose `progressDeadlineSeconds` kube-controller-manager
-    /// enforces). Override per workload: `<prefix>/progress-deadline`.
+    /// enforces); a CronJob's counts from the start of its run. Override per
+    /// workload: `<prefix>/progress-deadline`.
     #[serde(with = "humantime_serde")]
     pub progress_deadline: Duration,
     /// Config revisions kept in each workload's `<prefix>/history` annotation.

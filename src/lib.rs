@@ -115,8 +115,8 @@ pub mod source {
 /// nudge stamps) and the types it works with.
 pub mod target {
     pub use crate::model::{
-        Output, Rollout, RolloutFailure, Shared, TemplatePath, TemplatePathError, Workload,
-        WorkloadError, WorkloadId, WorkloadIdParts, WorkloadKind,
+        Controller, Output, Rollout, RolloutFailure, Shared, TemplatePath, TemplatePathError,
+        Workload, WorkloadError, WorkloadId, WorkloadIdParts, WorkloadKind,
     };
     pub use crate::stamp::{Release, StampPatch};
     pub use crate::targets::{
