@@ -621,4 +621,61 @@ mod tests {
         let bad_name = KindSource::from_config("giz-mo", &config, offline(), settings());
         assert!(matches!(bad_name, Err(KindConfigError::Name { .. })));
     }
+
+    fn csi_source() -> KindSource {
+        let config = KubernetesSourceConfig::preset(KubernetesSourcePreset::SecretsStoreCsi);
+        KindSource::from_config("csi", &config, offline(), settings()).expect("the preset")
+    }
+
+    fn pod_status(pod: &str, class: &str, objects: &[(&str, &str)]) -> DynamicObject {
+        let objects: Vec<_> = objects
+            .iter()
+            .map(|(id, version)| serde_json::json!({ "id": id, "version": version }))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClassPodStatus",
+            "metadata": { "name": format!("{pod}-shop-{class}"), "namespace": "shop", "resourceVersion": "5" },
+            "status": { "podName": pod, "secretProviderClassName": class, "mounted": true,
+                        "targetPath": format!("/var/lib/kubelet/pods/{pod}"), "objects": objects },
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_csi_preset_groups_pod_statuses_by_class_and_offers_reloaders_hashes() {
+        let source = csi_source();
+        assert_eq!(
+            source.pod_spec_rule(),
+            Some(PodSpecRule::csi_volume(
+                "secrets-store.csi.k8s.io",
+                "secretProviderClass"
+            ))
+        );
+        assert!(source.supports(Algorithm::Reloader) && source.supports(Algorithm::ReloaderSha512));
+        let object = pod_status("web-1", "vault", &[("db", "3"), ("api", "12")]);
+        let (key, group, revision, written) = source.written(&object, &cx()).unwrap();
+        assert_eq!(key, ("shop".into(), "web-1-shop-vault".into()));
+        assert_eq!(group, Some(("shop".into(), "vault".into())));
+        assert_eq!(revision, "5");
+        let pairs = [("db", "3"), ("api", "12")].map(|(i, v)| (i.to_owned(), v.to_owned()));
+        let sha1 = fingerprint::reloader_csi("vault", &pairs);
+        assert_eq!(
+            written.observation(Algorithm::Reloader),
+            Some(Observation::Present(sha1))
+        );
+        // Another pod with the same versions: the same fingerprints, whatever
+        // its name and mount path.
+        let other = pod_status("web-2", "vault", &[("db", "3"), ("api", "12")]);
+        let (_, _, _, other) = source.written(&other, &cx()).unwrap();
+        assert_eq!(other.fingerprints, written.fingerprints);
+        let rotated = pod_status("web-2", "vault", &[("db", "4"), ("api", "12")]);
+        let (_, _, _, rotated) = source.written(&rotated, &cx()).unwrap();
+        for algorithm in source.algorithms() {
+            assert_ne!(
+                rotated.observation(*algorithm),
+                written.observation(*algorithm),
+                "{algorithm:?}"
+            );
+        }
+    }
 }
