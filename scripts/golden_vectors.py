@@ -27,7 +27,8 @@ Formats:
   by ";", bare hex SHA-1 (`crypto.GenerateSHA`); its SHA-512/256 builds hash the same
   string with sha512.Sum512_256. The env var is "STAKATER_" +
   ConvertToEnvVarName(class) + "_SECRETPROVIDERCLASS". nudge's native fingerprint of
-  the same object is the fields fingerprint of "/status/objects" (the preset's).
+  the same object (the CSI preset's) is the fields fingerprint of "/status/objects"
+  with its entries sorted by id, then version (byte order).
 
 Run: python3 scripts/golden_vectors.py > tests/fixtures/golden-vectors.json
 """
@@ -140,6 +141,12 @@ def reloader_env_name(text):
     return out
 
 
+def sorted_objects(obj):
+    copy = json.loads(json.dumps(obj))
+    copy["status"]["objects"].sort(key=lambda o: (o["id"].encode(), o["version"].encode()))
+    return copy
+
+
 def csi_vector(cls, objects):
     status_objects = [{"id": i, "version": v} for (i, v) in objects]
     obj = {
@@ -154,7 +161,7 @@ def csi_vector(cls, objects):
         "env_var": "STAKATER_" + reloader_env_name(cls) + "_SECRETPROVIDERCLASS",
         "reloader_sha1": hashlib.sha1(data).hexdigest(),
         "reloader_sha512_256": hashlib.new("sha512_256", data).hexdigest(),
-        "native": fields_fingerprint(obj, ["/status/objects"]),
+        "native": fields_fingerprint(sorted_objects(obj), ["/status/objects"]),
     }
 
 

@@ -221,6 +221,9 @@ impl KindSource {
             Algorithm::ReloaderSha512 => {
                 fingerprint::reloader_csi_sha512_256(class, &csi_objects(value))
             }
+            _ if self.preset == Some(KubernetesSourcePreset::SecretsStoreCsi) => {
+                fingerprint::native_csi_pod_status(value, self.secret.then(|| cx.key()))
+            }
             _ => fingerprint::native_fields(value, &self.fields, self.secret.then(|| cx.key())),
         }
     }
