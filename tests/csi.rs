@@ -112,7 +112,7 @@ fn pod_mounting_class(class: &str) -> Value {
 }
 
 /// The sentinel of the preset's watch: a Deployment referencing class
-/// `sentinel` by annotation, stamped at once; each flush records a new
+/// `sentinel` by annotation, stamped with no debounce; each flush records a new
 /// version for it, so once its stamp changes every earlier event of the
 /// namespace's watch has reached nudge.
 struct CsiSentinel {
@@ -165,13 +165,11 @@ impl CsiSentinel {
 
     async fn stamp(&self, previous: Option<&str>) -> String {
         wait_for("nudge to stamp the CSI sentinel", WAIT, || async {
+            // An explicit reference of the preset is adopted: its value is
+            // always on the workload's metadata (and on the template once it
+            // changed).
             let deployment = self.deployments.get_opt("sentinel-csi").await.ok()??;
-            let stamp = deployment
-                .spec?
-                .template
-                .metadata?
-                .annotations?
-                .remove(Self::STAMP)?;
+            let stamp = deployment.metadata.annotations?.remove(Self::STAMP)?;
             (Some(stamp.as_str()) != previous).then_some(stamp)
         })
         .await
@@ -214,10 +212,9 @@ async fn a_rotation_rolls_once_and_pods_recording_versions_already_seen_roll_not
             pod_mounting_class("vault"),
         )
         .await;
-    // `auto`'s config-hash (of no ConfigMap) is written at first sight.
-    wait_for_stamp(&cluster, "Deployment", "web", "nudge.dev/config-hash", None).await;
-    // The first pod mounts: what it mounted is adopted, nothing rolls.
-    let before = cluster.rollout_marker("Deployment", "web").await;
+    // The first pod mounts: what it mounted is adopted on metadata, never
+    // written on the template (`auto`'s config-hash of no ConfigMap is: a new
+    // workload's first stamp, which the webhook would have made at CREATE).
     record(&api, &ns, "web-1", "vault", &[("db", "1"), ("api", "7")]).await;
     let adopted = wait_for("the mounted versions adopted on metadata", WAIT, || async {
         let annotations = metadata_annotations(&cluster, "web").await;
@@ -225,13 +222,11 @@ async fn a_rotation_rolls_once_and_pods_recording_versions_already_seen_roll_not
     })
     .await;
     assert!(adopted.starts_with("sha256-"), "{adopted}");
+    wait_for_stamp(&cluster, "Deployment", "web", "nudge.dev/config-hash", None).await;
+    let before = cluster.rollout_marker("Deployment", "web").await;
     sentinel.quiesce(&nudge).await;
-    assert!(
-        !cluster
-            .template_annotations("Deployment", "web")
-            .await
-            .contains_key(STAMP)
-    );
+    let template = cluster.template_annotations("Deployment", "web").await;
+    assert!(!template.contains_key(STAMP), "{template:?}");
     assert_no_rollout(&before, &cluster.rollout_marker("Deployment", "web").await);
 
     // A second pod (a restart, a scale-up) mounts the same versions: nothing.

@@ -87,12 +87,21 @@ impl Parser<'_> {
             check_object_name(value).map_err(|reason| invalid_reference(key, value, reason))?;
         }
         self.check_reference(key, &source, value)?;
+        let has_rule = self.catalog.rules().any(|(name, _)| *name == source);
         let reference = match scope {
             Scope::Namespaced => Reference::object(source, self.namespace(), value),
             Scope::External => Reference::key(source, value),
         };
+        // A source with a pod-spec rule reports what the pods mount: its first
+        // value is what they already run with, adopted (see `auto_by_rules`).
+        let key_name = self.scheme.checksum(&slot);
+        let output = if has_rule {
+            Output::Adopted(key_name)
+        } else {
+            Output::PodTemplateAnnotation(key_name)
+        };
         self.stamps.add(Contribution {
-            output: Output::PodTemplateAnnotation(self.scheme.checksum(&slot)),
+            output,
             combine: Combine::Single,
             annotation: key.to_owned(),
             tracked: Tracked::new(reference, Algorithm::Native),

@@ -177,3 +177,13 @@ fn class_annotations_without_the_preset_are_reported_and_track_nothing() {
         ["configmap/shop/app-config (native)"]
     );
 }
+
+#[test]
+fn an_explicit_reference_to_a_source_with_a_rule_is_adopted_too() {
+    let workload = mk_annotated(&[("nudge.dev/csi-db", "vault-db")]);
+    let deps = parse_csi(&workload);
+    assert!(deps.errors.is_empty(), "{:?}", deps.errors);
+    let spec = stamp(&deps, "nudge.dev/checksum-db");
+    assert_eq!(spec.output, Output::Adopted("nudge.dev/checksum-db".into()));
+    assert_eq!(inputs(spec), ["csi/shop/vault-db (native)"]);
+}
