@@ -808,10 +808,10 @@ impl KubernetesSourceConfig {
                 return Some(("fields", format!("entry {i}: {error}")));
             }
         }
-        if !self.reference_field.is_empty() {
-            if let Err(error) = crate::fingerprint::check_pointer(&self.reference_field) {
-                return Some(("reference_field", error.to_string()));
-            }
+        if !self.reference_field.is_empty()
+            && let Err(error) = crate::fingerprint::check_pointer(&self.reference_field)
+        {
+            return Some(("reference_field", error.to_string()));
         }
         self.discover.as_ref().and_then(DiscoverConfig::problem)
     }

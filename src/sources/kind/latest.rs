@@ -286,14 +286,12 @@ impl Runner {
                 else {
                     return true;
                 };
-                if initial {
-                    if let Some((_, seen)) = self
-                        .relisting
-                        .iter_mut()
-                        .find(|(s, _)| s.as_deref().is_none_or(|s| s == key.0.as_str()))
-                    {
-                        seen.insert(key.clone());
-                    }
+                let in_stream =
+                    |s: &Option<String>| s.as_deref().is_none_or(|s| s == key.0.as_str());
+                if initial
+                    && let Some((_, seen)) = self.relisting.iter_mut().find(|(s, _)| in_stream(s))
+                {
+                    seen.insert(key.clone());
                 }
                 if let Some(group) = self.latest.apply(key, group, &revision, written) {
                     return self.report(&group, None).await;
