@@ -762,6 +762,24 @@ impl KubernetesSourceConfig {
         }
     }
 
+    /// The kind a reference of this entry names, as `(apiVersion, kind)`, for
+    /// the related object of Events: the entry's own kind; with
+    /// `reference_field`, none (a reference names many objects), except for
+    /// the CSI preset, whose references name SecretProviderClasses.
+    pub(crate) fn referenced_kind(&self) -> Option<(String, String)> {
+        let entry = self.resolved();
+        match entry.preset {
+            Some(KubernetesSourcePreset::SecretsStoreCsi) => Some((
+                "secrets-store.csi.x-k8s.io/v1".to_owned(),
+                "SecretProviderClass".to_owned(),
+            )),
+            None if entry.reference_field.is_empty() => {
+                Some((entry.api_version(), entry.kind.clone()))
+            }
+            None => None,
+        }
+    }
+
     /// `group/version`, or `version` for the core group.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -1897,6 +1915,21 @@ kind = "ConfigMap"
             );
             assert!(!resolved.secret);
             assert_eq!(csi.problem(), None);
+            // Events name the class a reference names, not its status objects.
+            assert_eq!(
+                csi.referenced_kind(),
+                Some((
+                    "secrets-store.csi.x-k8s.io/v1".to_owned(),
+                    "SecretProviderClass".to_owned()
+                ))
+            );
+            let mut by_field = KubernetesSourceConfig::new("example.com", "v1", "Gizmo");
+            assert_eq!(
+                by_field.referenced_kind(),
+                Some(("example.com/v1".to_owned(), "Gizmo".to_owned()))
+            );
+            by_field.reference_field = "/spec/owner".to_owned();
+            assert_eq!(by_field.referenced_kind(), None);
             Ok(())
         });
     }

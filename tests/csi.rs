@@ -253,6 +253,22 @@ async fn a_rotation_rolls_once_and_pods_recording_versions_already_seen_roll_not
         cluster.template_annotations("Deployment", "web").await[STAMP],
         rotated
     );
+    // The rollout's Event names the class as its related object.
+    let event = wait_for("a ConfigChanged Event naming the class", WAIT, || async {
+        let events = cluster.events_for("web", "ConfigChanged").await;
+        events.into_iter().find(|e| {
+            e.related.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("SecretProviderClass")
+                    && r.name.as_deref() == Some("vault")
+            })
+        })
+    })
+    .await;
+    let related = event.related.unwrap();
+    assert_eq!(
+        related.api_version.as_deref(),
+        Some("secrets-store.csi.x-k8s.io/v1")
+    );
     nudge.stop().await;
 }
 
