@@ -94,6 +94,15 @@ pub enum KindConfigError {
         #[source]
         source: fingerprint::PointerError,
     },
+    /// `reference_field` is not a JSON pointer.
+    #[error("sources.kubernetes.{name}.reference_field")]
+    ReferenceField {
+        /// The section's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: fingerprint::PointerError,
+    },
 }
 
 /// The objects of one configured kind as a [`Source`] (see the module docs).
@@ -139,6 +148,14 @@ impl KindSource {
                 source,
             }
         })?;
+        if !config.reference_field.is_empty() {
+            fingerprint::check_pointer(&config.reference_field).map_err(|source| {
+                KindConfigError::ReferenceField {
+                    name: name.to_owned(),
+                    source,
+                }
+            })?;
+        }
         Ok(Self {
             name: source_name,
             client,
@@ -623,6 +640,16 @@ mod tests {
         );
         let bad_name = KindSource::from_config("giz-mo", &config, offline(), settings());
         assert!(matches!(bad_name, Err(KindConfigError::Name { .. })));
+        let mut config = KubernetesSourceConfig::new("example.com", "v1", "Gizmo");
+        config.reference_field = "spec/owner".to_owned();
+        let error = KindSource::from_config("gizmo", &config, offline(), settings());
+        let error = error.err().expect("refused");
+        assert!(
+            crate::errors::error_chain(&error).starts_with(
+                "sources.kubernetes.gizmo.reference_field: \"spec/owner\" is not a JSON pointer"
+            ),
+            "{error}"
+        );
     }
 
     fn csi_source() -> KindSource {
