@@ -102,8 +102,8 @@ pub mod source {
         DigestValue, Fingerprint, FingerprintError, FingerprintKey, Observation, WaveFragment,
     };
     pub use crate::model::{
-        Algorithm, Gate, KeySelection, Name, NameError, Reference, Scope, Shared, SourceName,
-        Tracked, TrackedItem, default_reference_check,
+        Algorithm, Gate, KeySelection, Name, NameError, PodSpecRule, Reference, Scope, Shared,
+        SourceName, Tracked, TrackedItem, default_reference_check,
     };
     pub use crate::sources::{
         Interest, ObservationStream, ObserveContext, PollSource, Provenance, Source, SourceContext,

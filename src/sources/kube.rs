@@ -662,7 +662,9 @@ pub(crate) async fn run_objects<R: ObjectReader>(
 
 /// Who changed `meta`'s object last: the manager and time of its latest
 /// `managedFields` entry, with its `resourceVersion`.
-fn provenance_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Provenance {
+pub(crate) fn provenance_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Provenance {
     let latest = meta
         .managed_fields
         .iter()

@@ -4,10 +4,6 @@
 //! file here and name it below. `cargo nextest run --test it <module>::` runs
 //! one file's tests.
 
-// examples/loadtest.rs (the benchmark, run here as `loadtest_ci`) brings its own
-// copy of support/consul.rs: it is an example of its own, without this crate.
-#![allow(clippy::duplicate_mod)]
-
 mod support;
 
 mod admin;
@@ -19,6 +15,7 @@ mod configmap_secret;
 mod configured;
 mod consul_source;
 mod consul_stamps;
+mod csi;
 mod custom_source;
 mod explain;
 mod faults;

@@ -19,6 +19,7 @@ use crate::model::{
 
 const NS: &str = "shop";
 
+mod csi;
 mod holds;
 mod mutator;
 mod native;
