@@ -427,6 +427,10 @@ enum Kind {
     Job,
 }
 
+/// The group of this file's `[[targets]]` kind: its CRD is this file's alone
+/// (tests/targets.rs has a Gadget of its own).
+const GADGETS: &str = "rollouts.nudge.test";
+
 /// How a test ends the rollout in flight.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Finish {
@@ -440,7 +444,7 @@ impl Kind {
             Self::StatefulSet => ("apps", "v1", "StatefulSet"),
             Self::DaemonSet => ("apps", "v1", "DaemonSet"),
             Self::Rollout => ("argoproj.io", "v1alpha1", "Rollout"),
-            Self::Gadget => ("nudge.test", "v1", "Gadget"),
+            Self::Gadget => (GADGETS, "v1", "Gadget"),
             Self::CronJob => ("batch", "v1", "CronJob"),
             Self::Job => ("batch", "v1", "Job"),
         };
@@ -468,8 +472,8 @@ impl Kind {
             Self::Rollout => Some(rollout_crd()),
             Self::Gadget => {
                 let mut crd = rollout_crd();
-                crd["metadata"]["name"] = json!("gadgets.nudge.test");
-                crd["spec"]["group"] = json!("nudge.test");
+                crd["metadata"]["name"] = json!(format!("gadgets.{GADGETS}"));
+                crd["spec"]["group"] = json!(GADGETS);
                 crd["spec"]["names"] = json!({"kind": "Gadget", "listKind": "GadgetList",
                                                "plural": "gadgets", "singular": "gadget"});
                 crd["spec"]["versions"][0]["name"] = json!("v1");
@@ -484,7 +488,7 @@ impl Kind {
         let mut config = cluster.nudge_config();
         if self == Self::Gadget {
             config.targets.kinds = vec![TargetConfig {
-                group: "nudge.test".into(),
+                group: GADGETS.into(),
                 version: "v1".into(),
                 kind: "Gadget".into(),
                 template: "spec.worker.template".into(),
