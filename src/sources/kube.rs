@@ -1,6 +1,6 @@
 //! The Kubernetes-object source: ConfigMaps and Secrets ([`ObjectSource`]),
-//! and through [`ObjectReader`] the objects of configured kinds
-//! (`super::kind`), all run by one loop ([`run_objects`]).
+//! and through `ObjectReader` the objects of configured kinds
+//! (`super::kind`), all run by one loop (`run_objects`).
 //!
 //! Objects are watched metadata-only; content is fetched (GET) only for objects some
 //! workload references, fingerprinted, and dropped. Memory therefore grows with what
