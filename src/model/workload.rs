@@ -506,7 +506,8 @@ mod tests {
                          "uid": "2", "controller": true}]},
                 "status": {"conditions": conditions},
             });
-            Workload::from_object(&crate::targets::job_kind(), object).unwrap()
+            let kind = WorkloadKind::new("batch", "v1", "Job", TemplatePath::spec_template());
+            Workload::from_object(&kind, object).unwrap()
         };
         let condition = |kind: &str, status: &str| json!({"type": kind, "status": status});
         assert_eq!(job(json!([])).rollout, Rollout::InProgress);
@@ -526,6 +527,7 @@ mod tests {
         );
         let controller = job(json!([])).controller.unwrap();
         assert_eq!(controller.name, "nightly");
-        assert!(controller.is(&crate::targets::cron_job_kind()));
+        let cron_job = TemplatePath::parse("spec.jobTemplate.spec.template").unwrap();
+        assert!(controller.is(&WorkloadKind::new("batch", "v1", "CronJob", cron_job)));
     }
 }
