@@ -23,7 +23,7 @@
 //!
 //! All traffic stays on 127.0.0.1. Every wait has a deadline.
 
-#[path = "../tests/support/consul.rs"]
+#[path = "../tests/it/support/consul.rs"]
 mod consul_support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

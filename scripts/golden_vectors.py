@@ -20,6 +20,15 @@ Formats:
   pointer, valued the object without apiVersion, kind, metadata and status.
   Metadata the API server writes (uid, resourceVersion, managedFields, ...) is
   never selected. "sha256-" + hex SHA-256; secret: "hmac-sha256-" + HMAC-SHA256.
+- Reloader 2's SecretProviderClass hash (a compatibility format, pinned here too:
+  `GetSHAfromSecretProviderClassPodStatus` in Reloader's internal/pkg/util/util.go):
+  the strings "<id>=<version>" of status.objects plus
+  "SecretProviderClassName=<class>", sorted (Go's sort.Strings: byte order), joined
+  by ";", bare hex SHA-1 (`crypto.GenerateSHA`); its SHA-512/256 builds hash the same
+  string with sha512.Sum512_256. The env var is "STAKATER_" +
+  ConvertToEnvVarName(class) + "_SECRETPROVIDERCLASS". nudge's native fingerprint of
+  the same object (the CSI preset's) is the fields fingerprint of "/status/objects"
+  with its entries sorted by id, then version (byte order).
 
 Run: python3 scripts/golden_vectors.py > tests/fixtures/golden-vectors.json
 """
@@ -115,6 +124,47 @@ def canonical_id(source, namespace, name, keys):
     return ident
 
 
+def reloader_csi_input(cls, objects):
+    entries = [f"{i}={v}" for (i, v) in objects] + [f"SecretProviderClassName={cls}"]
+    return ";".join(sorted(entries, key=lambda e: e.encode())).encode()
+
+
+def reloader_env_name(text):
+    out, valid = "", False
+    for ch in text.upper():
+        if "A" <= ch <= "Z" or "0" <= ch <= "9":
+            out, valid = out + ch, True
+        else:
+            if valid:
+                out += "_"
+            valid = False
+    return out
+
+
+def sorted_objects(obj):
+    copy = json.loads(json.dumps(obj))
+    copy["status"]["objects"].sort(key=lambda o: (o["id"].encode(), o["version"].encode()))
+    return copy
+
+
+def csi_vector(cls, objects):
+    status_objects = [{"id": i, "version": v} for (i, v) in objects]
+    obj = {
+        "apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClassPodStatus",
+        "metadata": {"name": f"web-1-shop-{cls}", "namespace": "shop", "resourceVersion": "7"},
+        "status": {"podName": "web-1", "secretProviderClassName": cls, "mounted": True,
+                   "targetPath": "/var/lib/kubelet/pods/x/volumes/y", "objects": status_objects},
+    }
+    data = reloader_csi_input(cls, objects)
+    return {
+        "object": obj,
+        "env_var": "STAKATER_" + reloader_env_name(cls) + "_SECRETPROVIDERCLASS",
+        "reloader_sha1": hashlib.sha1(data).hexdigest(),
+        "reloader_sha512_256": hashlib.new("sha512_256", data).hexdigest(),
+        "native": fields_fingerprint(sorted_objects(obj), ["/status/objects"]),
+    }
+
+
 def main():
     cm_a = [("a", 0, b"bc")]
     cm_ab = [("ab", 0, b"c")]
@@ -167,6 +217,12 @@ def main():
             {"object": gizmo, "pointers": sel, "fingerprint": fields_fingerprint(gizmo, sel),
              "keyed": fields_keyed(gizmo, sel)}
             for sel in selections
+        ],
+        "reloader_csi": [
+            csi_vector("vault-db", [("secret/data/db", "3"), ("secret/data/api", "12")]),
+            # "=" and ";" inside ids are hashed as written; "Z" sorts before "a".
+            csi_vector("aws.api-keys", [("Zeta", "v=1"), ("alpha;b", ""), ("SecretProviderClassName", "x")]),
+            csi_vector("empty", []),
         ],
         "combined": [
             {"entries": combined_inputs, "config_hash": combined(combined_inputs)},

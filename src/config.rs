@@ -231,7 +231,8 @@ pub struct EngineConfig {
     /// How long a rollout nudge started may run before nudge reports it failed,
     /// for kinds without a progress deadline of their own (every kind but
     /// Deployment, whose `progressDeadlineSeconds` kube-controller-manager
-    /// enforces). Override per workload: `<prefix>/progress-deadline`.
+    /// enforces); a CronJob's counts from the start of its run. Override per
+    /// workload: `<prefix>/progress-deadline`.
     #[serde(with = "humantime_serde")]
     pub progress_deadline: Duration,
     /// Config revisions kept in each workload's `<prefix>/history` annotation.
@@ -607,17 +608,23 @@ pub(crate) const BUILTIN_SOURCE_SECTIONS: [&str; 2] = ["consul", "kubernetes"];
 /// a config source. Watched metadata-only; an object some workload references
 /// is read (GET) when it changes, fingerprinted and dropped. Its plural is
 /// found by API discovery; a kind not served yet (CRD not installed) is
-/// picked up once it is.
+/// picked up once it is. `preset` fills in a shipped entry instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct KubernetesSourceConfig {
+    /// A shipped entry (design §5b): it sets `group`, `version`, `kind`,
+    /// `fields`, `reference_field` and `discover`, which are then left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<KubernetesSourcePreset>,
     /// API group, e.g. `example.com` (empty: the core group).
     #[serde(default)]
     pub group: String,
     /// API version, e.g. `v1`.
+    #[serde(default)]
     pub version: String,
     /// Kind, e.g. `FeatureFlags`.
+    #[serde(default)]
     pub kind: String,
     /// JSON pointers (RFC 6901) of the fields whose content is the
     /// fingerprint, e.g. `["/spec"]` or `["/data", "/status/objects"]`. Empty:
@@ -628,6 +635,88 @@ pub struct KubernetesSourceConfig {
     /// (`hmac-sha256-…`), as Secrets are, instead of a plain `sha256-…`.
     #[serde(default)]
     pub secret: bool,
+    /// JSON pointer of a string field, e.g. `/status/secretProviderClassName`:
+    /// a reference then names every object of the kind, in the workload's
+    /// namespace, whose field holds it (not an object name), and its
+    /// fingerprint follows the one of them written last. Empty: references
+    /// are object names.
+    #[serde(default)]
+    pub reference_field: String,
+    /// `[sources.kubernetes.<name>.discover]`: where workloads reference these
+    /// objects in their pod spec, so that `<prefix>/auto` finds them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discover: Option<DiscoverConfig>,
+}
+
+/// A shipped `[sources.kubernetes.<name>]` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum KubernetesSourcePreset {
+    /// `"secrets-store-csi"`: what the Secrets Store CSI driver mounted. The
+    /// `SecretProviderClassPodStatus` objects (`secrets-store.csi.x-k8s.io/v1`)
+    /// of the class a `csi` volume of driver `secrets-store.csi.k8s.io` names
+    /// in `volumeAttributes.secretProviderClass`, fingerprinted by their
+    /// `status.objects` (`id`/`version` pairs). Reloader 2's
+    /// `secretproviderclass` annotations and env var are read with it.
+    #[serde(rename = "secrets-store-csi")]
+    SecretsStoreCsi,
+}
+
+impl KubernetesSourcePreset {
+    /// The preset's name, as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SecretsStoreCsi => "secrets-store-csi",
+        }
+    }
+}
+
+/// `[sources.kubernetes.<name>.discover]`: a pod-spec rule. Every `csi`
+/// volume of driver `csi_driver` references the object (or, with
+/// `reference_field`, the objects) named by its
+/// `volumeAttributes[volume_attribute]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct DiscoverConfig {
+    /// The CSI driver's name, e.g. `secrets-store.csi.k8s.io`.
+    pub csi_driver: String,
+    /// The volume attribute naming the object, e.g. `secretProviderClass`.
+    pub volume_attribute: String,
+}
+
+impl DiscoverConfig {
+    /// `csi` volumes of `driver`, naming their object in `volume_attribute`.
+    pub fn csi(driver: impl Into<String>, attribute: impl Into<String>) -> Self {
+        Self {
+            csi_driver: driver.into(),
+            volume_attribute: attribute.into(),
+        }
+    }
+
+    /// What is wrong with this rule, if anything (field name and problem).
+    fn problem(&self) -> Option<(&'static str, String)> {
+        if !is_dns_subdomain(&self.csi_driver) {
+            let problem = format!(
+                "{:?} is not a CSI driver name (a DNS subdomain, e.g. secrets-store.csi.k8s.io)",
+                self.csi_driver
+            );
+            return Some(("discover.csi_driver", problem));
+        }
+        let attribute_ok = !self.volume_attribute.is_empty()
+            && self
+                .volume_attribute
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));
+        if !attribute_ok {
+            let problem = format!(
+                "{:?} is not a volume attribute name (e.g. secretProviderClass)",
+                self.volume_attribute
+            );
+            return Some(("discover.volume_attribute", problem));
+        }
+        None
+    }
 }
 
 impl KubernetesSourceConfig {
@@ -639,11 +728,62 @@ impl KubernetesSourceConfig {
         kind: impl Into<String>,
     ) -> Self {
         Self {
+            preset: None,
             group: group.into(),
             version: version.into(),
             kind: kind.into(),
             fields: Vec::new(),
             secret: false,
+            reference_field: String::new(),
+            discover: None,
+        }
+    }
+
+    /// The entry `preset` ships.
+    pub fn preset(preset: KubernetesSourcePreset) -> Self {
+        Self {
+            preset: Some(preset),
+            ..Self::new("", "", "")
+        }
+    }
+
+    /// The entry as it takes effect: a preset's fields filled in.
+    pub fn resolved(&self) -> Self {
+        match self.preset {
+            None => self.clone(),
+            Some(KubernetesSourcePreset::SecretsStoreCsi) => Self {
+                preset: self.preset,
+                fields: vec!["/status/objects".to_owned()],
+                secret: self.secret,
+                reference_field: "/status/secretProviderClassName".to_owned(),
+                discover: Some(DiscoverConfig::csi(
+                    "secrets-store.csi.k8s.io",
+                    "secretProviderClass",
+                )),
+                ..Self::new(
+                    "secrets-store.csi.x-k8s.io",
+                    "v1",
+                    "SecretProviderClassPodStatus",
+                )
+            },
+        }
+    }
+
+    /// The kind a reference of this entry names, as `(apiVersion, kind)`, for
+    /// the related object of Events: the entry's own kind; with
+    /// `reference_field`, none (a reference names many objects), except for
+    /// the CSI preset, whose references name SecretProviderClasses.
+    pub(crate) fn referenced_kind(&self) -> Option<(String, String)> {
+        let entry = self.resolved();
+        match entry.preset {
+            Some(KubernetesSourcePreset::SecretsStoreCsi) => Some((
+                "secrets-store.csi.x-k8s.io/v1".to_owned(),
+                "SecretProviderClass".to_owned(),
+            )),
+            None if entry.reference_field.is_empty() => {
+                Some((entry.api_version(), entry.kind.clone()))
+            }
+            None => None,
         }
     }
 
@@ -658,17 +798,27 @@ impl KubernetesSourceConfig {
 
     /// What is wrong with this entry, if anything (field name and problem).
     fn problem(&self) -> Option<(&'static str, String)> {
+        if let Some(preset) = self.preset {
+            return self.preset_problem(preset);
+        }
         if !self.group.is_empty() && !is_dns_subdomain(&self.group) {
             return Some((
                 "group",
                 format!("{:?} is not an API group (a DNS subdomain)", self.group),
             ));
         }
+        if self.version.is_empty() {
+            return Some(("version", "missing (e.g. v1), or set a preset".to_owned()));
+        }
         if !is_dns_label(&self.version) {
             return Some((
                 "version",
                 format!("{:?} is not an API version (e.g. v1)", self.version),
             ));
+        }
+        if self.kind.is_empty() {
+            let problem = "missing (e.g. FeatureFlags), or set a preset".to_owned();
+            return Some(("kind", problem));
         }
         let kind_ok = self.kind.starts_with(|c: char| c.is_ascii_alphabetic())
             && self.kind.chars().all(|c| c.is_ascii_alphanumeric());
@@ -683,7 +833,31 @@ impl KubernetesSourceConfig {
                 return Some(("fields", format!("entry {i}: {error}")));
             }
         }
-        None
+        if !self.reference_field.is_empty()
+            && let Err(error) = crate::fingerprint::check_pointer(&self.reference_field)
+        {
+            return Some(("reference_field", error.to_string()));
+        }
+        self.discover.as_ref().and_then(DiscoverConfig::problem)
+    }
+
+    /// A preset sets every field but `secret`; one written beside it is a
+    /// mistake, named.
+    fn preset_problem(&self, preset: KubernetesSourcePreset) -> Option<(&'static str, String)> {
+        let set = [
+            ("group", !self.group.is_empty()),
+            ("version", !self.version.is_empty()),
+            ("kind", !self.kind.is_empty()),
+            ("fields", !self.fields.is_empty()),
+            ("reference_field", !self.reference_field.is_empty()),
+            ("discover", self.discover.is_some()),
+        ];
+        let (field, _) = set.into_iter().find(|(_, set)| *set)?;
+        let problem = format!(
+            "set by preset {:?}; leave it out, or drop the preset",
+            preset.as_str()
+        );
+        Some((field, problem))
     }
 }
 
@@ -1743,6 +1917,97 @@ kind = "ConfigMap"
     }
 
     #[test]
+    fn the_secrets_store_csi_preset_fills_in_its_entry_and_keeps_secret() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                "[sources.kubernetes.csi]\npreset = \"secrets-store-csi\"\n",
+            )?;
+            let config =
+                Config::load(Some(Path::new("nudge.toml")), &Overrides::default()).unwrap();
+            let csi = &config.sources.kubernetes["csi"];
+            assert_eq!(
+                *csi,
+                KubernetesSourceConfig::preset(KubernetesSourcePreset::SecretsStoreCsi)
+            );
+            let resolved = csi.resolved();
+            assert_eq!(resolved.api_version(), "secrets-store.csi.x-k8s.io/v1");
+            assert_eq!(resolved.kind, "SecretProviderClassPodStatus");
+            assert_eq!(resolved.fields, ["/status/objects"]);
+            assert_eq!(resolved.reference_field, "/status/secretProviderClassName");
+            assert_eq!(
+                resolved.discover,
+                Some(DiscoverConfig::csi(
+                    "secrets-store.csi.k8s.io",
+                    "secretProviderClass"
+                ))
+            );
+            assert!(!resolved.secret);
+            assert_eq!(csi.problem(), None);
+            // Events name the class a reference names, not its status objects.
+            assert_eq!(
+                csi.referenced_kind(),
+                Some((
+                    "secrets-store.csi.x-k8s.io/v1".to_owned(),
+                    "SecretProviderClass".to_owned()
+                ))
+            );
+            let mut by_field = KubernetesSourceConfig::new("example.com", "v1", "Gizmo");
+            assert_eq!(
+                by_field.referenced_kind(),
+                Some(("example.com/v1".to_owned(), "Gizmo".to_owned()))
+            );
+            by_field.reference_field = "/spec/owner".to_owned();
+            assert_eq!(by_field.referenced_kind(), None);
+            Ok(())
+        });
+    }
+
+    /// A discovery rule and a reference field are validated naming their key.
+    #[test]
+    fn a_bad_discovery_rule_or_preset_names_its_key() {
+        let gizmo = "[sources.kubernetes.gizmo]\nversion = \"v1\"\nkind = \"Gizmo\"\n";
+        let cases = [
+            (
+                format!("{gizmo}reference_field = \"status\"\n"),
+                "gizmo.reference_field",
+            ),
+            (
+                format!(
+                    "{gizmo}[sources.kubernetes.gizmo.discover]\ncsi_driver = \"Not A Driver\"\nvolume_attribute = \"x\"\n"
+                ),
+                "gizmo.discover.csi_driver",
+            ),
+            (
+                format!(
+                    "{gizmo}[sources.kubernetes.gizmo.discover]\ncsi_driver = \"d.example.com\"\nvolume_attribute = \"\"\n"
+                ),
+                "gizmo.discover.volume_attribute",
+            ),
+            (
+                "[sources.kubernetes.csi]\npreset = \"secrets-store-csi\"\nkind = \"Gizmo\"\n"
+                    .to_owned(),
+                "csi.kind: set by preset \"secrets-store-csi\"",
+            ),
+            (
+                "[sources.kubernetes.csi]\npreset = \"vault\"\n".to_owned(),
+                "preset",
+            ),
+        ];
+        for (toml, expected) in cases {
+            Jail::expect_with(|jail| {
+                jail.create_file("nudge.toml", &toml)?;
+                let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains("sources.kubernetes"), "{err}");
+                assert!(err.contains(expected), "{expected}: {err}");
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
     fn a_kubernetes_source_without_a_kind_names_the_missing_field() {
         Jail::expect_with(|jail| {
             jail.create_file(
@@ -1752,8 +2017,8 @@ kind = "ConfigMap"
             let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("sources.kubernetes.flags"), "{err}");
-            assert!(err.contains("kind"), "{err}");
+            assert!(err.contains("sources.kubernetes"), "{err}");
+            assert!(err.contains("flags.kind: missing"), "{err}");
             Ok(())
         });
     }

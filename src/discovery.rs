@@ -10,6 +10,9 @@
 //!   their `items`, and only `containers` (not initContainers) contribute env
 //!   references.
 //!
+//! A configured source may have its own rule ([`by_rule`], `PodSpecRule`): the
+//! Secrets Store CSI preset's finds `csi` volumes of its driver.
+//!
 //! Results are merged per object (keys union, `All` absorbs; optional only when
 //! every occurrence is optional) and sorted by kind (ConfigMaps first), then name.
 //! References with an empty name (an invalid pod spec the API server rejects) are
@@ -22,7 +25,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::fingerprint::ObjectKind;
-use crate::model::KeySelection;
+use crate::model::{KeySelection, PodSpecRule};
 
 /// One ConfigMap or Secret a pod spec references, merged over every place it is
 /// referenced from.
@@ -51,6 +54,37 @@ pub fn native(spec: &PodSpec) -> Vec<Discovered> {
 /// Every ConfigMap and Secret the pod spec references, by Wave's rules (design §4).
 pub fn wave(spec: &PodSpec) -> Vec<Discovered> {
     walk(spec, &WAVE)
+}
+
+/// One object a configured source's pod-spec rule finds (design §5b).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveredObject {
+    /// Object name, in the pod's namespace.
+    pub name: String,
+    /// Where it was found (`csi volume "secrets"`), in pod-spec order.
+    pub origins: Vec<String>,
+}
+
+/// The objects `rule` finds in the pod spec, sorted by name, each once. A
+/// volume without the attribute, or with an empty one, names nothing.
+pub fn by_rule(spec: &PodSpec, rule: &PodSpecRule) -> Vec<DiscoveredObject> {
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    match rule {
+        PodSpecRule::CsiVolume { driver, attribute } => {
+            let csi = spec.volumes.iter().flatten().filter_map(|volume| {
+                let csi = volume.csi.as_ref().filter(|csi| csi.driver == *driver)?;
+                let name = csi.volume_attributes.as_ref()?.get(attribute)?;
+                Some((name, format!("csi volume {:?}", volume.name)))
+            });
+            for (name, origin) in csi.filter(|(name, _)| !name.is_empty()) {
+                found.entry(name.clone()).or_default().push(origin);
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(name, origins)| DiscoveredObject { name, origins })
+        .collect()
 }
 
 // === rule sets ===
@@ -703,5 +737,47 @@ mod tests {
     fn plain_volume_origin_names_the_volume() {
         let spec = mk_spec(vec![mk_cm_volume("cfg", "app", &[], None)], vec![], vec![]);
         assert_eq!(native(&spec)[0].origins, vec![r#"volume "cfg""#.to_owned()]);
+    }
+
+    fn mk_csi_volume(vol: &str, driver: &str, attributes: &[(&str, &str)]) -> Volume {
+        let attributes = attributes
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Volume {
+            name: vol.to_owned(),
+            csi: Some(k8s_openapi::api::core::v1::CSIVolumeSource {
+                driver: driver.to_owned(),
+                volume_attributes: Some(attributes),
+                ..Default::default()
+            }),
+            ..Volume::default()
+        }
+    }
+
+    #[test]
+    fn csi_rule_finds_volumes_of_its_driver_by_their_attribute_once_per_object() {
+        let rule = PodSpecRule::csi_volume("secrets-store.csi.k8s.io", "secretProviderClass");
+        let class = |name| [("secretProviderClass", name)];
+        let spec = mk_spec(
+            vec![
+                mk_csi_volume("b", "secrets-store.csi.k8s.io", &class("vault")),
+                mk_csi_volume("a", "secrets-store.csi.k8s.io", &class("aws")),
+                mk_csi_volume("again", "secrets-store.csi.k8s.io", &class("vault")),
+                mk_csi_volume("other", "example.com", &class("ignored")),
+                mk_csi_volume("empty", "secrets-store.csi.k8s.io", &class("")),
+                mk_csi_volume("none", "secrets-store.csi.k8s.io", &[("x", "y")]),
+                mk_cm_volume("cfg", "app", &[], None),
+            ],
+            vec![],
+            vec![],
+        );
+        let found = by_rule(&spec, &rule);
+        let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["aws", "vault"]);
+        assert_eq!(
+            found[1].origins,
+            [r#"csi volume "b""#, r#"csi volume "again""#]
+        );
     }
 }

@@ -216,9 +216,9 @@ impl KubeEvents {
         sources: impl IntoIterator<Item = (&'a String, &'a KubernetesSourceConfig)>,
     ) -> Self {
         for (name, source) in sources {
-            if let Ok(name) = SourceName::new(name.as_str()) {
-                self.kinds
-                    .insert(name, (source.api_version(), source.kind.clone()));
+            let name = SourceName::new(name.as_str()).ok();
+            if let Some((name, kind)) = name.zip(source.referenced_kind()) {
+                self.kinds.insert(name, kind);
             }
         }
         self

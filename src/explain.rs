@@ -1192,12 +1192,16 @@ fn configured_sources(
         .collect())
 }
 
-/// The kind of each `[sources.kubernetes.<name>]` source, by source name.
+/// The kind of each `[sources.kubernetes.<name>]` source whose references
+/// name one object, by source name (a `reference_field` reference names many:
+/// no single last write).
 fn configured_kinds(config: &Config) -> BTreeMap<SourceName, GroupVersionKind> {
     config
         .sources
         .kubernetes
         .iter()
+        .map(|(name, kind)| (name, kind.resolved()))
+        .filter(|(_, kind)| kind.reference_field.is_empty())
         .filter_map(|(name, kind)| {
             let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
             Some((SourceName::new(name.as_str()).ok()?, gvk))

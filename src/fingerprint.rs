@@ -538,6 +538,64 @@ pub fn reloader_object_sha512_256(kind: ObjectKind, data: &ObjectData) -> Finger
     Fingerprint::digest(hex::encode(Sha512_256::digest(reloader_input(kind, data))))
 }
 
+/// The Secrets Store CSI preset's native fingerprint of a
+/// `SecretProviderClassPodStatus` (as JSON): the fields fingerprint of
+/// `/status/objects` with its entries sorted by `id`, then `version` (the
+/// driver writes them sorted by `id`; sorting here keeps a pod that listed
+/// them otherwise from counting as a change), keyed when `key` is given.
+pub fn native_csi_pod_status(
+    value: &serde_json::Value,
+    key: Option<&FingerprintKey>,
+) -> Fingerprint {
+    const OBJECTS: &str = "/status/objects";
+    let mut value = value.clone();
+    if let Some(objects) = value.pointer_mut(OBJECTS).and_then(|o| o.as_array_mut()) {
+        let text = |o: &serde_json::Value, field: &str| {
+            o.get(field).and_then(|v| v.as_str()).map(str::to_owned)
+        };
+        objects.sort_by_key(|o| (text(o, "id"), text(o, "version")));
+    }
+    let selection = FieldSelection::new([OBJECTS]).expect("a valid pointer");
+    native_fields(&value, &selection, key)
+}
+
+/// Reloader 2's hash of what the Secrets Store CSI driver mounted for one
+/// pod (`GetSHAfromSecretProviderClassPodStatus`): bare lowercase hex SHA-1
+/// of the strings `<id>=<version>` of each mounted object plus
+/// `SecretProviderClassName=<class>`, sorted, joined by `;`.
+pub fn reloader_csi(class: &str, objects: &[(String, String)]) -> Fingerprint {
+    Fingerprint::digest(hex::encode(Sha1::digest(reloader_csi_input(
+        class, objects,
+    ))))
+}
+
+/// [`reloader_csi`] with SHA-512/256, as Reloader's SHA-512/256 builds hash
+/// every object (see [`reloader_object_sha512_256`]).
+pub fn reloader_csi_sha512_256(class: &str, objects: &[(String, String)]) -> Fingerprint {
+    Fingerprint::digest(hex::encode(Sha512_256::digest(reloader_csi_input(
+        class, objects,
+    ))))
+}
+
+/// The string Reloader 2 hashes for a `SecretProviderClassPodStatus`.
+fn reloader_csi_input(class: &str, objects: &[(String, String)]) -> Vec<u8> {
+    let mut entries: Vec<String> = objects
+        .iter()
+        .map(|(id, version)| format!("{id}={version}"))
+        .collect();
+    entries.push(format!("SecretProviderClassName={class}"));
+    // Go's sort.Strings: byte order.
+    entries.sort_unstable();
+    entries.join(";").into_bytes()
+}
+
+/// Reloader 2's env var for a SecretProviderClass:
+/// `STAKATER_<NAME>_SECRETPROVIDERCLASS`, the name converted as for
+/// ConfigMaps and Secrets.
+pub fn reloader_csi_env_var(class: &str) -> String {
+    format!("STAKATER_{}_SECRETPROVIDERCLASS", reloader_env_name(class))
+}
+
 /// Whether `value` has the shape of a SHA-512/256 Reloader hash (64 lowercase
 /// hex digits) rather than a SHA-1 one (40).
 pub fn is_reloader_sha512_256(value: &str) -> bool {

@@ -52,7 +52,7 @@
 //!
 //! # Layers
 //!
-//! Each layer imports only the layers below it (`tests/layers.rs` checks this;
+//! Each layer imports only the layers below it (`tests/it/layers.rs` checks this;
 //! `docs/design.md` §1a says what each module owns):
 //!
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
@@ -103,8 +103,8 @@ pub mod source {
         DigestValue, Fingerprint, FingerprintError, FingerprintKey, Observation, WaveFragment,
     };
     pub use crate::model::{
-        Algorithm, Gate, KeySelection, Name, NameError, Reference, Scope, Shared, SourceName,
-        Tracked, TrackedItem, default_reference_check,
+        Algorithm, Gate, KeySelection, Name, NameError, PodSpecRule, Reference, Scope, Shared,
+        SourceName, Tracked, TrackedItem, default_reference_check,
     };
     pub use crate::sources::{
         Interest, ObservationStream, ObserveContext, PollSource, Provenance, Source, SourceContext,
@@ -116,8 +116,8 @@ pub mod source {
 /// nudge stamps) and the types it works with.
 pub mod target {
     pub use crate::model::{
-        Output, Rollout, RolloutFailure, Shared, TemplatePath, TemplatePathError, Workload,
-        WorkloadError, WorkloadId, WorkloadIdParts, WorkloadKind,
+        Controller, Output, Rollout, RolloutFailure, Shared, TemplatePath, TemplatePathError,
+        Workload, WorkloadError, WorkloadId, WorkloadIdParts, WorkloadKind,
     };
     pub use crate::stamp::{Release, StampPatch};
     pub use crate::targets::{

@@ -6,7 +6,7 @@
 //! - **Wave** (design §4): `wave.pusher.com/update-on-config-change` plus
 //!   `extra-configmaps` / `extra-secrets`.
 //! - **k8s-consul-mutator**: `k8s-consul-mutator.io/key-<name>`, opt-out `skip`.
-//! - **Reloader**: `reloader.stakater.com/auto`, `{configmap,secret}.reloader.stakater.com/{auto,reload}`.
+//! - **Reloader**: `reloader.stakater.com/auto`, `{configmap,secret,secretproviderclass}.reloader.stakater.com/{auto,reload}`.
 //!
 //! Annotations are read from the workload's own metadata and from its pod template;
 //! the workload's metadata wins when both carry the same key. Every annotation is
@@ -73,7 +73,7 @@ pub use reloader::{
     RELOADER_AUTO, RELOADER_CONFIGMAP_AUTO, RELOADER_CONFIGMAP_RELOAD, RELOADER_CONFIGMAPS_EXCLUDE,
     RELOADER_IGNORE, RELOADER_LAST_RELOADED_FROM, RELOADER_MATCH, RELOADER_PAUSE_PERIOD,
     RELOADER_ROLLOUT_STRATEGY, RELOADER_SEARCH, RELOADER_SECRET_AUTO, RELOADER_SECRET_RELOAD,
-    RELOADER_SECRETS_EXCLUDE,
+    RELOADER_SECRETS_EXCLUDE, RELOADER_SPC_AUTO, RELOADER_SPC_EXCLUDE, RELOADER_SPC_RELOAD,
 };
 pub use scheme::{AnnotationScheme, DEFAULT_PREFIX, MAX_SLOT_LEN, is_ignored};
 pub use wave::{

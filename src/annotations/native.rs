@@ -19,7 +19,9 @@ use super::scheme::{
 use super::stamps::Contribution;
 use crate::discovery;
 use crate::fingerprint::Algorithm;
-use crate::model::{Combine, Origin, Output, Reference, Scope, Slot, SourceName, Tracked};
+use crate::model::{
+    Combine, Origin, Output, PodSpecRule, Reference, Scope, Slot, SourceName, Tracked,
+};
 
 impl Parser<'_> {
     pub(super) fn native(&mut self, annotations: &Annotations<'_>) {
@@ -88,12 +90,21 @@ impl Parser<'_> {
             check_object_name(value).map_err(|reason| invalid_reference(key, value, reason))?;
         }
         self.check_reference(key, &source, value)?;
+        let has_rule = self.catalog.rules().any(|(name, _)| *name == source);
         let reference = match scope {
             Scope::Namespaced => Reference::object(source, self.namespace(), value),
             Scope::External => Reference::key(source, value),
         };
+        // A source with a pod-spec rule reports what the pods mount: its first
+        // value is what they already run with, adopted (see `auto_by_rules`).
+        let key_name = self.scheme.checksum(&slot);
+        let output = if has_rule {
+            Output::Adopted(key_name)
+        } else {
+            Output::PodTemplateAnnotation(key_name)
+        };
         self.stamps.add(Contribution {
-            output: Output::PodTemplateAnnotation(self.scheme.checksum(&slot)),
+            output,
             combine: Combine::Single,
             annotation: key.to_owned(),
             tracked: Tracked::new(reference, Algorithm::Native),
@@ -144,6 +155,53 @@ impl Parser<'_> {
                 optional: found.optional,
                 origins: found.origins.into_iter().map(Origin::Discovered).collect(),
             });
+        }
+        self.auto_by_rules(key);
+    }
+
+    /// The objects of every source with a pod-spec rule (design §5b), one
+    /// output per source, `<prefix>/checksum-<source>`: adopted at first
+    /// sight, since what such a source reports first (what a pod mounted) is
+    /// the config the pods already run with; written on the template, which
+    /// rolls the pods, when it changes.
+    fn auto_by_rules(&mut self, key: &str) {
+        let rules: Vec<(SourceName, PodSpecRule)> = self
+            .catalog
+            .rules()
+            .map(|(source, rule)| (source.clone(), rule.clone()))
+            .collect();
+        for (source, rule) in rules {
+            let found = self.discover_by_rule(&rule);
+            if found.is_empty() {
+                continue;
+            }
+            let slot = match Slot::new(source.as_str(), MAX_SLOT_LEN) {
+                Ok(slot) => slot,
+                Err(error) => {
+                    let key = key.to_owned();
+                    self.deps
+                        .errors
+                        .push(AnnotationError::InvalidSlot { key, error });
+                    continue;
+                }
+            };
+            let output = Output::Adopted(self.scheme.checksum(&slot));
+            for object in found {
+                if let Err(reason) = check_object_name(&object.name) {
+                    let error = invalid_reference(key, &object.name, reason);
+                    self.deps.errors.push(error);
+                    continue;
+                }
+                let reference = Reference::object(source.clone(), self.namespace(), &object.name);
+                self.stamps.add(Contribution {
+                    output: output.clone(),
+                    combine: Combine::NativeHash,
+                    annotation: key.to_owned(),
+                    tracked: Tracked::new(reference, Algorithm::Native),
+                    optional: false,
+                    origins: object.origins.into_iter().map(Origin::Discovered).collect(),
+                });
+            }
         }
     }
 }

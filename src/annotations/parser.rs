@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::PodSpec;
 use super::grammar::{excerpt, invalid_reference, parse_bool};
 use super::stamps::Stamps;
 use super::{AnnotationError, AnnotationScheme, Dependencies};
-use crate::discovery::Discovered;
+use crate::discovery::{Discovered, DiscoveredObject};
 use crate::fingerprint::ObjectKind;
-use crate::model::{Output, Reference, SourceCatalog, SourceName, Workload};
+use crate::model::{Output, PodSpecRule, Reference, SourceCatalog, SourceName, Workload};
 
 pub(super) struct Parser<'a> {
     pub(super) workload: &'a Workload,
@@ -93,6 +93,13 @@ impl<'a> Parser<'a> {
             .spec
             .as_ref()
             .map(rules)
+            .unwrap_or_default()
+    }
+
+    /// The objects a source's pod-spec rule finds in the pod template.
+    pub(super) fn discover_by_rule(&self, rule: &PodSpecRule) -> Vec<DiscoveredObject> {
+        let spec = self.workload.template.spec.as_ref();
+        spec.map(|spec| crate::discovery::by_rule(spec, rule))
             .unwrap_or_default()
     }
 

@@ -16,7 +16,10 @@ use super::parser::{Annotations, Parser};
 use super::stamps::Contribution;
 use crate::discovery;
 use crate::fingerprint::{self, Algorithm, ObjectKind};
-use crate::model::{Combine, Gate, Origin, Output, Tracked, Workload, WorkloadKind};
+use crate::model::{
+    Combine, Gate, Origin, Output, PodSpecRule, Reference, SourceName, Tracked, Workload,
+    WorkloadKind,
+};
 
 /// Reloader: `"true"` tracks every ConfigMap and Secret the pod template uses.
 pub const RELOADER_AUTO: &str = "reloader.stakater.com/auto";
@@ -28,6 +31,14 @@ pub const RELOADER_SECRET_AUTO: &str = "secret.reloader.stakater.com/auto";
 pub const RELOADER_CONFIGMAP_RELOAD: &str = "configmap.reloader.stakater.com/reload";
 /// Reloader: comma list of Secret names to track.
 pub const RELOADER_SECRET_RELOAD: &str = "secret.reloader.stakater.com/reload";
+/// Reloader 2: `"true"` tracks every SecretProviderClass the pod template's
+/// `csi` volumes mount (needs the Secrets Store CSI preset).
+pub const RELOADER_SPC_AUTO: &str = "secretproviderclass.reloader.stakater.com/auto";
+/// Reloader 2: comma list of SecretProviderClass names to track.
+pub const RELOADER_SPC_RELOAD: &str = "secretproviderclass.reloader.stakater.com/reload";
+/// Reloader 2: on the workload's own metadata, SecretProviderClasses never to
+/// reload for.
+pub const RELOADER_SPC_EXCLUDE: &str = "secretproviderclasses.exclude.reloader.stakater.com/reload";
 /// Reloader: `"true"` on a ConfigMap or Secret makes its changes stamp nothing.
 pub const RELOADER_IGNORE: &str = "reloader.stakater.com/ignore";
 /// Reloader: on the workload, `"true"` tracks only referenced objects that carry
@@ -117,9 +128,24 @@ fn restarts_at(kind: &WorkloadKind) -> bool {
     kind.group() == "argoproj.io" && kind.as_str() == "Rollout"
 }
 
+/// What a Reloader annotation selects: a ConfigMap or Secret, or a
+/// SecretProviderClass (Reloader 2), whose mounts the source named here
+/// follows (the Secrets Store CSI preset).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum ReloaderKind {
+    Object(ObjectKind),
+    SecretProviderClass(SourceName),
+}
+
+/// The pod-spec rule of the Secrets Store CSI preset, which Reloader 2's
+/// `secretproviderclass` annotations need.
+fn csi_rule() -> PodSpecRule {
+    PodSpecRule::csi_volume("secrets-store.csi.k8s.io", "secretProviderClass")
+}
+
 /// One object Reloader annotations ask to track.
 struct ReloaderObject {
-    kind: ObjectKind,
+    kind: ReloaderKind,
     name: String,
     optional: bool,
     origins: Vec<Origin>,
@@ -135,7 +161,8 @@ impl<'a> Parser<'a> {
         let mut objects = self.reloader_auto(annotations);
         objects.extend(self.reloader_lists(annotations));
         objects.extend(self.reloader_search(annotations));
-        objects.retain(|o| !excluded.contains(&(o.kind, o.name.clone())));
+        objects.extend(self.reloader_csi(annotations));
+        objects.retain(|o| !excluded.contains(&(o.kind.clone(), o.name.clone())));
         let env_vars = self.env_var_names();
         for object in objects {
             let contribution = self.reloader_contribution(object, &env_vars, strategy);
@@ -189,11 +216,21 @@ impl<'a> Parser<'a> {
 
     /// Objects the exclude lists drop from every Reloader mode. Read from the
     /// workload's own metadata only, as Reloader does.
-    fn reloader_excluded(&mut self) -> BTreeSet<(ObjectKind, String)> {
-        let lists = [
-            (RELOADER_CONFIGMAPS_EXCLUDE, ObjectKind::ConfigMap),
-            (RELOADER_SECRETS_EXCLUDE, ObjectKind::Secret),
+    fn reloader_excluded(&mut self) -> BTreeSet<(ReloaderKind, String)> {
+        let mut lists = vec![
+            (
+                RELOADER_CONFIGMAPS_EXCLUDE,
+                ReloaderKind::Object(ObjectKind::ConfigMap),
+            ),
+            (
+                RELOADER_SECRETS_EXCLUDE,
+                ReloaderKind::Object(ObjectKind::Secret),
+            ),
         ];
+        if let Some(source) = self.csi_source() {
+            let kind = ReloaderKind::SecretProviderClass(source);
+            lists.push((RELOADER_SPC_EXCLUDE, kind));
+        }
         let mut excluded = BTreeSet::new();
         for (key, kind) in lists {
             let Some(value) = self.workload.annotations.get(key) else {
@@ -202,7 +239,7 @@ impl<'a> Parser<'a> {
             for item in split_list(value) {
                 match check_object_name(item) {
                     Ok(()) => {
-                        excluded.insert((kind, item.to_owned()));
+                        excluded.insert((kind.clone(), item.to_owned()));
                     }
                     Err(reason) => self.deps.errors.push(invalid_item(key, item, reason)),
                 }
@@ -245,7 +282,7 @@ impl<'a> Parser<'a> {
                     .map(|found| (found.name.clone(), found.optional));
                 for (name, optional) in named.into_iter().chain(matched) {
                     objects.push(ReloaderObject {
-                        kind,
+                        kind: ReloaderKind::Object(kind),
                         name,
                         optional,
                         origins: vec![Origin::Annotation(key.to_owned())],
@@ -299,7 +336,7 @@ impl<'a> Parser<'a> {
             .filter_map(|found| {
                 Some(ReloaderObject {
                     annotation: enabled_by(found.kind)?,
-                    kind: found.kind,
+                    kind: ReloaderKind::Object(found.kind),
                     name: found.name,
                     optional: found.optional,
                     origins: found.origins.into_iter().map(Origin::Discovered).collect(),
@@ -307,6 +344,107 @@ impl<'a> Parser<'a> {
                 })
             })
             .collect()
+    }
+
+    /// The source of the Secrets Store CSI preset, if one is configured.
+    fn csi_source(&self) -> Option<SourceName> {
+        let rule = csi_rule();
+        let mut sources = self.catalog.rules().filter(|(_, r)| **r == rule);
+        sources.next().map(|(name, _)| name.clone())
+    }
+
+    /// Reloader 2's SecretProviderClass annotations: `reloader.stakater.com/auto`
+    /// and `secretproviderclass.reloader.stakater.com/auto` select every class
+    /// the pod spec's Secrets Store `csi` volumes mount (Reloader with
+    /// `--enable-csi-integration`); `…/reload` lists names and Go patterns as
+    /// the ConfigMap and Secret lists do. They need the CSI preset; without
+    /// it, an annotation asking for classes is reported.
+    fn reloader_csi(&mut self, annotations: &Annotations<'_>) -> Vec<ReloaderObject> {
+        let typed = self.go_flag(annotations, RELOADER_SPC_AUTO);
+        let unset = |key: &str| annotations.get(key).is_none_or(|v| v.is_empty());
+        // `--auto-reload-all` covers classes too, on a workload no other
+        // scheme manages.
+        let by_default = self.scheme.reloader_auto_all
+            && unset(RELOADER_AUTO)
+            && unset(RELOADER_SPC_AUTO)
+            && self.stamps.is_empty();
+        let all = self.go_flag_quiet(annotations, RELOADER_AUTO) || by_default;
+        let list = annotations.get(RELOADER_SPC_RELOAD).copied();
+        let Some(source) = self.csi_source() else {
+            for (key, asked) in [
+                (RELOADER_SPC_AUTO, typed),
+                (RELOADER_SPC_RELOAD, list.is_some()),
+            ] {
+                if asked {
+                    self.deps.errors.push(AnnotationError::Unsupported {
+                        key: key.to_owned(),
+                        value: excerpt(annotations.get(key).copied().unwrap_or_default()),
+                        instead: "nothing: SecretProviderClasses need the Secrets Store CSI preset ([sources.kubernetes.<name>] preset = \"secrets-store-csi\")",
+                    });
+                }
+            }
+            return Vec::new();
+        };
+        let mounted = self.discover_by_rule(&csi_rule());
+        let kind = ReloaderKind::SecretProviderClass(source);
+        let mut objects = Vec::new();
+        let auto_by = if typed {
+            Some(RELOADER_SPC_AUTO)
+        } else if all {
+            Some(RELOADER_AUTO)
+        } else {
+            None
+        };
+        if let Some(annotation) = auto_by {
+            for found in &mounted {
+                objects.push(ReloaderObject {
+                    kind: kind.clone(),
+                    name: found.name.clone(),
+                    optional: false,
+                    origins: found
+                        .origins
+                        .iter()
+                        .cloned()
+                        .map(Origin::Discovered)
+                        .collect(),
+                    annotation,
+                    gate: Gate::Always,
+                });
+            }
+        }
+        let Some(value) = list else {
+            return objects;
+        };
+        let key = RELOADER_SPC_RELOAD;
+        for item in split_list(value) {
+            let entry = ReloadEntry::new(item);
+            if let Some(error) = entry.error {
+                self.deps.errors.push(invalid_item(key, item, error));
+            }
+            let named = check_object_name(item).is_ok().then(|| item.to_owned());
+            let matched = mounted
+                .iter()
+                .filter(|found| found.name != item && entry.matches(&found.name))
+                .map(|found| found.name.clone());
+            for name in named.into_iter().chain(matched) {
+                objects.push(ReloaderObject {
+                    kind: kind.clone(),
+                    name,
+                    optional: false,
+                    origins: vec![Origin::Annotation(key.to_owned())],
+                    annotation: key,
+                    gate: Gate::Always,
+                });
+            }
+        }
+        objects
+    }
+
+    /// [`Self::go_flag`] for a key another Reloader mode reads and reports.
+    fn go_flag_quiet(&self, annotations: &Annotations<'_>, key: &str) -> bool {
+        annotations
+            .get(key)
+            .is_some_and(|v| matches!(*v, "1" | "t" | "T" | "TRUE" | "true" | "True"))
     }
 
     /// Every object the pod spec references that `select` keeps, for `annotation`.
@@ -321,7 +459,7 @@ impl<'a> Parser<'a> {
             .filter(|found| select(found.kind))
             .map(|found| ReloaderObject {
                 annotation,
-                kind: found.kind,
+                kind: ReloaderKind::Object(found.kind),
                 name: found.name,
                 optional: found.optional,
                 origins: found.origins.into_iter().map(Origin::Discovered).collect(),
@@ -358,8 +496,19 @@ impl<'a> Parser<'a> {
         env_vars: &BTreeSet<&str>,
         strategy: RolloutStrategy,
     ) -> Contribution {
-        let var = fingerprint::reloader_env_var(object.kind, &object.name);
-        let reference = self.object(object.kind, None, &object.name);
+        let (var, reference) = match &object.kind {
+            ReloaderKind::Object(kind) => (
+                fingerprint::reloader_env_var(*kind, &object.name),
+                self.object(*kind, None, &object.name),
+            ),
+            ReloaderKind::SecretProviderClass(source) => (
+                fingerprint::reloader_csi_env_var(&object.name),
+                Reference::object(source.clone(), self.namespace(), &object.name),
+            ),
+        };
+        // Reloader's annotations-strategy document is emulated for ConfigMaps
+        // and Secrets only; a SecretProviderClass there is adopted below.
+        let csi = matches!(object.kind, ReloaderKind::SecretProviderClass(_));
         let annotations_strategy = self
             .workload
             .template_annotations()
@@ -373,7 +522,7 @@ impl<'a> Parser<'a> {
         } else if env_vars.contains(var.as_str()) {
             let algorithm = self.reloader_env_hash(&var);
             (Output::ContainerEnv(var), Combine::Single, algorithm)
-        } else if annotations_strategy {
+        } else if annotations_strategy && !csi {
             // Reloader's annotations strategy: adopted without a rollout, later
             // changes written in its format.
             let output = Output::ReloaderSource(self.scheme.reloader_state());

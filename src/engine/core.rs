@@ -313,6 +313,8 @@ pub struct Core {
     metrics: EngineMetrics,
     /// nudge's own progress deadlines of the rollouts it follows.
     deadlines: BTreeSet<(Instant, WorkloadId)>,
+    /// The latest runs (Jobs) of CronJobs, per CronJob (see [`follow`]).
+    runs: HashMap<WorkloadId, Vec<follow::Run>>,
     /// Who changed each reference last, for references that changed while
     /// tracked (a rollout names them).
     provenance: HashMap<Tracked, Box<Provenance>>,
@@ -359,6 +361,7 @@ impl Core {
             in_flight: 0,
             metrics,
             deadlines: BTreeSet::new(),
+            runs: HashMap::new(),
             provenance: HashMap::new(),
             plans,
         })
@@ -480,6 +483,7 @@ impl Core {
             tracing::debug!(workload = %workload.id, revision, written = record.written, "older than nudge's last write; skipped");
             return;
         }
+        self.follow_run(&workload, now, out);
         let id = workload.id.clone();
         if !self.in_selection(&id) {
             if self.records.contains_key(&id) {
@@ -501,6 +505,7 @@ impl Core {
             // tracked, not with the cluster).
             self.drop_follow(&id);
             self.plans.forget(&id);
+            self.forget_runs(&id);
             self.records.remove(&id);
             self.queue.forget(&id);
             return;
@@ -568,6 +573,7 @@ impl Core {
     fn on_delete(&mut self, id: &WorkloadId, out: &mut Vec<Effect>) {
         self.drop_follow(id);
         self.plans.forget(id);
+        self.forget_runs(id);
         self.parked.remove(id);
         let delta = self.graph.delete(id);
         self.drop_tracked(delta.droppable, out);
@@ -923,7 +929,7 @@ impl Core {
             observed_at = None;
         }
         let carries = carried(&patch);
-        let revision = (rolls && follow::follows(&id.kind)).then(|| {
+        let revision = rolls.then(|| {
             let specs = self.graph.specs(&id).unwrap_or_default();
             let provenance = &self.provenance;
             let change = |reference: &Reference| change_of(reference, specs, provenance);
@@ -1082,7 +1088,7 @@ impl Core {
             }
         }
         if let Some((revision, related, workload)) = started {
-            self.start_following(&id, revision, related, &workload, now);
+            self.start_following(&id, revision, related, &workload, now, out);
         }
         if again {
             self.evaluate(&id, now);

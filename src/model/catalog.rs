@@ -41,6 +41,34 @@ pub struct SourceCatalog {
 struct CatalogEntry {
     scope: Scope,
     check: ReferenceCheck,
+    rule: Option<PodSpecRule>,
+}
+
+/// Where a source's references appear in a pod spec, so that
+/// `<prefix>/auto` (and Reloader's `auto`, for the Secrets Store CSI preset)
+/// finds them without an annotation naming each one (design §5b).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum PodSpecRule {
+    /// Every `csi` volume of `driver` references the object named by its
+    /// `volumeAttributes[attribute]`.
+    CsiVolume {
+        /// The CSI driver's name, e.g. `secrets-store.csi.k8s.io`.
+        driver: String,
+        /// The volume attribute holding the object's name, e.g.
+        /// `secretProviderClass`.
+        attribute: String,
+    },
+}
+
+impl PodSpecRule {
+    /// `csi` volumes of `driver`, naming their object in `volumeAttributes[attribute]`.
+    pub fn csi_volume(driver: impl Into<String>, attribute: impl Into<String>) -> Self {
+        Self::CsiVolume {
+            driver: driver.into(),
+            attribute: attribute.into(),
+        }
+    }
 }
 
 impl SourceCatalog {
@@ -63,7 +91,24 @@ impl SourceCatalog {
 
     /// Adds (or replaces) source `name`.
     pub fn insert(&mut self, name: SourceName, scope: Scope, check: ReferenceCheck) {
-        self.sources.insert(name, CatalogEntry { scope, check });
+        let rule = None;
+        self.sources
+            .insert(name, CatalogEntry { scope, check, rule });
+    }
+
+    /// Gives the configured source `name` a pod-spec rule (nothing when it is
+    /// not configured).
+    pub fn set_rule(&mut self, name: &SourceName, rule: PodSpecRule) {
+        if let Some(entry) = self.sources.get_mut(name) {
+            entry.rule = Some(rule);
+        }
+    }
+
+    /// The sources that have a pod-spec rule, sorted by name.
+    pub fn rules(&self) -> impl Iterator<Item = (&SourceName, &PodSpecRule)> {
+        self.sources
+            .iter()
+            .filter_map(|(name, entry)| Some((name, entry.rule.as_ref()?)))
     }
 
     /// The scope of a configured source, or `None` when it is not configured.

@@ -14,9 +14,10 @@ mod catalog;
 mod kind;
 mod workload;
 
-pub use catalog::{ReferenceCheck, SourceCatalog, default_reference_check};
+pub use catalog::{PodSpecRule, ReferenceCheck, SourceCatalog, default_reference_check};
 pub use kind::{TemplatePath, TemplatePathError, WorkloadKind};
-pub use workload::{Rollout, RolloutFailure, Workload, WorkloadError};
+pub use workload::{Controller, Rollout, RolloutFailure, Workload, WorkloadError};
+pub(crate) use workload::{GENERATED_JOB_LABELS, is_job};
 
 /// Wave's annotation holding the original `schedulerName` while it keeps a
 /// workload's pods from scheduling.

@@ -41,6 +41,8 @@ pub enum RolloutFailure {
     ProgressDeadlineExceeded,
     /// An Argo Rollout's `status.phase`: `Degraded`.
     Degraded,
+    /// A Job's `Failed` (or `FailureTarget`) condition is `True`.
+    JobFailed,
 }
 
 impl RolloutFailure {
@@ -49,6 +51,7 @@ impl RolloutFailure {
         match self {
             Self::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
             Self::Degraded => "Degraded",
+            Self::JobFailed => "Failed",
         }
     }
 }
@@ -73,6 +76,27 @@ pub struct Workload {
     /// `metadata.resourceVersion`, when the object has one: tells an event that
     /// reached nudge late (older than nudge's own write) from a newer one.
     pub resource_version: Option<String>,
+    /// The object that controls it (a Job's CronJob), when it has one.
+    pub controller: Option<Controller>,
+}
+
+/// The controlling owner of an object: its `metadata.ownerReferences` entry
+/// with `controller: true`, in the object's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Controller {
+    /// The owner's `apiVersion` (`batch/v1`).
+    pub api_version: String,
+    /// The owner's kind (`CronJob`).
+    pub kind: String,
+    /// The owner's name.
+    pub name: String,
+}
+
+impl Controller {
+    /// Whether the owner is of `kind`.
+    pub fn is(&self, kind: &WorkloadKind) -> bool {
+        self.kind == kind.as_str() && self.api_version == kind.api_version()
+    }
 }
 
 /// Why an object could not be read as a workload.
@@ -107,7 +131,12 @@ impl Workload {
     /// Reads a workload of `kind` from its JSON object. A missing pod template
     /// reads as an empty one (nothing to discover, nothing stamped yet).
     pub fn from_object(kind: &WorkloadKind, mut object: Value) -> Result<Self, WorkloadError> {
-        let rollout = rollout_of(&object);
+        let rollout = if is_job(kind) {
+            job_rollout_of(&object)
+        } else {
+            rollout_of(&object)
+        };
+        let controller = controller_of(&object);
         let ordered_pods = ordered_pods(kind, &object);
         let str_at = |v: &Value, field: &str| {
             v.pointer(&format!("/metadata/{field}"))
@@ -141,6 +170,7 @@ impl Workload {
             rollout,
             ordered_pods,
             resource_version,
+            controller,
         })
     }
 
@@ -164,6 +194,62 @@ fn ordered_pods(kind: &WorkloadKind, object: &Value) -> bool {
             .pointer("/spec/podManagementPolicy")
             .and_then(Value::as_str)
             != Some("Parallel")
+}
+
+/// The owner reference of `object` with `controller: true`.
+fn controller_of(object: &Value) -> Option<Controller> {
+    let owners = object.pointer("/metadata/ownerReferences")?.as_array()?;
+    let owner = owners
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?;
+    let field = |name: &str| owner.get(name).and_then(Value::as_str).map(str::to_owned);
+    Some(Controller {
+        api_version: field("apiVersion")?,
+        kind: field("kind")?,
+        name: field("name")?,
+    })
+}
+
+/// Whether `kind` is `batch/v1` Job.
+pub(crate) fn is_job(kind: &WorkloadKind) -> bool {
+    kind.group() == "batch" && kind.as_str() == "Job"
+}
+
+/// Labels the API server generates on a Job's pod template (and selector):
+/// not part of the template the Job was made from.
+pub(crate) const GENERATED_JOB_LABELS: [&str; 4] = [
+    "controller-uid",
+    "batch.kubernetes.io/controller-uid",
+    "job-name",
+    "batch.kubernetes.io/job-name",
+];
+
+/// A Job's run, from the conditions kube-controller-manager's Job controller
+/// writes: `Complete` (or `SuccessCriteriaMet`, which comes first) `True` is
+/// complete, `Failed` (or `FailureTarget`, which comes first) `True` is failed;
+/// a Job without either is in progress (its pods may be Pending for good on a
+/// cluster without nodes: nudge's own deadline ends that).
+fn job_rollout_of(object: &Value) -> Rollout {
+    let conditions = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array);
+    let holds = |types: [&str; 2]| {
+        conditions.into_iter().flatten().any(|c| {
+            c.get("status").and_then(Value::as_str) == Some("True")
+                && c.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| types.contains(&t))
+        })
+    };
+    if holds(["Failed", "FailureTarget"]) {
+        Rollout::Failed {
+            reason: RolloutFailure::JobFailed,
+        }
+    } else if holds(["Complete", "SuccessCriteriaMet"]) {
+        Rollout::Complete
+    } else {
+        Rollout::InProgress
+    }
 }
 
 /// Takes the value at `kind`'s template path out of `object`.
@@ -407,5 +493,41 @@ mod tests {
             "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
                        "readyReplicas": 1, "currentRevision": "a", "updateRevision": "b"}});
         assert_eq!(rollout_of(&sts), Rollout::InProgress);
+    }
+
+    #[test]
+    fn a_job_is_read_by_its_conditions_and_knows_its_cron_job() {
+        let job = |conditions: Value| {
+            let object = json!({
+                "metadata": {"namespace": "ns", "name": "nightly-29001",
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Other", "name": "x", "uid": "1"},
+                        {"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
+                         "uid": "2", "controller": true}]},
+                "status": {"conditions": conditions},
+            });
+            let kind = WorkloadKind::new("batch", "v1", "Job", TemplatePath::spec_template());
+            Workload::from_object(&kind, object).unwrap()
+        };
+        let condition = |kind: &str, status: &str| json!({"type": kind, "status": status});
+        assert_eq!(job(json!([])).rollout, Rollout::InProgress);
+        let done = json!([
+            condition("SuccessCriteriaMet", "True"),
+            condition("Complete", "True")
+        ]);
+        assert_eq!(job(done).rollout, Rollout::Complete);
+        let failing = json!([condition("FailureTarget", "True")]);
+        let failed = Rollout::Failed {
+            reason: RolloutFailure::JobFailed,
+        };
+        assert_eq!(job(failing).rollout, failed);
+        assert_eq!(
+            job(json!([condition("Complete", "False")])).rollout,
+            Rollout::InProgress
+        );
+        let controller = job(json!([])).controller.unwrap();
+        assert_eq!(controller.name, "nightly");
+        let cron_job = TemplatePath::parse("spec.jobTemplate.spec.template").unwrap();
+        assert!(controller.is(&WorkloadKind::new("batch", "v1", "CronJob", cron_job)));
     }
 }

@@ -7,6 +7,10 @@
 //! workload references, when their resourceVersion moves; the content is
 //! fingerprinted by the configured fields ([`FieldSelection`]) and dropped.
 //!
+//! With `reference_field`, a reference names the objects whose field holds
+//! it, and follows the one written last (`latest`, design §5b): the Secrets
+//! Store CSI preset is such an entry.
+//!
 //! A kind the API server does not serve (its CRD is not installed yet) never
 //! holds up `/ready`: the source counts as ready, says so once in the log and
 //! in a `/ready` note, and runs discovery again (5 s doubling to 30 s) until
@@ -24,13 +28,17 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use tokio_util::sync::CancellationToken;
 
-use super::kube::{MetaEvent, ObjectReader, meta_streams, run_objects};
+use super::kube::{MetaEvent, ObjectReader, meta_streams, provenance_of, run_objects};
 use super::{ObjectSourceSettings, ObserveContext, Source, SourceContext, SourceError};
-use crate::config::KubernetesSourceConfig;
-use crate::fingerprint::{self, Algorithm, FieldSelection, Observation};
+use crate::config::{KubernetesSourceConfig, KubernetesSourcePreset};
+use crate::fingerprint::{self, Algorithm, FieldSelection, Fingerprint, Observation};
 use crate::health::{WatchHealth, WatchReady};
-use crate::model::{Scope, SourceName, Tracked};
+use crate::model::{PodSpecRule, Scope, SourceName, Tracked};
 use crate::rate::Backoff;
+
+mod latest;
+
+use latest::{GroupKey, ObjectKey, Written};
 
 /// First and last delay between two discoveries of a kind not served yet.
 const FIRST_RECHECK: Duration = Duration::from_secs(5);
@@ -86,6 +94,15 @@ pub enum KindConfigError {
         #[source]
         source: fingerprint::PointerError,
     },
+    /// `reference_field` is not a JSON pointer.
+    #[error("sources.kubernetes.{name}.reference_field")]
+    ReferenceField {
+        /// The section's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: fingerprint::PointerError,
+    },
 }
 
 /// The objects of one configured kind as a [`Source`] (see the module docs).
@@ -101,6 +118,12 @@ pub struct KindSource {
     resource: OnceLock<ApiResource>,
     /// The kind was found not served and not yet found served again.
     absent: AtomicBool,
+    /// `reference_field`: references name this field's value, not objects.
+    reference_field: Option<String>,
+    /// Where workloads reference these objects in their pod spec.
+    rule: Option<PodSpecRule>,
+    /// The preset the entry is (the CSI preset also offers Reloader's hashes).
+    preset: Option<KubernetesSourcePreset>,
 }
 
 // === impl KindSource ===
@@ -114,6 +137,7 @@ impl KindSource {
         client: Client,
         settings: ObjectSourceSettings,
     ) -> Result<Self, KindConfigError> {
+        let config = &config.resolved();
         let source_name = SourceName::new(name).map_err(|source| KindConfigError::Name {
             name: name.to_owned(),
             source,
@@ -124,6 +148,14 @@ impl KindSource {
                 source,
             }
         })?;
+        if !config.reference_field.is_empty() {
+            fingerprint::check_pointer(&config.reference_field).map_err(|source| {
+                KindConfigError::ReferenceField {
+                    name: name.to_owned(),
+                    source,
+                }
+            })?;
+        }
         Ok(Self {
             name: source_name,
             client,
@@ -133,7 +165,122 @@ impl KindSource {
             settings,
             resource: OnceLock::new(),
             absent: AtomicBool::new(false),
+            reference_field: Some(config.reference_field.clone()).filter(|f| !f.is_empty()),
+            rule: config
+                .discover
+                .as_ref()
+                .map(|d| PodSpecRule::csi_volume(&d.csi_driver, &d.volume_attribute)),
+            preset: config.preset,
         })
+    }
+
+    /// The algorithms this source fingerprints with: the native one, and for
+    /// the CSI preset Reloader 2's two hashes of a `SecretProviderClassPodStatus`.
+    fn algorithms(&self) -> &'static [Algorithm] {
+        match self.preset {
+            Some(KubernetesSourcePreset::SecretsStoreCsi) => &[
+                Algorithm::Native,
+                Algorithm::Reloader,
+                Algorithm::ReloaderSha512,
+            ],
+            None => &[Algorithm::Native],
+        }
+    }
+
+    /// A `reference_field` object reduced to its key, its group (`None` when
+    /// the field holds no string), its resourceVersion and its fingerprints;
+    /// `None` for an object without a name or namespace.
+    fn written(
+        &self,
+        object: &DynamicObject,
+        cx: &ObserveContext,
+    ) -> Option<(ObjectKey, Option<GroupKey>, String, Written)> {
+        let key = object_key(object)?;
+        let value = match serde_json::to_value(object) {
+            Ok(value) => value,
+            Err(error) => {
+                tracing::warn!(source = %self.name, %error, "cannot read the object as JSON; skipping it");
+                return None;
+            }
+        };
+        let field = self.reference_field.as_deref().unwrap_or_default();
+        let group_value = value.pointer(field).and_then(serde_json::Value::as_str);
+        let group = group_value.map(|v| (key.0.clone(), v.into()));
+        let fingerprints = self
+            .algorithms()
+            .iter()
+            .map(|algorithm| {
+                (
+                    *algorithm,
+                    self.fingerprint(*algorithm, &value, group_value, cx),
+                )
+            })
+            .collect();
+        let written = Written {
+            fingerprints,
+            provenance: provenance_of(&object.metadata),
+        };
+        let revision = object.metadata.resource_version.clone().unwrap_or_default();
+        Some((key, group, revision, written))
+    }
+
+    /// `value`'s fingerprint in `algorithm` (one of [`Self::algorithms`]).
+    fn fingerprint(
+        &self,
+        algorithm: Algorithm,
+        value: &serde_json::Value,
+        class: Option<&str>,
+        cx: &ObserveContext,
+    ) -> Fingerprint {
+        let class = class.unwrap_or_default();
+        match algorithm {
+            Algorithm::Reloader => fingerprint::reloader_csi(class, &csi_objects(value)),
+            Algorithm::ReloaderSha512 => {
+                fingerprint::reloader_csi_sha512_256(class, &csi_objects(value))
+            }
+            _ if self.preset == Some(KubernetesSourcePreset::SecretsStoreCsi) => {
+                fingerprint::native_csi_pod_status(value, self.secret.then(|| cx.key()))
+            }
+            _ => fingerprint::native_fields(value, &self.fields, self.secret.then(|| cx.key())),
+        }
+    }
+
+    /// `observe` of a `reference_field` source: the objects of the namespace
+    /// listed, the newest holding the reference observed. None yet is an
+    /// error, not absence: no pod has recorded anything.
+    async fn observe_latest(
+        &self,
+        tracked: &Tracked,
+        namespace: &str,
+        cx: &ObserveContext,
+    ) -> Result<Observation, SourceError> {
+        let resource = self.resource().await?;
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource);
+        let list = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|e| {
+                let what = format!("LIST {} in {namespace}", self.gvk.kind);
+                SourceError::backend(&self.name, what, e)
+            })?;
+        let group = group_of(tracked);
+        let mut state = latest::Latest::default();
+        for object in &list.items {
+            if let Some((key, object_group, revision, written)) = self.written(object, cx) {
+                state.apply(key, object_group, &revision, written);
+            }
+        }
+        group
+            .as_ref()
+            .and_then(|group| state.newest(group))
+            .and_then(|written| written.observation(tracked.algorithm))
+            .ok_or_else(|| {
+                let message = format!(
+                    "no {} in {namespace} records {:?} yet",
+                    self.gvk.kind, tracked.reference.name
+                );
+                SourceError::backend_message(&self.name, message)
+            })
     }
 
     /// `group/version kind`, for logs and notes.
@@ -306,9 +453,18 @@ impl Source for KindSource {
         Scope::Namespaced
     }
 
-    /// An object name: a DNS-1123 subdomain.
+    /// An object name: a DNS-1123 subdomain (with `reference_field`, the
+    /// name its objects' field holds, such as a SecretProviderClass's).
     fn check_reference(&self, reference: &str) -> Result<(), String> {
         crate::annotations::check_object_name(reference).map_err(str::to_owned)
+    }
+
+    fn supports(&self, algorithm: Algorithm) -> bool {
+        self.algorithms().contains(&algorithm)
+    }
+
+    fn pod_spec_rule(&self) -> Option<PodSpecRule> {
+        self.rule.clone()
     }
 
     async fn observe(
@@ -324,6 +480,9 @@ impl Source for KindSource {
                 "a namespaced source needs a namespace",
             ));
         };
+        if self.reference_field.is_some() {
+            return self.observe_latest(tracked, namespace, cx).await;
+        }
         let resource = self.resource().await?;
         let object =
             Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource)
@@ -338,16 +497,46 @@ impl Source for KindSource {
 
     async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
         let (parts, health) = ctx.into_parts();
-        if self
-            .served_resource(&parts.ready, &parts.shutdown)
-            .await
-            .is_none()
-        {
+        let Some(resource) = self.served_resource(&parts.ready, &parts.shutdown).await else {
             return Ok(());
+        };
+        if self.reference_field.is_some() {
+            latest::run_latest(self, resource, parts, &health).await;
+        } else {
+            run_objects(self, parts, &health).await;
         }
-        run_objects(self, parts, &health).await;
         Ok(())
     }
+}
+
+/// Namespace and name of an object.
+fn object_key(object: &DynamicObject) -> Option<ObjectKey> {
+    let meta = &object.metadata;
+    Some((
+        meta.namespace.as_deref()?.into(),
+        meta.name.as_deref()?.into(),
+    ))
+}
+
+/// The group a `reference_field` reference stands for: its namespace and name.
+fn group_of(tracked: &Tracked) -> Option<GroupKey> {
+    let reference = &tracked.reference;
+    Some((reference.namespace.clone()?, reference.name.clone()))
+}
+
+/// The `id`/`version` pairs of a `SecretProviderClassPodStatus`'s
+/// `status.objects`, as written (entries without an `id` are left out).
+fn csi_objects(value: &serde_json::Value) -> Vec<(String, String)> {
+    let objects = value.pointer("/status/objects").and_then(|o| o.as_array());
+    objects
+        .into_iter()
+        .flatten()
+        .filter_map(|object| {
+            let id = object.get("id")?.as_str()?;
+            let version = object.get("version").and_then(|v| v.as_str());
+            Some((id.to_owned(), version.unwrap_or_default().to_owned()))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -451,5 +640,72 @@ mod tests {
         );
         let bad_name = KindSource::from_config("giz-mo", &config, offline(), settings());
         assert!(matches!(bad_name, Err(KindConfigError::Name { .. })));
+        let mut config = KubernetesSourceConfig::new("example.com", "v1", "Gizmo");
+        config.reference_field = "spec/owner".to_owned();
+        let error = KindSource::from_config("gizmo", &config, offline(), settings());
+        let error = error.err().expect("refused");
+        assert!(
+            crate::errors::error_chain(&error).starts_with(
+                "sources.kubernetes.gizmo.reference_field: \"spec/owner\" is not a JSON pointer"
+            ),
+            "{error}"
+        );
+    }
+
+    fn csi_source() -> KindSource {
+        let config = KubernetesSourceConfig::preset(KubernetesSourcePreset::SecretsStoreCsi);
+        KindSource::from_config("csi", &config, offline(), settings()).expect("the preset")
+    }
+
+    fn pod_status(pod: &str, class: &str, objects: &[(&str, &str)]) -> DynamicObject {
+        let objects: Vec<_> = objects
+            .iter()
+            .map(|(id, version)| serde_json::json!({ "id": id, "version": version }))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClassPodStatus",
+            "metadata": { "name": format!("{pod}-shop-{class}"), "namespace": "shop", "resourceVersion": "5" },
+            "status": { "podName": pod, "secretProviderClassName": class, "mounted": true,
+                        "targetPath": format!("/var/lib/kubelet/pods/{pod}"), "objects": objects },
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_csi_preset_groups_pod_statuses_by_class_and_offers_reloaders_hashes() {
+        let source = csi_source();
+        assert_eq!(
+            source.pod_spec_rule(),
+            Some(PodSpecRule::csi_volume(
+                "secrets-store.csi.k8s.io",
+                "secretProviderClass"
+            ))
+        );
+        assert!(source.supports(Algorithm::Reloader) && source.supports(Algorithm::ReloaderSha512));
+        let object = pod_status("web-1", "vault", &[("db", "3"), ("api", "12")]);
+        let (key, group, revision, written) = source.written(&object, &cx()).unwrap();
+        assert_eq!(key, ("shop".into(), "web-1-shop-vault".into()));
+        assert_eq!(group, Some(("shop".into(), "vault".into())));
+        assert_eq!(revision, "5");
+        let pairs = [("db", "3"), ("api", "12")].map(|(i, v)| (i.to_owned(), v.to_owned()));
+        let sha1 = fingerprint::reloader_csi("vault", &pairs);
+        assert_eq!(
+            written.observation(Algorithm::Reloader),
+            Some(Observation::Present(sha1))
+        );
+        // Another pod with the same versions: the same fingerprints, whatever
+        // its name and mount path.
+        let other = pod_status("web-2", "vault", &[("db", "3"), ("api", "12")]);
+        let (_, _, _, other) = source.written(&other, &cx()).unwrap();
+        assert_eq!(other.fingerprints, written.fingerprints);
+        let rotated = pod_status("web-2", "vault", &[("db", "4"), ("api", "12")]);
+        let (_, _, _, rotated) = source.written(&rotated, &cx()).unwrap();
+        for algorithm in source.algorithms() {
+            assert_ne!(
+                rotated.observation(*algorithm),
+                written.observation(*algorithm),
+                "{algorithm:?}"
+            );
+        }
     }
 }

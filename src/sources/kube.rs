@@ -1,6 +1,6 @@
 //! The Kubernetes-object source: ConfigMaps and Secrets ([`ObjectSource`]),
-//! and through [`ObjectReader`] the objects of configured kinds
-//! (`super::kind`), all run by one loop ([`run_objects`]).
+//! and through `ObjectReader` the objects of configured kinds
+//! (`super::kind`), all run by one loop (`run_objects`).
 //!
 //! Objects are watched metadata-only; content is fetched (GET) only for objects some
 //! workload references, fingerprinted, and dropped. Memory therefore grows with what
@@ -662,7 +662,9 @@ pub(crate) async fn run_objects<R: ObjectReader>(
 
 /// Who changed `meta`'s object last: the manager and time of its latest
 /// `managedFields` entry, with its `resourceVersion`.
-fn provenance_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Provenance {
+pub(crate) fn provenance_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Provenance {
     let latest = meta
         .managed_fields
         .iter()

@@ -35,7 +35,7 @@ use crate::config::SourcesConfig;
 use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
 pub use crate::health::SourceMetrics;
 use crate::health::{Readiness, ReadyStatus, WatchHealth, WatchReady};
-use crate::model::{Scope, SourceCatalog, SourceName, Tracked};
+use crate::model::{PodSpecRule, Scope, SourceCatalog, SourceName, Tracked};
 
 mod configmap;
 pub mod consul;
@@ -533,6 +533,13 @@ pub trait Source: Send + Sync + 'static {
         crate::model::default_reference_check(reference)
     }
 
+    /// Where this source's references appear in a pod spec, if anywhere:
+    /// `<prefix>/auto` then tracks each one it finds (design §5b). None by
+    /// default; the Secrets Store CSI preset's is its `csi` volumes.
+    fn pod_spec_rule(&self) -> Option<PodSpecRule> {
+        None
+    }
+
     /// Reads the current observation of one reference now. Used by the admission
     /// webhook and `nudge explain` for references the engine has not observed;
     /// callers put a deadline around it.
@@ -560,6 +567,9 @@ pub fn catalog<'a>(sources: impl IntoIterator<Item = &'a Arc<dyn Source>>) -> So
             source.scope(),
             Arc::new(move |reference: &str| checker.check_reference(reference)),
         );
+        if let Some(rule) = source.pod_spec_rule() {
+            catalog.set_rule(source.name(), rule);
+        }
     }
     catalog
 }

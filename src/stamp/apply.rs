@@ -163,6 +163,7 @@ mod tests {
             rollout: Rollout::Unknown,
             ordered_pods: false,
             resource_version: None,
+            controller: None,
         }
     }
 

@@ -184,6 +184,7 @@ impl CurrentOutputs {
             rollout: Rollout::Unknown,
             ordered_pods: false,
             resource_version: None,
+            controller: None,
         }
     }
 }

@@ -15,7 +15,7 @@
 //!   the same spec minus what the API server generated, and the new stamp. The
 //!   recreated Job carries its stamp, so a restart recreates nothing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,18 +28,11 @@ use serde_json::Value;
 
 use super::kube::classify;
 use super::{ApplyOutcome, KubeTarget, Target, TargetContext, TargetError, TargetSettings};
-use crate::model::{TemplatePath, Workload, WorkloadId, WorkloadKind};
+use crate::model::{GENERATED_JOB_LABELS, TemplatePath, Workload, WorkloadId, WorkloadKind};
 use crate::stamp::{self, AdmissionDecision, StampPatch};
 
 /// How long a Job recreation waits for the old Job to be gone.
 const JOB_GONE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Labels the API server generates on a Job's pod template (and selector).
-const GENERATED_JOB_LABELS: [&str; 4] = [
-    "controller-uid",
-    "batch.kubernetes.io/controller-uid",
-    "job-name",
-    "batch.kubernetes.io/job-name",
-];
 
 /// `batch/v1` CronJob: the job template, adopting first stamps.
 pub fn cron_job_kind() -> WorkloadKind {
@@ -168,6 +161,14 @@ impl Target for CronJobTarget {
 
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {
         self.inner.get(id).await
+    }
+
+    async fn annotate(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        self.inner.annotate(current, annotations).await
     }
 }
 
@@ -381,5 +382,13 @@ impl Target for JobTarget {
 
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {
         self.inner.get(id).await
+    }
+
+    async fn annotate(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        self.inner.annotate(current, annotations).await
     }
 }

@@ -19,6 +19,7 @@ use crate::model::{
 
 const NS: &str = "shop";
 
+mod csi;
 mod delivery;
 mod holds;
 mod mutator;
@@ -73,6 +74,7 @@ fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)], spec: PodSpec) 
         rollout: crate::model::Rollout::Unknown,
         ordered_pods: false,
         resource_version: None,
+        controller: None,
         annotations: mk_map(meta),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {

@@ -9,6 +9,13 @@
 //! Then the driver publishes the outcome and records it in `<prefix>/history`,
 //! removing the marker ([`Effect::Conclude`]).
 //!
+//! A CronJob's rollout is its next run: the first Job it controls whose pod
+//! template is the stamped one (matched by digest, not by timing) ends it by
+//! its own conditions ([`Run`]). A Job's rollout is the recreated Job's own
+//! conditions. Neither has a deadline of its own, so nudge's applies; a
+//! CronJob's counts from its run's first sight (its next scheduled run may be
+//! hours away).
+//!
 //! Every replica follows (from the marker on the workload events it sees); only
 //! the leader concludes aloud. A new leader concludes again what it saw end
 //! while the marker is still on the workload: the old leader may have died
@@ -23,7 +30,10 @@ use tokio::time::Instant;
 
 use super::{Core, Effect};
 use crate::fingerprint::ObjectKind;
-use crate::model::{Output, Reference, Rollout, StampSpec, Workload, WorkloadId, WorkloadKind};
+use crate::model::{
+    GENERATED_JOB_LABELS, Output, Reference, Rollout, RolloutFailure, StampSpec, Workload,
+    WorkloadId, WorkloadKind, is_job,
+};
 use crate::stamp::StampPatch;
 use crate::stamp::history::{self, Change, Outcome, Revision, ValueChange};
 
@@ -67,10 +77,25 @@ pub struct Conclusion {
     pub related: Option<Reference>,
 }
 
-/// Whether nudge follows rollouts of `kind`: not CronJobs and Jobs, whose
-/// "rollout" is the next run, not a status of their own.
-pub(super) fn follows(kind: &WorkloadKind) -> bool {
-    !(kind.group() == "batch" && matches!(kind.as_str(), "CronJob" | "Job"))
+/// Runs of one CronJob kept while they may decide its rollout: as many as its
+/// default `successfulJobsHistoryLimit` plus one.
+const RUNS_KEPT: usize = 4;
+
+/// A Job a CronJob controls, as last seen: what decides the CronJob's rollout
+/// when its template is the stamped one.
+#[derive(Debug)]
+pub(super) struct Run {
+    /// The Job's name.
+    job: String,
+    /// The digest of its pod template (less what the API server adds).
+    template: u64,
+    /// Its conditions.
+    rollout: Rollout,
+}
+
+/// Whether `kind` is `batch/v1` CronJob: its rollout is judged by its runs.
+fn is_cron_job(kind: &WorkloadKind) -> bool {
+    kind.group() == "batch" && kind.as_str() == "CronJob"
 }
 
 /// Whether `kind` has a progress deadline its controller enforces (a
@@ -79,12 +104,36 @@ fn has_own_deadline(kind: &WorkloadKind) -> bool {
     kind.group() == "apps" && kind.as_str() == "Deployment"
 }
 
-/// A digest of the pod template: tells nudge's write from someone else's.
+/// A digest of the pod template: tells nudge's write from someone else's, and
+/// a CronJob's run of the stamped template from other runs. A Job's is taken
+/// without the labels the API server adds to it, so that it equals the digest
+/// of the job template it was made from.
 fn template_digest(workload: &Workload) -> u64 {
     let mut hasher = DefaultHasher::new();
-    serde_json::to_vec(&workload.template)
-        .unwrap_or_default()
-        .hash(&mut hasher);
+    let bytes = if is_job(&workload.id.kind) {
+        let mut template = workload.template.clone();
+        if let Some(meta) = template.metadata.as_mut() {
+            if let Some(labels) = meta.labels.as_mut() {
+                for label in GENERATED_JOB_LABELS {
+                    labels.remove(label);
+                }
+            }
+            if meta.labels.as_ref().is_some_and(|l| l.is_empty()) {
+                meta.labels = None;
+            }
+        }
+        if template
+            .metadata
+            .as_ref()
+            .is_some_and(|m| *m == Default::default())
+        {
+            template.metadata = None;
+        }
+        serde_json::to_vec(&template)
+    } else {
+        serde_json::to_vec(&workload.template)
+    };
+    bytes.unwrap_or_default().hash(&mut hasher);
     hasher.finish()
 }
 
@@ -103,7 +152,7 @@ pub(super) fn revision_of(
         .changed
         .iter()
         .filter_map(|output| {
-            let after = patch.values.get(output)?;
+            let after = value_after(patch, output)?;
             let secret = reads_a_secret(specs, output);
             let before = crate::stamp::current(current, output);
             Some(ValueChange {
@@ -126,6 +175,21 @@ pub(super) fn revision_of(
     }
 }
 
+/// The value `patch` writes for `output`: kept under where it is written,
+/// which for an output that adopts or keeps its state on the workload
+/// ([`Output::Adopted`], [`Output::ReloaderSource`]) is not the output itself.
+fn value_after<'a>(patch: &'a StampPatch, output: &Output) -> Option<&'a String> {
+    patch.values.get(output).or_else(|| {
+        let key = output.key().to_owned();
+        [
+            Output::PodTemplateAndWorkloadAnnotation(key.clone()),
+            Output::WorkloadAnnotation(key),
+        ]
+        .iter()
+        .find_map(|resolved| patch.values.get(resolved))
+    })
+}
+
 /// Whether Secret content goes into `output`.
 fn reads_a_secret(specs: &[StampSpec], output: &Output) -> bool {
     specs
@@ -138,17 +202,21 @@ fn reads_a_secret(specs: &[StampSpec], output: &Output) -> bool {
 }
 
 impl Core {
-    /// nudge's own progress deadline for workload `id`, from `now`.
-    fn deadline_for(&self, id: &WorkloadId, now: Instant) -> Option<Instant> {
-        if has_own_deadline(&id.kind) {
-            return None;
-        }
-        let window = self
-            .records
+    /// nudge's own progress deadline for workload `id`.
+    fn deadline_window(&self, id: &WorkloadId) -> Duration {
+        self.records
             .get(id)
             .and_then(|record| record.timing().progress_deadline)
-            .unwrap_or(self.engine.progress_deadline);
-        Some(crate::rate::saturating_add(now, window))
+            .unwrap_or(self.engine.progress_deadline)
+    }
+
+    /// nudge's own progress deadline for workload `id`, from `now`: none for
+    /// kinds with their own, nor for a CronJob until its run is seen.
+    fn deadline_for(&self, id: &WorkloadId, now: Instant) -> Option<Instant> {
+        if has_own_deadline(&id.kind) || is_cron_job(&id.kind) {
+            return None;
+        }
+        Some(crate::rate::saturating_add(now, self.deadline_window(id)))
     }
 
     /// nudge's stamp starting `revision` was written; `workload` is the
@@ -160,13 +228,118 @@ impl Core {
         related: Option<Reference>,
         workload: &Workload,
         now: Instant,
+        out: &mut Vec<Effect>,
     ) {
         let sources = source_names(&revision);
+        // Runs that ended before this stamp are not its run (a template that
+        // came back to an earlier one has old Jobs of the same digest).
+        if let Some(runs) = self.runs.get_mut(id) {
+            runs.retain(|run| !matches!(run.rollout, Rollout::Complete | Rollout::Failed { .. }));
+        }
         // Not judged on the write's own result: its status is from before the
         // new template (a status without observedGeneration could not say so).
-        if self.follow(workload, revision, related, now) && self.leader {
-            let names: Vec<&str> = sources.iter().map(String::as_str).collect();
-            self.metrics.rollout(&id.kind, &names, "started");
+        if self.follow(workload, revision, related, now) {
+            if self.leader {
+                let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+                self.metrics.rollout(&id.kind, &names, "started");
+            }
+            self.judge_runs(id, now, out);
+        }
+    }
+
+    /// A Job event: a Job a CronJob controls is one of its runs. Kept (a few
+    /// per CronJob) while nudge may follow that CronJob, and judged against
+    /// its rollout in flight.
+    pub(super) fn follow_run(&mut self, job: &Workload, now: Instant, out: &mut Vec<Effect>) {
+        if !is_job(&job.id.kind) {
+            return;
+        }
+        let Some(owner) = job
+            .controller
+            .as_ref()
+            .filter(|owner| owner.kind == "CronJob" && owner.api_version == "batch/v1")
+        else {
+            return;
+        };
+        let id = WorkloadId::new(
+            crate::targets::cron_job_kind(),
+            job.id.namespace.clone(),
+            owner.name.clone(),
+        );
+        // Memory follows what nudge stamps: a run is kept for a CronJob nudge
+        // tracks, or (its CronJob not listed yet, after a restart) a run of a
+        // template nudge stamped.
+        let prefix = self.scheme.key("");
+        let stamped = job
+            .template_annotations()
+            .keys()
+            .any(|key| key.starts_with(&prefix));
+        if !self.records.contains_key(&id) && !stamped {
+            return;
+        }
+        let run = Run {
+            job: job.id.name.to_string(),
+            template: template_digest(job),
+            rollout: job.rollout,
+        };
+        let runs = self.runs.entry(id.clone()).or_default();
+        runs.retain(|r| r.job != run.job);
+        runs.push(run);
+        let excess = runs.len().saturating_sub(RUNS_KEPT);
+        runs.drain(..excess);
+        self.judge_runs(&id, now, out);
+    }
+
+    /// Forgets the runs of CronJob `id` (deleted, or no longer tracked).
+    pub(super) fn forget_runs(&mut self, id: &WorkloadId) {
+        self.runs.remove(id);
+    }
+
+    /// Judges the rollout of CronJob `id` by its runs of the stamped template:
+    /// the first that ended ends it; one still running starts nudge's deadline.
+    fn judge_runs(&mut self, id: &WorkloadId, now: Instant, out: &mut Vec<Effect>) {
+        let Some(follow) = self
+            .records
+            .get(id)
+            .and_then(|r| r.follow.as_deref())
+            .filter(|f| f.in_progress())
+        else {
+            return;
+        };
+        let ours = self
+            .runs
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter(|run| run.template == follow.template);
+        let mut running = false;
+        let mut ended = None;
+        for run in ours {
+            match run.rollout {
+                Rollout::Complete => {
+                    ended = Some((Outcome::Complete, format!("ran as Job {}", run.job)));
+                }
+                Rollout::Failed { .. } => {
+                    ended = Some((Outcome::Failed, format!("Job {} failed", run.job)));
+                }
+                _ => running = true,
+            }
+            if ended.is_some() {
+                break;
+            }
+        }
+        if let Some((outcome, reason)) = ended {
+            self.end(id, outcome, Some(reason), now, out);
+        } else if running && follow.deadline.is_none() {
+            let at = crate::rate::saturating_add(now, self.deadline_window(id));
+            self.deadlines.insert((at, id.clone()));
+            if let Some(follow) = self
+                .records
+                .get_mut(id)
+                .and_then(|r| r.follow.as_deref_mut())
+            {
+                follow.deadline = Some(at);
+            }
         }
     }
 
@@ -244,9 +417,6 @@ impl Core {
         out: &mut Vec<Effect>,
     ) {
         let id = &workload.id;
-        if !follows(&id.kind) {
-            return;
-        }
         let marker = workload.annotations.get(&self.scheme.rollout());
         let Some(record) = self.records.get_mut(id) else {
             return;
@@ -314,6 +484,7 @@ impl Core {
         tracing::info!(workload = %workload.id, revision = revision.revision, "following the rollout in flight");
         if self.follow(workload, revision, None, now) {
             self.judge(&workload.id, workload.rollout, now, out);
+            self.judge_runs(&workload.id, now, out);
         }
     }
 
@@ -322,13 +493,11 @@ impl Core {
         match rollout {
             Rollout::Complete => self.end(id, Outcome::Complete, None, now, out),
             Rollout::Failed { reason } => {
-                self.end(
-                    id,
-                    Outcome::Failed,
-                    Some(reason.as_str().to_owned()),
-                    now,
-                    out,
-                );
+                let reason = match reason {
+                    RolloutFailure::JobFailed => "the Job failed".to_owned(),
+                    other => other.as_str().to_owned(),
+                };
+                self.end(id, Outcome::Failed, Some(reason), now, out);
             }
             _ => {}
         }
@@ -341,13 +510,13 @@ impl Core {
                 break;
             }
             self.deadlines.pop_first();
-            let window = self
+            let due = self
                 .records
                 .get(&id)
                 .and_then(|r| r.follow.as_deref())
-                .filter(|f| f.ended.is_none() && f.deadline == Some(at))
-                .map(|f| at.saturating_duration_since(f.started));
-            if let Some(window) = window {
+                .is_some_and(|f| f.ended.is_none() && f.deadline == Some(at));
+            if due {
+                let window = self.deadline_window(&id);
                 let reason = format!(
                     "not complete within its progress deadline ({})",
                     humantime::format_duration(round_seconds(window))

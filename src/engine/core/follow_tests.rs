@@ -3,9 +3,9 @@
 
 use serde_json::json;
 
-use super::harness::{CHECKSUM, Harness, batch, cron_job, native_deployment, reloader_auto};
+use super::harness::{CHECKSUM, Harness, batch, cron_job, job, native_deployment, reloader_auto};
 use super::*;
-use crate::model::{RolloutFailure, WorkloadKind};
+use crate::model::{Controller, RolloutFailure, WorkloadKind};
 use crate::stamp::history::{Outcome, Revision};
 
 const MARKER: &str = "nudge.dev/rollout";
@@ -171,6 +171,34 @@ fn someone_elses_template_change_supersedes_the_rollout() {
 }
 
 #[test]
+fn kinds_without_status_verdicts_of_their_own_are_superseded_alike() {
+    // What a cluster without nodes cannot show: a DaemonSet there wants no pod
+    // and completes at once.
+    for kind in [WorkloadKind::stateful_set(), WorkloadKind::daemon_set()] {
+        let mut h = stamped(batch(kind.clone()));
+        h.content("v2");
+        h.settle();
+        assert_eq!(marker(&h).map(|m| m.revision), Some(2), "{kind}");
+        assert!(
+            h.notes
+                .iter()
+                .any(|n| n.starts_with("config revision 1 superseded")),
+            "{kind}: {:?}",
+            h.notes
+        );
+        h.workload
+            .template
+            .metadata
+            .get_or_insert_default()
+            .annotations
+            .get_or_insert_default()
+            .insert("example.com/edited".into(), "by hand".into());
+        h.rollout_status(Rollout::InProgress);
+        assert_eq!(outcomes(&h), [(2, Outcome::Superseded)], "{kind}");
+    }
+}
+
+#[test]
 fn after_a_restart_the_rollout_in_flight_is_followed_from_its_marker() {
     let mut h = stamped(native_deployment());
     h.restart(false);
@@ -220,7 +248,7 @@ fn an_outcome_already_in_the_history_is_not_concluded_again() {
 }
 
 #[test]
-fn adoptions_and_batch_kinds_start_nothing_to_follow() {
+fn adoptions_start_nothing_to_follow() {
     let mut h = Harness::new(reloader_auto());
     h.content("v1");
     h.see();
@@ -232,10 +260,177 @@ fn adoptions_and_batch_kinds_start_nothing_to_follow() {
     h.content("v1");
     h.see();
     h.settle();
-    h.content("v2");
+    assert!(marker(&h).is_none(), "a CronJob's first stamp is adopted");
+}
+
+// === CronJobs and Jobs ===
+
+/// A CronJob whose config changed once nudge adopted it: its job template
+/// stamped, its rollout (the next run) in flight.
+fn cron_job_in_flight() -> Harness {
+    changed_after_adoption(cron_job())
+}
+
+/// A batch workload (adopting its first stamp) whose config changed once
+/// nudge adopted it: its first rollout in flight.
+fn changed_after_adoption(workload: Workload) -> Harness {
+    let mut h = Harness::new(workload);
+    h.content("v1");
+    h.see();
     h.settle();
+    h.content("v2");
+    h.advance(Duration::from_secs(10));
     assert!(h.writes.iter().any(|w| w.rolls), "the job template changed");
-    assert!(marker(&h).is_none(), "a CronJob's rollout is its next run");
+    let first = marker(&h).unwrap();
+    assert_eq!(first.revision, 1);
+    // The adopted value is the one before; the one written, after.
+    assert_eq!(first.stamp[0].key, CHECKSUM);
+    assert!(first.stamp[0].before.is_some(), "{first:?}");
+    assert_ne!(
+        first.stamp[0].before.as_deref(),
+        Some(&*first.stamp[0].after)
+    );
+    h
+}
+
+/// Job `name` made from the CronJob's job template as it is now, with the
+/// labels the API server adds, in state `rollout`.
+fn run_of(h: &Harness, name: &str, rollout: Rollout) -> Workload {
+    let mut template = h.workload.template.clone();
+    let labels = template
+        .metadata
+        .get_or_insert_default()
+        .labels
+        .get_or_insert_default();
+    for label in crate::model::GENERATED_JOB_LABELS {
+        labels.insert(label.into(), name.into());
+    }
+    Workload {
+        id: WorkloadId::new(crate::targets::job_kind(), "ns", name),
+        annotations: std::collections::BTreeMap::new(),
+        template,
+        rollout,
+        ordered_pods: false,
+        resource_version: Some("900".into()),
+        controller: Some(Controller {
+            api_version: "batch/v1".into(),
+            kind: "CronJob".into(),
+            name: h.workload.id.name.to_string(),
+        }),
+    }
+}
+
+/// The Job target's watch reports Job `name`, a run of the job template as
+/// it is now, in state `rollout`.
+fn see_run(h: &mut Harness, name: &str, rollout: Rollout) {
+    let job = run_of(h, name, rollout);
+    see_job(h, job);
+}
+
+fn see_job(h: &mut Harness, job: Workload) {
+    h.input(Input::workload(WorkloadEvent::Apply(job)));
+}
+
+#[test]
+fn a_cron_jobs_rollout_is_its_next_run_of_the_stamped_template() {
+    let mut h = cron_job_in_flight();
+    let failed = Rollout::Failed {
+        reason: RolloutFailure::JobFailed,
+    };
+    // A run of the template before the stamp: not this rollout's.
+    let mut old = run_of(&h, "app-old", failed);
+    old.template = h.writes.last().unwrap().before.template.clone();
+    see_job(&mut h, old);
+    assert!(h.conclusions.is_empty());
+
+    see_run(&mut h, "app-29001", Rollout::InProgress);
+    assert!(h.conclusions.is_empty(), "still running");
+    see_run(&mut h, "app-29001", Rollout::Complete);
+    assert_eq!(outcomes(&h), [(1, Outcome::Complete)]);
+    assert_eq!(
+        h.conclusions[0].revision.reason.as_deref(),
+        Some("ran as Job app-29001")
+    );
+    see_run(&mut h, "app-29001", Rollout::Complete);
+    assert_eq!(h.conclusions.len(), 1, "concluded once");
+}
+
+#[test]
+fn a_cron_jobs_failed_run_fails_its_rollout() {
+    let mut h = cron_job_in_flight();
+    let failed = Rollout::Failed {
+        reason: RolloutFailure::JobFailed,
+    };
+    see_run(&mut h, "app-29001", failed);
+    assert_eq!(outcomes(&h), [(1, Outcome::Failed)]);
+    assert_eq!(
+        h.conclusions[0].revision.reason.as_deref(),
+        Some("Job app-29001 failed")
+    );
+}
+
+#[test]
+fn a_cron_jobs_deadline_counts_from_its_runs_first_sight() {
+    let mut h = cron_job_in_flight();
+    // The next scheduled run may be hours away: no deadline until it starts.
+    h.advance(Duration::from_secs(3 * 3600));
+    assert!(h.conclusions.is_empty());
+    see_run(&mut h, "app-29001", Rollout::InProgress);
+    h.advance(Duration::from_secs(590));
+    assert!(h.conclusions.is_empty());
+    h.advance(Duration::from_secs(10));
+    assert_eq!(outcomes(&h), [(1, Outcome::Failed)]);
+    let reason = h.conclusions[0].revision.reason.clone().unwrap();
+    assert!(reason.contains("progress deadline (10m)"), "{reason}");
+}
+
+#[test]
+fn someone_elses_job_template_change_supersedes_a_cron_jobs_rollout() {
+    let mut h = cron_job_in_flight();
+    h.workload.template.spec.get_or_insert_default().containers[0].image = Some("busybox:2".into());
+    h.status_update();
+    while h.deliver() {}
+    assert_eq!(outcomes(&h), [(1, Outcome::Superseded)]);
+}
+
+#[test]
+fn a_run_seen_before_its_cron_job_after_a_restart_still_ends_the_rollout() {
+    let mut h = cron_job_in_flight();
+    let done = run_of(&h, "app-29001", Rollout::Complete);
+    // The new process lists Jobs before CronJobs.
+    h.core = Core::new(
+        super::harness::settings(),
+        Arc::default(),
+        EngineMetrics::default(),
+    )
+    .unwrap();
+    see_job(&mut h, done);
+    assert!(h.conclusions.is_empty());
+    h.tracked.clear();
+    h.see();
+    assert_eq!(outcomes(&h), [(1, Outcome::Complete)]);
+}
+
+#[test]
+fn a_jobs_rollout_is_its_recreated_jobs_own_conditions() {
+    let mut h = changed_after_adoption(job());
+    h.rollout_status(Rollout::InProgress);
+    assert!(h.conclusions.is_empty());
+    h.rollout_status(Rollout::Failed {
+        reason: RolloutFailure::JobFailed,
+    });
+    assert_eq!(outcomes(&h), [(1, Outcome::Failed)]);
+    assert_eq!(
+        h.conclusions[0].revision.reason.as_deref(),
+        Some("the Job failed")
+    );
+    h.record_outcome();
+
+    h.content("v3");
+    h.settle();
+    assert_eq!(marker(&h).map(|m| m.revision), Some(2));
+    h.rollout_status(Rollout::Complete);
+    assert_eq!(outcomes(&h)[1], (2, Outcome::Complete));
 }
 
 #[test]

@@ -63,6 +63,7 @@ fn mk_workload(name: &str, stamped: &str, extra: &[(&str, &str)], rollout: Rollo
         rollout,
         ordered_pods: false,
         resource_version: None,
+        controller: None,
     }
 }
 

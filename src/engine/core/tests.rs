@@ -81,6 +81,7 @@ fn mk_workload(name: &str, configmap: &str, stamped: Option<&str>) -> Workload {
         rollout: Rollout::Unknown,
         ordered_pods: false,
         resource_version: None,
+        controller: None,
     }
 }
 

@@ -1,8 +1,7 @@
 //! The Consul source against a real `consul agent`: each test starts its own agent,
 //! so they run in parallel.
 
-#[path = "support/consul.rs"]
-mod consul_support;
+use crate::support::consul as consul_support;
 
 use std::time::{Duration, Instant};
 

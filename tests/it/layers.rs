@@ -94,7 +94,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
         }
         assert!(
             layers.contains_key(module.as_str()),
-            "src/{module} has no layer in tests/layers.rs: add it to LAYERS (and lib.rs docs)"
+            "src/{module} has no layer in tests/it/layers.rs: add it to LAYERS (and lib.rs docs)"
         );
         let text = std::fs::read_to_string(&file).expect("read source");
         let entry = graph.entry(module.clone()).or_default();

@@ -5,16 +5,14 @@
 //! The receiver listens on 127.0.0.1 and nudge runs in this process, so these
 //! tests work against a real cluster (`NUDGE_TEST_KUBECONFIG`) as well.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::*;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use nudge::config::{NotifyConfig, NotifyFormat, WebhookUrl};
 use serde_json::{Value, json};
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 /// ConfigMap values that must never reach a receiver.

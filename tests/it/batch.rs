@@ -2,13 +2,11 @@
 //! starts one Job at once; a Job whose config changes is recreated. Neither
 //! happens when nudge first sees the workload or after a restart.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::ResourceExt;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

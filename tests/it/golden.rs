@@ -171,3 +171,39 @@ fn fields_fingerprints_match_the_golden_vectors() {
         );
     }
 }
+
+/// Reloader 2's hash of a `SecretProviderClassPodStatus` (SHA-1 and its
+/// SHA-512/256 builds'), its env var name, and the CSI preset's native
+/// fingerprint of the same object.
+#[test]
+fn reloader_secret_provider_class_hashes_match_the_golden_vectors() {
+    let vectors = vectors();
+    let csi = vectors["reloader_csi"].as_array().unwrap();
+    assert!(!csi.is_empty());
+    for vector in csi {
+        let object = &vector["object"];
+        let class = object["status"]["secretProviderClassName"]
+            .as_str()
+            .unwrap();
+        let pairs: Vec<(String, String)> = object["status"]["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let field = |name: &str| o[name].as_str().unwrap().to_owned();
+                (field("id"), field("version"))
+            })
+            .collect();
+        let sha1 = fingerprint::reloader_csi(class, &pairs);
+        assert_eq!(digest(&sha1), vector["reloader_sha1"], "{class}");
+        let sha512 = fingerprint::reloader_csi_sha512_256(class, &pairs);
+        assert_eq!(digest(&sha512), vector["reloader_sha512_256"], "{class}");
+        assert_eq!(
+            fingerprint::reloader_csi_env_var(class),
+            vector["env_var"],
+            "{class}"
+        );
+        let native = fingerprint::native_csi_pod_status(object, None);
+        assert_eq!(digest(&native), vector["native"], "{class}");
+    }
+}

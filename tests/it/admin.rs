@@ -1,12 +1,10 @@
 //! The admin server of a running nudge: `/ready` turns 200 once every watch has
 //! listed, `/metrics` reflects what the engine tracks.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use nudge::__private::runtime::metrics::Metrics;
-use support::*;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

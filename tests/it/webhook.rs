@@ -10,13 +10,12 @@
 //! and on an external cluster, except the deadline test, which needs the double's
 //! injected latency.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::support::*;
 use base64::Engine as _;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -32,7 +31,6 @@ use nudge::config::Config;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use support::*;
 
 const WAVE_HASH: &str = "wave.pusher.com/config-hash";
 const CONFIG_HASH: &str = "nudge.dev/config-hash";

@@ -8,18 +8,16 @@
 //! held, as a watch saw them; never by `metadata.generation`, which a real
 //! kube-apiserver also bumps for the adoption's metadata-only write.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::*;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::CronJob;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 const RELOADER_STATE: &str = "nudge.dev/reloader-state";

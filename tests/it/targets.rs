@@ -4,13 +4,11 @@
 //! picked up when their CRD appears). Outputs nudge gives up leave these
 //! kinds, written by JSON patch, as apply removes them from the built-in ones.
 
-mod support;
-
+use crate::support::*;
 use figment::providers::Format as _;
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
 use nudge::config::TargetConfig;
 use serde_json::json;
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
@@ -403,7 +401,7 @@ async fn argo_rollouts_installed_after_start_are_stamped_without_a_restart() {
 /// The `[[targets]]` preset for `kind` as `config.example.toml` documents it
 /// (commented out), read as nudge reads its configuration.
 fn example_preset(kind: &str) -> Vec<TargetConfig> {
-    let example = include_str!("../config.example.toml");
+    let example = include_str!("../../config.example.toml");
     let lines: Vec<&str> = example.lines().collect();
     let kind_line = format!("# kind = \"{kind}\"");
     let at = lines

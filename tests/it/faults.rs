@@ -2,12 +2,10 @@
 //! inject faults, so they run only on the in-process API server double (hence
 //! `double_only_` in their names).
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use apiserver_double::RequestFilter;
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

@@ -1,13 +1,11 @@
 //! `nudge explain` against a cluster: the compiled binary explains an in-sync
 //! workload, one waiting on debounce, and one whose Secret is missing.
 
-mod support;
-
 use std::process::Output;
 
+use crate::support::*;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

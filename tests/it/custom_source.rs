@@ -4,15 +4,13 @@
 //! reference Consul's rules would refuse (a leading '/') is fine when the
 //! source's rule allows it.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment;
 use nudge::source::{Observation, ObserveContext, PollSource, SourceError, SourceName, Tracked};
 use serde_json::json;
-use support::*;
 use tokio_util::sync::CancellationToken;
 
 /// References are absolute paths; the content is the path itself.

@@ -3,7 +3,7 @@
 //! PATCH per dependent workload per change, no PATCH after a restart (also with
 //! many more unreferenced Secrets).
 
-#[path = "../examples/loadtest.rs"]
+#[path = "../../examples/loadtest.rs"]
 #[allow(dead_code)]
 mod loadtest;
 

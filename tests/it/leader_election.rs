@@ -3,16 +3,14 @@
 //! a crashed holder is replaced after the lease duration, and only the leader
 //! stamps.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use nudge::__private::runtime::lease::{
     KubeLeases, LeaderElector, LeaseError, LeaseSettings, LeaseStore,
 };
 use nudge::__private::runtime::metrics::Metrics;
-use support::*;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

@@ -18,6 +18,7 @@
 //! configuration says port 0; [`Running::metrics_at`] reads it.
 #![allow(dead_code)]
 
+pub mod consul;
 mod signal;
 
 pub use signal::*;

@@ -6,9 +6,7 @@
 //! TCP proxy that reads the HTTP requests passing through it, and connections
 //! through `/proc/net/tcp`.
 
-#[path = "support/consul.rs"]
-mod consul_support;
-mod support;
+use crate::support::consul as consul_support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -24,11 +22,11 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::support::*;
 use consul_support::{ConnectionSampler, ConsulAgent, SAMPLING_SLACK, put_at};
 use nudge::__private::sources::consul::ONE_OFF_READS;
 use nudge::__private::sources::consul::plan::Plan;
 use nudge::config::Config;
-use support::*;
 
 const CHECKSUM_CONFIG: &str = "nudge.dev/checksum-config";
 const MUTATOR_CHECKSUM_DB: &str = "k8s-consul-mutator.io/checksum-db";

@@ -1,12 +1,10 @@
 //! Namespace scoping: `ignore_namespaces` is a server-side filter, and
 //! `namespace_selector` is followed live.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

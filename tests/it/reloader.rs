@@ -2,12 +2,10 @@
 //! followed live, `--auto-reload-all` with opt-outs, `pause-period`, regular
 //! expressions in `reload` lists, and env vars in either of Reloader's hashes.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use nudge::__private::fingerprint::{self, Fingerprint, ObjectData, ObjectKind};
 use serde_json::json;
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

@@ -123,7 +123,7 @@ fn parse_object(doc: &Yaml, origin: &str) -> Object {
         }
         (api_version, kind) => panic!(
             "{origin}: unknown kind {api_version}/{kind}; add it to parse_object in \
-             tests/manifests.rs"
+             tests/it/manifests.rs"
         ),
     }
 }
@@ -466,6 +466,12 @@ const SOURCE_KINDS: &str = "config: {sources: {kubernetes: {\
                               settings: {version: v1, kind: ConfigMap}}}}\n\
                             rbac: {sourceKinds: [{apiGroup: example.com, resources: [featureflags, gizmos]}]}";
 
+/// The Secrets Store CSI preset and OpenShift DeploymentConfig as a
+/// `[[targets]]` kind, with its access given in `rbac.targetKinds`.
+const PRESETS: &str = "config: {sources: {kubernetes: {csi: {preset: secrets-store-csi}}},\
+                         targets: [{group: apps.openshift.io, version: v1, kind: DeploymentConfig}]}\n\
+                       rbac: {targetKinds: [{apiGroup: apps.openshift.io, resources: [deploymentconfigs]}]}";
+
 const VALUES: &[&str] = &[
     DEFAULTS,
     NAMESPACES,
@@ -476,6 +482,7 @@ const VALUES: &[&str] = &[
     NO_PDB,
     RENAMED,
     SOURCE_KINDS,
+    PRESETS,
 ];
 
 /// `helm template` of the chart as release `nudge` in `nudge-system` with
@@ -704,6 +711,57 @@ fn helm_chart_grants_read_only_access_to_the_kinds_of_kubernetes_sources() {
             .flatten()
             .find(|grant| grant.group == "example.com");
         assert_eq!(elsewhere, None, "only the workload role reads source kinds");
+    }
+}
+
+/// The CSI preset in the configuration grants reading its kind, and
+/// `rbac.targetKinds` watching and stamping DeploymentConfigs, in the
+/// workload role only; without them neither is granted.
+#[test]
+fn helm_chart_grants_the_presets_kinds_only_when_configured() {
+    let wanted = |group: &str, resource: &str, verbs: &[&str]| -> BTreeSet<Grant> {
+        verbs
+            .iter()
+            .map(|verb| Grant {
+                group: group.into(),
+                resource: resource.into(),
+                verb: (*verb).into(),
+                names: None,
+            })
+            .collect()
+    };
+    let mut expected = wanted(
+        "secrets-store.csi.x-k8s.io",
+        "secretproviderclasspodstatuses",
+        &["get", "list", "watch"],
+    );
+    expected.extend(wanted(
+        "apps.openshift.io",
+        "deploymentconfigs",
+        &["get", "list", "watch", "patch"],
+    ));
+    let objects = render_chart(PRESETS);
+    let config = check_config(&objects);
+    assert!(config.sources.kubernetes["csi"].preset.is_some());
+    let key = ("ClusterRole", None, "nudge-workloads".to_owned());
+    let rbac = rbac(&objects);
+    let Some(Rbac::Rules(grants)) = rbac.get(&key) else {
+        panic!("{key:?}: {rbac:?}");
+    };
+    assert!(grants.is_superset(&expected), "{grants:?}");
+    let defaults = rbac_of_defaults();
+    assert!(
+        defaults.iter().all(|g| !expected.contains(g)),
+        "granted without being configured: {defaults:?}"
+    );
+}
+
+/// The grants of the workload ClusterRole with default values.
+fn rbac_of_defaults() -> BTreeSet<Grant> {
+    let key = ("ClusterRole", None, "nudge-workloads".to_owned());
+    match rbac(&render_chart(DEFAULTS)).remove(&key) {
+        Some(Rbac::Rules(grants)) => grants,
+        other => panic!("{key:?}: {other:?}"),
     }
 }
 
@@ -1190,6 +1248,25 @@ struct Allowed {
 }
 
 const ALLOWED: &[Allowed] = &[
+    // The Secrets Store CSI preset, granted only when the config names it.
+    Allowed {
+        group: "secrets-store.csi.x-k8s.io",
+        resources: &["secretproviderclasspodstatuses"],
+        verbs: &["get", "list", "watch"],
+        names: None,
+        own_namespace: false,
+        cluster: false,
+    },
+    // OpenShift DeploymentConfig, the documented [[targets]] preset, granted
+    // only through rbac.targetKinds.
+    Allowed {
+        group: "apps.openshift.io",
+        resources: &["deploymentconfigs"],
+        verbs: &["get", "list", "watch", "patch"],
+        names: None,
+        own_namespace: false,
+        cluster: false,
+    },
     Allowed {
         group: "",
         resources: &["configmaps", "secrets"],

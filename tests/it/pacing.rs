@@ -6,13 +6,11 @@
 //! as the Deployment controller observes it: kube-controller-manager on a real
 //! cluster, its imitation on the API server double.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

@@ -2,10 +2,8 @@
 //! scheduling gate and Wave's `scheduling-disabled` scheduler swap, each lifted
 //! together with the stamp, in one change, once the config exists.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
-use support::*;
 
 const GATE: &str = "nudge.dev/awaiting-config";
 const WAVE_DISABLED: &str = "wave.pusher.com/scheduling-disabled";

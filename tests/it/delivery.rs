@@ -5,15 +5,13 @@
 //! Maintenance windows depend on the wall clock: they are tested in the core
 //! with an injected one (`engine/core/plan_tests.rs`, `window/tests.rs`).
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{Running, Sentinel};
+use crate::support::{TestCluster, WAIT, pod_mounting_configmap, wait_for, wait_for_stamp};
 use k8s_openapi::api::apps::v1::Deployment;
 use nudge::__private::runtime::metrics::Metrics;
 use serde_json::{Value, json};
-use support::{Running, Sentinel};
-use support::{TestCluster, WAIT, pod_mounting_configmap, wait_for, wait_for_stamp};
 use tokio_util::sync::CancellationToken;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
@@ -128,7 +126,7 @@ async fn explain(cluster: &TestCluster, name: &str) -> String {
 async fn held(nudge: &impl Running, reason: &str) -> f64 {
     let series = format!(r#"nudge_held_workloads{{reason="{reason}"}}"#);
     let text = nudge.metrics_at().text().await.expect("metrics");
-    support::sample(&text, &series).expect("exported")
+    crate::support::sample(&text, &series).expect("exported")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,7 +382,7 @@ fn start_replica(
 }
 
 fn leads(metrics: &Metrics) -> bool {
-    support::sample_sum(&metrics.encode().unwrap(), "nudge_leader") == 1.0
+    crate::support::sample_sum(&metrics.encode().unwrap(), "nudge_leader") == 1.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,12 +2,10 @@
 //! their format, are not patched while in sync, and get the tool-correct value
 //! after a change.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use nudge::__private::fingerprint::{self, ObjectData, ObjectKind};
 use serde_json::json;
-use support::*;
 
 const WAVE_HASH: &str = "wave.pusher.com/config-hash";
 

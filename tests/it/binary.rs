@@ -1,15 +1,13 @@
 //! End-to-end flows with the compiled `nudge run` binary as a separate process.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use base64::Engine as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Api;
 use serde_json::json;
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 
@@ -223,7 +221,7 @@ async fn two_replicas_one_stamps_and_after_sigkill_the_other_takes_over_once() {
     };
     // The leader has finished everything; the follower has listed and holds
     // nothing back. (That a follower never writes is proven by signal in
-    // tests/leader_election.rs; here the logs are checked against the Lease.)
+    // tests/it/leader_election.rs; here the logs are checked against the Lease.)
     for (i, replica) in replicas.iter().enumerate() {
         let replica = replica.as_ref().expect("running");
         if i == leader {

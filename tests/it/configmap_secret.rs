@@ -1,10 +1,8 @@
 //! ConfigMap and Secret changes roll exactly the workloads that depend on them.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
-use support::*;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
 

@@ -3,12 +3,10 @@
 //! workloads once, its other fields roll nothing, and a kind whose CRD appears
 //! after nudge started is picked up without a restart.
 
-mod support;
-
+use crate::support::*;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use nudge::config::{Config, KubernetesSourceConfig};
 use serde_json::{Value, json};
-use support::*;
 
 /// A CRD for `<plural>.<group>` `kind` (`v1`, namespaced, status subresource).
 fn crd_for(group: &str, kind: &str, plural: &str) -> Value {
