@@ -335,28 +335,9 @@ fn wave(n: &'static str) -> [(&'static str, &'static str); 1] {
 /// `first` (wave 0), `second` (wave 1), `third` (wave 2), stamped
 /// `sha256-0` and complete, sharing ConfigMap `cfg`.
 fn three_waves(core: &mut Core, t0: Instant) {
-    core.handle(
-        apply(mk_workload("first", "sha256-0", &[], Rollout::Complete)),
-        t0,
-    );
-    core.handle(
-        apply(mk_workload(
-            "second",
-            "sha256-0",
-            &wave("1"),
-            Rollout::Complete,
-        )),
-        t0,
-    );
-    core.handle(
-        apply(mk_workload(
-            "third",
-            "sha256-0",
-            &wave("2"),
-            Rollout::Complete,
-        )),
-        t0,
-    );
+    for name in ["first", "second", "third"] {
+        status(core, name, "sha256-0", Rollout::Complete, t0);
+    }
     core.handle(observed("sha256-0"), t0);
 }
 
@@ -536,28 +517,9 @@ fn a_new_leader_resumes_the_plan_from_the_workloads() {
     let t0 = Instant::now();
     let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
     core.handle(Input::Leadership(false), t0);
-    core.handle(
-        apply(mk_workload("first", "sha256-1", &[], Rollout::Complete)),
-        t0,
-    );
-    core.handle(
-        apply(mk_workload(
-            "second",
-            "sha256-0",
-            &wave("1"),
-            Rollout::Complete,
-        )),
-        t0,
-    );
-    core.handle(
-        apply(mk_workload(
-            "third",
-            "sha256-0",
-            &wave("2"),
-            Rollout::Complete,
-        )),
-        t0,
-    );
+    status(&mut core, "first", "sha256-1", Rollout::Complete, t0);
+    status(&mut core, "second", "sha256-0", Rollout::Complete, t0);
+    status(&mut core, "third", "sha256-0", Rollout::Complete, t0);
     core.handle(observed("sha256-1"), t0);
     assert_eq!(
         writes(&core.handle(Input::Tick, t0 + DEBOUNCE)),
@@ -582,19 +544,8 @@ fn a_new_leader_resumes_the_plan_from_the_workloads() {
 fn a_restart_mid_rollout_keeps_later_waves_waiting() {
     let t0 = Instant::now();
     let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
-    core.handle(
-        apply(mk_workload("first", "sha256-1", &[], Rollout::InProgress)),
-        t0,
-    );
-    core.handle(
-        apply(mk_workload(
-            "second",
-            "sha256-0",
-            &wave("1"),
-            Rollout::Complete,
-        )),
-        t0,
-    );
+    status(&mut core, "first", "sha256-1", Rollout::InProgress, t0);
+    status(&mut core, "second", "sha256-0", Rollout::Complete, t0);
     core.handle(observed("sha256-1"), t0);
     assert_eq!(writes(&core.handle(Input::Tick, t0 + DEBOUNCE)), []);
     status(
