@@ -408,6 +408,15 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
         &delivery,
         workload_verdict(facts, &outputs, &annotation_errors),
     );
+    // An output waiting only because the workload is held says so, as the
+    // workload's verdict does, not "waiting for debounce".
+    let outputs = outputs
+        .into_iter()
+        .map(|output| OutputReport {
+            verdict: held_verdict(&delivery, output.verdict),
+            ..output
+        })
+        .collect();
     let annotation = |key: String| workload.annotations.get(&key).map(String::as_str);
     Report {
         workload: workload.id.clone(),

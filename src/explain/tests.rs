@@ -588,6 +588,10 @@ fn manual_mode_shows_the_pending_fingerprint_to_approve() {
         .written("flags", "2025-06-01T11:00:00Z")
         .report(&workload);
     assert_eq!(report.verdict.state, State::Held);
+    assert_eq!(
+        report.outputs[0].verdict, report.verdict,
+        "the held output says so too"
+    );
     let pending = report.delivery.pending.clone().expect("pending");
     assert!(
         pending.starts_with("sha256-") && pending.len() == 19,
