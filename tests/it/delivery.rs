@@ -196,6 +196,15 @@ async fn three_waves(cluster: &TestCluster, first_replicas: i64) {
     deployment(cluster, "wave-2", 0, 600, &[("nudge.dev/wave", "2")]).await;
 }
 
+/// Gives `wave-0` a replica no node runs (its next rollout cannot complete),
+/// then changes `app-config` to `a = content`.
+async fn change_with_wave_0_unfinishable(cluster: &TestCluster, content: &str) {
+    cluster
+        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
+        .await;
+    cluster.put_configmap("app-config", &[("a", content)]).await;
+}
+
 /// `later` was stamped after `earlier`'s newest rollout completed.
 async fn stamped_after(cluster: &TestCluster, earlier: &str, later: &str, revisions: usize) {
     let done = history(cluster, earlier, revisions).await;
@@ -243,12 +252,7 @@ async fn a_failed_wave_halts_the_rest_until_a_fix_releases_them() {
     history(&cluster, "wave-2", 1).await;
 
     // One replica and no node: wave 0's next rollout fails after 2 s.
-    cluster
-        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
-        .await;
-    cluster
-        .put_configmap("app-config", &[("a", "broken")])
-        .await;
+    change_with_wave_0_unfinishable(&cluster, "broken").await;
     let halted = event_note(&cluster, "wave-0", "WavesHalted", |_| true).await;
     assert!(halted.contains("wave-1 (wave 1)"), "{halted}");
     assert!(halted.contains("wave-2 (wave 2)"), "{halted}");
@@ -316,10 +320,7 @@ async fn a_restart_mid_plan_resumes_it_without_stamping_a_wave_twice() {
 
     // Wave 0 rolls out to a replica no node runs, within a long deadline:
     // wave 1 waits while nudge restarts.
-    cluster
-        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
-        .await;
-    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    change_with_wave_0_unfinishable(&cluster, "2").await;
     let second = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&first)).await;
     event_note(&cluster, "wave-1", "ConfigWaiting", |n| {
         n.contains("waits for wave 0")
@@ -397,10 +398,7 @@ async fn a_new_leader_resumes_the_plan_where_the_workloads_say_it_is() {
     history(&cluster, "wave-1", 1).await;
 
     // Wave 0 rolls out to a replica no node runs: wave 1 waits.
-    cluster
-        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
-        .await;
-    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    change_with_wave_0_unfinishable(&cluster, "2").await;
     let second = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&first)).await;
     event_note(&cluster, "wave-1", "ConfigWaiting", |n| {
         n.contains("waits for wave 0")
@@ -467,10 +465,7 @@ async fn a_second_change_mid_plan_supersedes_it() {
     history(&cluster, "wave-2", 1).await;
 
     // Change 2 reaches wave 0, whose rollout cannot finish yet.
-    cluster
-        .merge_patch::<Deployment>("wave-0", json!({"spec": {"replicas": 1}}))
-        .await;
-    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    change_with_wave_0_unfinishable(&cluster, "2").await;
     let second = wait_for_stamp(&cluster, "Deployment", "wave-0", CONFIG_HASH, Some(&first)).await;
     // Change 3 supersedes it there, and is what the later waves get.
     cluster.put_configmap("app-config", &[("a", "3")]).await;
