@@ -471,6 +471,8 @@ async fn five_thousand_keys_stay_within_the_connection_limit() -> Result<()> {
             s.blocking_queries_in_flight() == MAX as u64
         })
         .await?;
+    // The 64 blocking queries hold a connection each from now on.
+    sampler.wait_for_client(MAX as u64, SOON).await?;
 
     agent.put(&key(4242), b"changed").await?;
     assert_eq!(

@@ -432,6 +432,8 @@ pub fn connections_to(port: u16) -> (u64, u64) {
 
 /// Samples [`connections_to`] every 10 ms on a thread and keeps the peaks.
 pub struct ConnectionSampler {
+    port: u16,
+    count: fn(u16) -> (u64, u64),
     client_peak: Arc<AtomicU64>,
     agent_peak: Arc<AtomicU64>,
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -462,10 +464,36 @@ impl ConnectionSampler {
             })
         };
         Self {
+            port,
+            count,
             client_peak,
             agent_peak,
             stop,
             thread: Some(thread),
+        }
+    }
+
+    /// Counts now, on the caller's thread, until the client has held at least
+    /// `connections` at once, or `timeout` passes. On a loaded machine the
+    /// sampling thread may sleep through a short-lived peak; a caller that
+    /// knows the connections are open now waits for the count to show them.
+    pub async fn wait_for_client(&self, connections: u64, timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let (client, agent) = (self.count)(self.port);
+            self.client_peak.fetch_max(client, Ordering::Relaxed);
+            self.agent_peak.fetch_max(agent, Ordering::Relaxed);
+            if self.client_peak() >= connections {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "the client held at most {} connections to port {} within {timeout:?}, expected {connections}",
+                    self.client_peak(),
+                    self.port
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
