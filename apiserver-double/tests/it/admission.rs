@@ -2,12 +2,11 @@
 //! `admission_review.json` (recorded from kube-apiserver 1.34) is replayed
 //! against the double with a fake webhook that answers the recorded patches.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::{Http, wait_for};
 use apiserver_double::ApiServerDouble;
 use base64::Engine as _;
 use bytes::Bytes;
@@ -15,7 +14,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use support::{Http, wait_for};
 use tokio::net::TcpListener;
 
 const TRANSCRIPT: &str = concat!(
@@ -593,7 +591,7 @@ async fn jobs_and_custom_resources_go_through_matching_webhooks() {
     let r = http
         .post(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &support::crds::rollout_crd(),
+            &crate::support::crds::rollout_crd(),
         )
         .await;
     assert_eq!(r.status, 201);
@@ -617,7 +615,7 @@ async fn jobs_and_custom_resources_go_through_matching_webhooks() {
 
     let rollouts = "/apis/argoproj.io/v1alpha1/namespaces/default/rollouts";
     let r = http
-        .post(rollouts, &support::crds::rollout("web", "app:1"))
+        .post(rollouts, &crate::support::crds::rollout("web", "app:1"))
         .await;
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["metadata"]["labels"]["mutated"], "yes");

@@ -1,13 +1,11 @@
 //! The `apiserver-double` binary: kubeconfig path on the first stdout line,
 //! serves until SIGTERM.
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::Http;
+use crate::support::Http;
 
 #[tokio::test]
 async fn prints_kubeconfig_and_stops_on_sigterm() {

@@ -3,12 +3,10 @@
 //! pruning/defaulting/validation, server-side apply by the schema markers,
 //! and cleanup when the CRD goes.
 
-mod support;
-
+use crate::support::crds::{anything_crd, rollout, rollout_crd};
+use crate::support::{Http, Resp};
 use apiserver_double::ApiServerDouble;
 use serde_json::{Value, json};
-use support::crds::{anything_crd, rollout, rollout_crd};
-use support::{Http, Resp};
 
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/namespaces/default/rollouts";

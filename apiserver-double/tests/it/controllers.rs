@@ -2,17 +2,15 @@
 //! workloads in a cluster without nodes (see `src/controllers/` for the
 //! Kubernetes sources each behaviour follows).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{Http, wait_for};
 use apiserver_double::ApiServerDouble;
 use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
-use support::{Http, wait_for};
 
 const NS: &str = "default";
 const WAIT: Duration = Duration::from_secs(10);

@@ -1,11 +1,9 @@
 //! DELETE propagation policies and the synchronous garbage collection of
 //! dependents (objects whose `ownerReferences` name the deleted object).
 
-mod support;
-
+use crate::support::Http;
 use apiserver_double::ApiServerDouble;
 use serde_json::{Value, json};
-use support::Http;
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
 
@@ -34,7 +32,12 @@ async fn exists(http: &Http, name: &str) -> bool {
     http.get(&format!("{CM}/{name}")).await.status == 200
 }
 
-async fn delete_with(http: &Http, name: &str, body: Option<Value>, query: &str) -> support::Resp {
+async fn delete_with(
+    http: &Http,
+    name: &str,
+    body: Option<Value>,
+    query: &str,
+) -> crate::support::Resp {
     http.send(
         "DELETE",
         &format!("{CM}/{name}{query}"),

@@ -176,26 +176,27 @@ async fn server_side_apply_with_force() -> anyhow::Result<()> {
     // (a ReplicaSet, the status): wait until they are done, i.e. every
     // ReplicaSet reports its pods and the Deployment reports them all.
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
-    let settled = support::wait_for("the rollout to settle", Duration::from_secs(10), || async {
-        let d = deployments.get("web").await.ok()?;
-        let status = d.status.clone()?;
-        let rss = replica_sets.list(&ListParams::default()).await.ok()?.items;
-        let pods: Vec<i32> = rss
-            .iter()
-            .filter_map(|rs| {
-                let status = rs.status.as_ref()?;
-                let observed = rs.metadata.generation == status.observed_generation;
-                let reported = Some(status.replicas) == rs.spec.as_ref()?.replicas;
-                (observed && reported).then_some(status.replicas)
-            })
-            .collect();
-        let done = status.observed_generation == Some(2)
-            && status.updated_replicas == Some(1)
-            && pods.len() == rss.len()
-            && status.replicas == Some(pods.iter().sum());
-        done.then_some(d)
-    })
-    .await;
+    let settled =
+        crate::support::wait_for("the rollout to settle", Duration::from_secs(10), || async {
+            let d = deployments.get("web").await.ok()?;
+            let status = d.status.clone()?;
+            let rss = replica_sets.list(&ListParams::default()).await.ok()?.items;
+            let pods: Vec<i32> = rss
+                .iter()
+                .filter_map(|rs| {
+                    let status = rs.status.as_ref()?;
+                    let observed = rs.metadata.generation == status.observed_generation;
+                    let reported = Some(status.replicas) == rs.spec.as_ref()?.replicas;
+                    (observed && reported).then_some(status.replicas)
+                })
+                .collect();
+            let done = status.observed_generation == Some(2)
+                && status.updated_replicas == Some(1)
+                && pods.len() == rss.len()
+                && status.replicas == Some(pods.iter().sum());
+            done.then_some(d)
+        })
+        .await;
 
     // Re-applying the same stamp is a no-op: the spec, the generation and what
     // nudge owns stay. (Not the resourceVersion: since the double runs the
@@ -300,8 +301,6 @@ async fn streaming_list_watcher() -> anyhow::Result<()> {
     Ok(())
 }
 
-mod support;
-
 /// Lists the kinds kube's discovery found in a group.
 fn kinds_in(discovery: &kube::discovery::Discovery, group: &str) -> Vec<String> {
     discovery
@@ -325,7 +324,7 @@ async fn discovery_finds_a_crd_and_dynamic_api_uses_it() -> anyhow::Result<()> {
 
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
-    let crd = serde_json::from_value(support::crds::rollout_crd())?;
+    let crd = serde_json::from_value(crate::support::crds::rollout_crd())?;
     crds.create(&PostParams::default(), &crd).await?;
 
     let after = Discovery::new(client.clone()).run().await?;
@@ -338,7 +337,7 @@ async fn discovery_finds_a_crd_and_dynamic_api_uses_it() -> anyhow::Result<()> {
 
     let rollouts: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
     let mut stream = watcher(rollouts.clone(), watcher::Config::default()).boxed();
-    let manifest = support::crds::rollout("web", "app:1");
+    let manifest = crate::support::crds::rollout("web", "app:1");
     let applied = rollouts
         .patch(
             "web",

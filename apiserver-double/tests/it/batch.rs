@@ -1,11 +1,9 @@
 //! batch/v1 Jobs and CronJobs: defaults, generated selectors, validation,
 //! immutability, generation, status subresource, deletion defaults.
 
-mod support;
-
+use crate::support::Http;
 use apiserver_double::ApiServerDouble;
 use serde_json::{Value, json};
-use support::Http;
 
 const JOBS: &str = "/apis/batch/v1/namespaces/default/jobs";
 const CRONJOBS: &str = "/apis/batch/v1/namespaces/default/cronjobs";
@@ -40,7 +38,7 @@ fn cron_job(name: &str, schedule: &str) -> Value {
     })
 }
 
-fn text(r: &support::Resp) -> String {
+fn text(r: &crate::support::Resp) -> String {
     String::from_utf8_lossy(&r.body).into_owned()
 }
 

@@ -7,14 +7,12 @@
 //! session up to and including its file (earlier files' non-watch exchanges
 //! are replayed and checked too, so every test starts from the recorded state).
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::{Http, Resp};
 use apiserver_double::{ApiServerDouble, Config};
 use serde_json::{Value, json};
-use support::{Http, Resp};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/transcripts");
 
