@@ -172,6 +172,10 @@ struct Record {
     written: u64,
     /// The newest config revision number known for it (history or marker).
     revision: u32,
+    /// Whether the newest revision in its `<prefix>/history` failed: with no
+    /// rollout followed, a kind judged by nudge's own deadline still reads as
+    /// failed for the waves after it (design §5d).
+    last_failed: bool,
     /// The rollout nudge started and follows (see [`follow`]).
     follow: Option<Box<follow::Follow>>,
 }
@@ -529,6 +533,7 @@ impl Core {
                 first_sight: None,
                 written: 0,
                 revision: 0,
+                last_failed: false,
                 follow: None,
             })
         });

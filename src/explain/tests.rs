@@ -776,3 +776,61 @@ fn a_wave_waits_while_an_earlier_one_rolls_out_and_not_once_it_is_done() {
         done.verdict.message
     );
 }
+
+#[test]
+fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does() {
+    use crate::model::Rollout;
+    let failed = r#"[{"revision":1,"stamp":[],"outcome":"failed","reason":"not complete within its progress deadline (1m)"}]"#;
+    let db = |kind: WorkloadKind, rollout| {
+        let mut db = in_wave("db", "0", FLAGS_FP, rollout);
+        db.id = WorkloadId::new(kind, NS, "db");
+        db.annotations
+            .insert("nudge.dev/history".into(), failed.into());
+        db
+    };
+    let web = in_wave("web", "1", "sha256-old", Rollout::Complete);
+    let report = |neighbour: Workload| {
+        World::default()
+            .present("flags", FLAGS_FP)
+            .written("flags", "2025-06-01T11:00:00Z")
+            .neighbour(neighbour)
+            .report(&web)
+    };
+    // A StatefulSet still rolling after nudge's deadline failed it: failed.
+    let halted = report(db(WorkloadKind::stateful_set(), Rollout::InProgress));
+    assert!(
+        halted.verdict.message.ends_with(
+            "wave 0 halted: the rollout of StatefulSet/db failed; a newer change releases it"
+        ),
+        "{}",
+        halted.verdict.message
+    );
+    // Once its status completes, it is done.
+    let done = report(db(WorkloadKind::stateful_set(), Rollout::Complete));
+    assert_eq!(done.verdict.state, State::OutOfSync, "{}", done.verdict.message);
+    // A Deployment's own status says whether it failed.
+    let deployment = report(db(WorkloadKind::deployment(), Rollout::InProgress));
+    assert!(
+        deployment
+            .verdict
+            .message
+            .ends_with("waits for wave 0: Deployment/db is rolling out"),
+        "{}",
+        deployment.verdict.message
+    );
+    // A newer rollout in flight (its marker) is not the failed one.
+    let mut rolling = db(WorkloadKind::stateful_set(), Rollout::InProgress);
+    rolling.annotations.insert(
+        "nudge.dev/rollout".into(),
+        r#"{"revision":2,"stamp":[]}"#.into(),
+    );
+    let rolling = report(rolling);
+    assert!(
+        rolling
+            .verdict
+            .message
+            .ends_with("waits for wave 0: StatefulSet/db is rolling out"),
+        "{}",
+        rolling.verdict.message
+    );
+}

@@ -16,7 +16,7 @@ use super::{Core, Effect, WriteState, first_sight_values};
 use crate::annotations::{Approval, Delivery, Mode};
 use crate::events::{Notice, Reason};
 use crate::model::{Reference, Rollout, WorkloadId};
-use crate::stamp::{self, DesiredStamp};
+use crate::stamp::{self, DesiredStamp, history};
 use crate::window::{WallClock, Window};
 
 /// Why a workload's rolling stamp waits.
@@ -383,9 +383,14 @@ impl Core {
             return Progress::Waiting;
         }
         let follow = record.follow.as_deref();
+        let recorded_failure = || {
+            history::recorded_failure(&id.kind, record.rollout, record.last_failed, follow.is_some())
+        };
         match record.rollout {
             Rollout::Failed { .. } => Progress::Failed,
             _ if follow.is_some_and(Follow::failed) => Progress::Failed,
+            // Ended failed and recorded (nudge's own deadline): still failed.
+            _ if recorded_failure() => Progress::Failed,
             Rollout::InProgress => Progress::Waiting,
             _ if follow.is_some_and(Follow::in_progress) => Progress::Waiting,
             Rollout::Complete | Rollout::Unknown => Progress::Done,
