@@ -410,6 +410,9 @@ impl Core {
         for (reason, count) in self.plans.counts() {
             self.metrics.set_held(reason, count);
         }
+        for (state, count) in self.plans.wave_rollouts() {
+            self.metrics.set_wave_rollouts(state, count);
+        }
         let wake = [self.queue.next_wake(self.room() > 0), self.next_deadline()];
         if let Some(at) = wake.into_iter().flatten().min() {
             out.push(Effect::WakeAt(at));

@@ -363,8 +363,11 @@ fn three_waves_are_stamped_in_order() {
         [("first".to_owned(), "sha256-1".to_owned())]
     );
     assert_eq!(core.metrics.held("wave"), 2);
+    // One wave in flight: the first one's rollout; the second waits itself.
+    assert_eq!(core.metrics.wave_rollouts("rolling"), 1);
     finish(&mut core, "first", "sha256-1", &[], t0 + secs(6));
     assert_eq!(writes(&core.handle(Input::Tick, t0 + secs(20))), []);
+    assert_eq!(core.metrics.wave_rollouts("rolling"), 1);
 
     status(
         &mut core,
@@ -380,6 +383,11 @@ fn three_waves_are_stamped_in_order() {
     );
     finish(&mut core, "second", "sha256-1", &wave("1"), t0 + secs(36));
     assert_eq!(writes(&core.handle(Input::Tick, t0 + secs(45))), []);
+    assert_eq!(
+        core.metrics.wave_rollouts("rolling"),
+        1,
+        "the second wave's rollout, not the first's again"
+    );
 
     status(
         &mut core,
@@ -394,6 +402,7 @@ fn three_waves_are_stamped_in_order() {
         [("third".to_owned(), "sha256-1".to_owned())]
     );
     assert_eq!(core.metrics.held("wave"), 0);
+    assert_eq!(core.metrics.wave_rollouts("rolling"), 0);
 }
 
 #[test]
@@ -422,6 +431,14 @@ fn a_failed_wave_halts_the_rest_until_a_fix_releases_them_with_it() {
         .collect();
     assert_eq!(held.len(), 2, "one Event per held workload: {held:?}");
     assert_eq!(core.metrics.held("halted"), 2);
+    assert_eq!(
+        (
+            core.metrics.wave_rollouts("halted"),
+            core.metrics.wave_rollouts("rolling")
+        ),
+        (1, 0),
+        "one halted rollout holds both"
+    );
     // Nothing more while halted.
     let effects = core.handle(Input::Tick, t0 + secs(90));
     assert_eq!(notices(&effects, Reason::WavesHalted).len(), 0);
@@ -446,6 +463,7 @@ fn a_failed_wave_halts_the_rest_until_a_fix_releases_them_with_it() {
         writes(&effects),
         [("second".to_owned(), "sha256-2".to_owned())]
     );
+    assert_eq!(core.metrics.wave_rollouts("halted"), 0);
 }
 
 #[test]
