@@ -321,7 +321,9 @@ impl EngineMetrics {
 
     /// Earlier-wave rollouts later waves wait for now, in `state`.
     pub fn wave_rollouts(&self, state: &'static str) -> i64 {
-        self.wave_rollouts.get_or_create(&WaveLabels { state }).get()
+        self.wave_rollouts
+            .get_or_create(&WaveLabels { state })
+            .get()
     }
 
     /// An Event was dropped: its queue was full.

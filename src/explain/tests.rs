@@ -807,7 +807,12 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
     );
     // Once its status completes, it is done.
     let done = report(db(WorkloadKind::stateful_set(), Rollout::Complete));
-    assert_eq!(done.verdict.state, State::OutOfSync, "{}", done.verdict.message);
+    assert_eq!(
+        done.verdict.state,
+        State::OutOfSync,
+        "{}",
+        done.verdict.message
+    );
     // A Deployment's own status says whether it failed.
     let deployment = report(db(WorkloadKind::deployment(), Rollout::InProgress));
     assert!(
@@ -832,5 +837,107 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
             .ends_with("waits for wave 0: StatefulSet/db is rolling out"),
         "{}",
         rolling.verdict.message
+    );
+}
+
+// === neighbours: which kinds, which places ===
+
+#[test]
+fn the_wave_plan_lists_every_kind_nudge_stamps_once() {
+    use super::neighbours::{KindToList, kinds_to_list};
+    let mut config = Config::default();
+    let gadget = TargetConfig {
+        group: "example.com".into(),
+        version: "v1".into(),
+        kind: "Gadget".into(),
+        template: "spec.template".into(),
+    };
+    // A [[targets]] entry naming a built-in kind again is not listed twice.
+    let again = TargetConfig {
+        group: "apps".into(),
+        version: "v1".into(),
+        kind: "StatefulSet".into(),
+        template: "spec.template".into(),
+    };
+    config.targets.kinds = vec![gadget.clone(), again];
+    let names = |kinds: Vec<KindToList>| -> Vec<String> {
+        kinds
+            .into_iter()
+            .map(|kind| match kind {
+                KindToList::Builtin(kind, plural) => format!("{}/{plural}", kind.group()),
+                KindToList::Discovered(entry) => format!("{}/{}", entry.group, entry.kind),
+            })
+            .collect()
+    };
+    assert_eq!(
+        names(kinds_to_list(&config, &[])),
+        [
+            "apps/deployments",
+            "apps/statefulsets",
+            "apps/daemonsets",
+            "batch/cronjobs",
+            "batch/jobs",
+            "argoproj.io/Rollout",
+            "example.com/Gadget",
+        ]
+    );
+    // An embedder's target takes its kind over (it is read through it).
+    let custom = WorkloadKind::new("apps", "v1", "Deployment", TemplatePath::spec_template());
+    assert!(!names(kinds_to_list(&config, &[&custom])).contains(&"apps/deployments".to_owned()));
+}
+
+#[test]
+fn a_plan_of_namespaced_inputs_is_looked_for_in_their_namespace_only() {
+    use super::neighbours::{Reach, places, reach};
+    let configmap = Tracked::new(
+        Reference::object(SourceName::configmap(), NS, "flags"),
+        Algorithm::Native,
+    );
+    let tracked = BTreeSet::from([configmap.clone()]);
+    assert_eq!(
+        reach(&tracked),
+        Reach::Namespaces(BTreeSet::from([NS.to_owned()]))
+    );
+    let everywhere = NamespaceScope::default();
+    assert_eq!(
+        places(&reach(&tracked), &everywhere),
+        [(Some(NS.to_owned()), None)]
+    );
+    // Outside the configured namespaces nudge stamps nothing.
+    let elsewhere = NamespaceScope {
+        namespaces: vec!["other".into()],
+        ignore: Vec::new(),
+    };
+    assert_eq!(places(&reach(&tracked), &elsewhere), []);
+}
+
+#[test]
+fn a_plan_with_a_cluster_wide_input_is_looked_for_in_every_watched_namespace() {
+    use super::neighbours::{Reach, places, reach};
+    let consul = Tracked::new(
+        Reference::key(SourceName::consul(), "app/db/url"),
+        Algorithm::Native,
+    );
+    let configmap = Tracked::new(
+        Reference::object(SourceName::configmap(), NS, "flags"),
+        Algorithm::Native,
+    );
+    let tracked = BTreeSet::from([configmap, consul]);
+    assert_eq!(reach(&tracked), Reach::Everywhere);
+    let all = NamespaceScope {
+        namespaces: Vec::new(),
+        ignore: vec!["kube-system".into()],
+    };
+    assert_eq!(
+        places(&Reach::Everywhere, &all),
+        [(None, Some("metadata.namespace!=kube-system".to_owned()))]
+    );
+    let some = NamespaceScope {
+        namespaces: vec!["a".into(), "b".into()],
+        ignore: Vec::new(),
+    };
+    assert_eq!(
+        places(&Reach::Everywhere, &some),
+        [(Some("a".to_owned()), None), (Some("b".to_owned()), None)]
     );
 }

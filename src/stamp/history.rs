@@ -223,10 +223,7 @@ pub fn recorded_failure(
     last_failed: bool,
     following: bool,
 ) -> bool {
-    last_failed
-        && !following
-        && !kind.has_own_progress_deadline()
-        && rollout != Rollout::Complete
+    last_failed && !following && !kind.has_own_progress_deadline() && rollout != Rollout::Complete
 }
 
 /// The newest revision whose rollout completed.

@@ -428,7 +428,12 @@ impl Core {
         }
         let follow = record.follow.as_deref();
         let recorded_failure = || {
-            history::recorded_failure(&id.kind, record.rollout, record.last_failed, follow.is_some())
+            history::recorded_failure(
+                &id.kind,
+                record.rollout,
+                record.last_failed,
+                follow.is_some(),
+            )
         };
         match record.rollout {
             Rollout::Failed { .. } => Progress::Failed,

@@ -748,7 +748,12 @@ fn a_deployments_recorded_failure_is_its_status_to_say() {
         t0,
     );
     core.handle(
-        apply(mk_workload("second", "sha256-0", &wave("1"), Rollout::Complete)),
+        apply(mk_workload(
+            "second",
+            "sha256-0",
+            &wave("1"),
+            Rollout::Complete,
+        )),
         t0,
     );
     core.handle(observed("sha256-1"), t0);
