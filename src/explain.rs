@@ -915,14 +915,17 @@ pub enum ExplainError {
         #[source]
         source: TargetError,
     },
-    /// The workloads of its kind in its namespace could not be listed (a
-    /// workload in a wave after the first is judged with the workloads
-    /// sharing its inputs).
-    #[error("cannot list the {kind} workloads of namespace {namespace} for the wave plan")]
+    /// The workloads of a kind nudge stamps could not be listed (a workload
+    /// in a wave after the first is judged with the workloads of every kind
+    /// sharing its inputs), or the namespaces `namespace_selector` selects.
+    #[error(
+        "cannot list the {kind} objects of {} for the wave plan",
+        namespaces_text(namespace)
+    )]
     Neighbours {
         /// The kind listed.
         kind: String,
-        /// The namespace.
+        /// The namespace; empty: all namespaces.
         namespace: String,
         /// The API error.
         #[source]
@@ -947,6 +950,15 @@ pub enum ExplainError {
     /// operating system's random number generator failed).
     #[error("cannot set up fingerprinting")]
     Fingerprint(#[source] crate::fingerprint::FingerprintError),
+}
+
+/// `namespace shop`, or `all namespaces` for the empty name.
+fn namespaces_text(namespace: &str) -> String {
+    if namespace.is_empty() {
+        "all namespaces".to_owned()
+    } else {
+        format!("namespace {namespace}")
+    }
 }
 
 /// A kind as `nudge explain` accepts it: `deployment` (`deploy`), `statefulset`
@@ -990,11 +1002,11 @@ pub async fn explain(
     name: &str,
     timeout: Duration,
 ) -> Result<Report, ExplainError> {
-    explain_with(client, config, kind, namespace, name, timeout, &[], None).await
+    explain_with(client, config, kind, namespace, name, timeout, &[], &[]).await
 }
 
 /// [`explain`] with an embedder's sources besides the built-in ones, and its
-/// target for `kind` when it registered one.
+/// targets (the one for `kind`, when it registered one, reads the workload).
 #[expect(
     clippy::too_many_arguments,
     reason = "the report's inputs, each needed"
@@ -1007,9 +1019,13 @@ pub(crate) async fn explain_with(
     name: &str,
     timeout: Duration,
     custom_sources: &[Arc<dyn Source>],
-    custom_target: Option<Arc<dyn Target>>,
+    custom_targets: &[Arc<dyn Target>],
 ) -> Result<Report, ExplainError> {
     let settings = ExplainSettings::from_config(config);
+    let custom_target = custom_targets
+        .iter()
+        .find(|t| t.kind().group() == kind.group && t.kind().as_str() == kind.kind)
+        .cloned();
     let target = match custom_target {
         Some(target) => target,
         None => workload_target(&client, config, kind, &settings.scheme).await?,
@@ -1022,14 +1038,14 @@ pub(crate) async fn explain_with(
     let deps = annotations::dependencies(&workload, &settings.scheme, &catalog);
     let mut tracked: BTreeSet<Tracked> = deps.tracked().cloned().collect();
     let neighbours = if deps.delivery.wave > 0 {
-        neighbours(
-            &client,
-            &*target,
-            (&workload, &tracked),
-            &settings.scheme,
-            &catalog,
-        )
-        .await?
+        let lookup = neighbours::Lookup {
+            client: &client,
+            config,
+            scheme: &settings.scheme,
+            catalog: &catalog,
+            custom: custom_targets,
+        };
+        neighbours::neighbours(&lookup, &workload, &tracked).await?
     } else {
         Vec::new()
     };
@@ -1052,54 +1068,6 @@ pub(crate) async fn explain_with(
         now: Timestamp::now(),
         neighbours: &neighbours,
     }))
-}
-
-/// The workloads of `workload`'s kind in its namespace that share one of its
-/// inputs (`tracked`): a wave plan is among them (design §5d).
-async fn neighbours(
-    client: &kube::Client,
-    target: &dyn Target,
-    (workload, tracked): (&Workload, &BTreeSet<Tracked>),
-    scheme: &AnnotationScheme,
-    catalog: &SourceCatalog,
-) -> Result<Vec<Neighbour>, ExplainError> {
-    let kind = target.kind();
-    let namespace = workload.id.namespace.as_str();
-    let gvk = GroupVersionKind::gvk(kind.group(), kind.version(), kind.as_str());
-    let listing = |source: kube::Error| ExplainError::Neighbours {
-        kind: kind.as_str().to_owned(),
-        namespace: namespace.to_owned(),
-        source,
-    };
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .map_err(listing)?;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    let names = api
-        .list_metadata(&kube::api::ListParams::default())
-        .await
-        .map_err(listing)?;
-    let mut found = Vec::new();
-    for name in names
-        .items
-        .iter()
-        .filter_map(|o| o.metadata.name.as_deref())
-    {
-        if name == workload.id.name.as_str() {
-            continue;
-        }
-        let Ok(other) = read_workload(target, namespace, name).await else {
-            continue; // deleted meanwhile
-        };
-        let deps = annotations::dependencies(&other, scheme, catalog);
-        if deps.tracked().any(|t| tracked.contains(t)) {
-            found.push(Neighbour {
-                workload: other,
-                deps,
-            });
-        }
-    }
-    Ok(found)
 }
 
 /// The target for `kind`: a built-in one, or one discovered from the API.
@@ -1372,6 +1340,8 @@ async fn object_facts(
 }
 
 mod delivery;
+mod neighbours;
+
 pub(crate) use delivery::Neighbour;
 pub use delivery::{DeliveryReport, WaveMember};
 use delivery::{delivery_report, held_verdict, wave_plan};

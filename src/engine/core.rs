@@ -172,6 +172,10 @@ struct Record {
     written: u64,
     /// The newest config revision number known for it (history or marker).
     revision: u32,
+    /// Whether the newest revision in its `<prefix>/history` failed: with no
+    /// rollout followed, a kind judged by nudge's own deadline still reads as
+    /// failed for the waves after it (design §5d).
+    last_failed: bool,
     /// The rollout nudge started and follows (see [`follow`]).
     follow: Option<Box<follow::Follow>>,
 }
@@ -406,6 +410,9 @@ impl Core {
         for (reason, count) in self.plans.counts() {
             self.metrics.set_held(reason, count);
         }
+        for (state, count) in self.plans.wave_rollouts() {
+            self.metrics.set_wave_rollouts(state, count);
+        }
         let wake = [self.queue.next_wake(self.room() > 0), self.next_deadline()];
         if let Some(at) = wake.into_iter().flatten().min() {
             out.push(Effect::WakeAt(at));
@@ -529,6 +536,7 @@ impl Core {
                 first_sight: None,
                 written: 0,
                 revision: 0,
+                last_failed: false,
                 follow: None,
             })
         });

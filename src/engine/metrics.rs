@@ -101,6 +101,16 @@ struct HeldLabels {
     reason: &'static str,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct WaveLabels {
+    /// How an earlier-wave rollout that later waves wait for stands:
+    /// `rolling`, `halted` (design §5d).
+    state: &'static str,
+}
+
+/// The states of `nudge_wave_rollouts`, every one exported (0 included).
+pub(crate) const WAVE_STATES: [&str; 2] = ["rolling", "halted"];
+
 /// The reasons of `nudge_held_workloads`, every one exported (0 included).
 pub(crate) const HELD_REASONS: [&str; 6] =
     ["notify", "manual", "window", "wave", "halted", "invalid"];
@@ -122,6 +132,7 @@ pub struct EngineMetrics {
     rollouts: Family<RolloutLabels, Counter>,
     rollout_duration: Family<RolloutDurationLabels, Histogram>,
     held: Family<HeldLabels, Gauge>,
+    wave_rollouts: Family<WaveLabels, Gauge>,
 }
 
 impl Default for EngineMetrics {
@@ -139,6 +150,7 @@ impl Default for EngineMetrics {
             rollouts: Family::default(),
             rollout_duration: Family::new_with_constructor(|| Histogram::new(ROLLOUT_BUCKETS)),
             held: Family::default(),
+            wave_rollouts: Family::default(),
         }
     }
 }
@@ -149,7 +161,8 @@ impl EngineMetrics {
     /// `nudge_tracked_references`, `nudge_debounce_queue_depth`,
     /// `nudge_stamps_outstanding`, `nudge_events_dropped_total`,
     /// `nudge_annotation_errors_total`, `nudge_rollouts_total`,
-    /// `nudge_rollout_duration_seconds`, `nudge_held_workloads`).
+    /// `nudge_rollout_duration_seconds`, `nudge_held_workloads`,
+    /// `nudge_wave_rollouts`).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -206,6 +219,17 @@ impl EngineMetrics {
         );
         for reason in HELD_REASONS {
             metrics.held.get_or_create(&HeldLabels { reason }).set(0);
+        }
+        registry.register(
+            "wave_rollouts",
+            "Rollouts of an earlier wave that later-wave workloads wait for now (design §5d), each counted once, by state: rolling (not done yet), halted (failed: the later waves are halted until a newer change)",
+            metrics.wave_rollouts.clone(),
+        );
+        for state in WAVE_STATES {
+            metrics
+                .wave_rollouts
+                .get_or_create(&WaveLabels { state })
+                .set(0);
         }
         registry.register(
             "annotation_errors",
@@ -285,6 +309,21 @@ impl EngineMetrics {
     /// Workloads held for `reason` now.
     pub fn held(&self, reason: &'static str) -> i64 {
         self.held.get_or_create(&HeldLabels { reason }).get()
+    }
+
+    /// Sets how many earlier-wave rollouts later waves wait for, in `state`.
+    pub(crate) fn set_wave_rollouts(&self, state: &'static str, count: usize) {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        self.wave_rollouts
+            .get_or_create(&WaveLabels { state })
+            .set(count);
+    }
+
+    /// Earlier-wave rollouts later waves wait for now, in `state`.
+    pub fn wave_rollouts(&self, state: &'static str) -> i64 {
+        self.wave_rollouts
+            .get_or_create(&WaveLabels { state })
+            .get()
     }
 
     /// An Event was dropped: its queue was full.

@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::{State, Verdict};
 use crate::annotations::{AnnotationScheme, Approval, Dependencies, Mode};
 use crate::model::{Rollout, Workload};
+use crate::stamp::history::{self, Revision};
 use crate::stamp::{self, DesiredStamp, FingerprintLookup};
 use crate::window::Window;
 
@@ -46,10 +47,28 @@ fn wave_state(
     let desired = stamp::desired(&deps.stamps, observed, stamp_on_delete);
     let pending = stamp::diff_since(workload, &deps.stamps, &desired, &Default::default())
         .is_some_and(|patch| stamp::changes_pod_template(workload, &patch));
-    let marked = workload.annotations.contains_key(&scheme.rollout());
+    let recorded = workload
+        .annotations
+        .get(&scheme.history())
+        .map(String::as_str);
+    // A marker whose revision is recorded already is stale: the core does not
+    // follow it either.
+    let marked = workload
+        .annotations
+        .get(&scheme.rollout())
+        .is_some_and(|marker| {
+            Revision::parse(marker).is_none_or(|r| !history::has_outcome(recorded, r.revision))
+        });
+    let recorded_failure = history::recorded_failure(
+        &workload.id.kind,
+        workload.rollout,
+        history::last_failed(recorded),
+        marked,
+    );
     match workload.rollout {
         _ if pending => "not_stamped",
         Rollout::Failed { .. } => "failed",
+        _ if recorded_failure => "failed",
         Rollout::InProgress => "rolling_out",
         _ if marked => "rolling_out",
         Rollout::Complete | Rollout::Unknown => "done",

@@ -776,3 +776,168 @@ fn a_wave_waits_while_an_earlier_one_rolls_out_and_not_once_it_is_done() {
         done.verdict.message
     );
 }
+
+#[test]
+fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does() {
+    use crate::model::Rollout;
+    let failed = r#"[{"revision":1,"stamp":[],"outcome":"failed","reason":"not complete within its progress deadline (1m)"}]"#;
+    let db = |kind: WorkloadKind, rollout| {
+        let mut db = in_wave("db", "0", FLAGS_FP, rollout);
+        db.id = WorkloadId::new(kind, NS, "db");
+        db.annotations
+            .insert("nudge.dev/history".into(), failed.into());
+        db
+    };
+    let web = in_wave("web", "1", "sha256-old", Rollout::Complete);
+    let report = |neighbour: Workload| {
+        World::default()
+            .present("flags", FLAGS_FP)
+            .written("flags", "2025-06-01T11:00:00Z")
+            .neighbour(neighbour)
+            .report(&web)
+    };
+    // A StatefulSet still rolling after nudge's deadline failed it: failed.
+    let halted = report(db(WorkloadKind::stateful_set(), Rollout::InProgress));
+    assert!(
+        halted.verdict.message.ends_with(
+            "wave 0 halted: the rollout of StatefulSet/db failed; a newer change releases it"
+        ),
+        "{}",
+        halted.verdict.message
+    );
+    // Once its status completes, it is done.
+    let done = report(db(WorkloadKind::stateful_set(), Rollout::Complete));
+    assert_eq!(
+        done.verdict.state,
+        State::OutOfSync,
+        "{}",
+        done.verdict.message
+    );
+    // A Deployment's own status says whether it failed.
+    let deployment = report(db(WorkloadKind::deployment(), Rollout::InProgress));
+    assert!(
+        deployment
+            .verdict
+            .message
+            .ends_with("waits for wave 0: Deployment/db is rolling out"),
+        "{}",
+        deployment.verdict.message
+    );
+    // A newer rollout in flight (its marker) is not the failed one.
+    let mut rolling = db(WorkloadKind::stateful_set(), Rollout::InProgress);
+    rolling.annotations.insert(
+        "nudge.dev/rollout".into(),
+        r#"{"revision":2,"stamp":[]}"#.into(),
+    );
+    let rolling = report(rolling);
+    assert!(
+        rolling
+            .verdict
+            .message
+            .ends_with("waits for wave 0: StatefulSet/db is rolling out"),
+        "{}",
+        rolling.verdict.message
+    );
+}
+
+// === neighbours: which kinds, which places ===
+
+#[test]
+fn the_wave_plan_lists_every_kind_nudge_stamps_once() {
+    use super::neighbours::{KindToList, kinds_to_list};
+    let mut config = Config::default();
+    let gadget = TargetConfig {
+        group: "example.com".into(),
+        version: "v1".into(),
+        kind: "Gadget".into(),
+        template: "spec.template".into(),
+    };
+    // A [[targets]] entry naming a built-in kind again is not listed twice.
+    let again = TargetConfig {
+        group: "apps".into(),
+        version: "v1".into(),
+        kind: "StatefulSet".into(),
+        template: "spec.template".into(),
+    };
+    config.targets.kinds = vec![gadget.clone(), again];
+    let names = |kinds: Vec<KindToList>| -> Vec<String> {
+        kinds
+            .into_iter()
+            .map(|kind| match kind {
+                KindToList::Builtin(kind, plural) => format!("{}/{plural}", kind.group()),
+                KindToList::Discovered(entry) => format!("{}/{}", entry.group, entry.kind),
+            })
+            .collect()
+    };
+    assert_eq!(
+        names(kinds_to_list(&config, &[])),
+        [
+            "apps/deployments",
+            "apps/statefulsets",
+            "apps/daemonsets",
+            "batch/cronjobs",
+            "batch/jobs",
+            "argoproj.io/Rollout",
+            "example.com/Gadget",
+        ]
+    );
+    // An embedder's target takes its kind over (it is read through it).
+    let custom = WorkloadKind::new("apps", "v1", "Deployment", TemplatePath::spec_template());
+    assert!(!names(kinds_to_list(&config, &[&custom])).contains(&"apps/deployments".to_owned()));
+}
+
+#[test]
+fn a_plan_of_namespaced_inputs_is_looked_for_in_their_namespace_only() {
+    use super::neighbours::{Reach, places, reach};
+    let configmap = Tracked::new(
+        Reference::object(SourceName::configmap(), NS, "flags"),
+        Algorithm::Native,
+    );
+    let tracked = BTreeSet::from([configmap.clone()]);
+    assert_eq!(
+        reach(&tracked),
+        Reach::Namespaces(BTreeSet::from([NS.to_owned()]))
+    );
+    let everywhere = NamespaceScope::default();
+    assert_eq!(
+        places(&reach(&tracked), &everywhere),
+        [(Some(NS.to_owned()), None)]
+    );
+    // Outside the configured namespaces nudge stamps nothing.
+    let elsewhere = NamespaceScope {
+        namespaces: vec!["other".into()],
+        ignore: Vec::new(),
+    };
+    assert_eq!(places(&reach(&tracked), &elsewhere), []);
+}
+
+#[test]
+fn a_plan_with_a_cluster_wide_input_is_looked_for_in_every_watched_namespace() {
+    use super::neighbours::{Reach, places, reach};
+    let consul = Tracked::new(
+        Reference::key(SourceName::consul(), "app/db/url"),
+        Algorithm::Native,
+    );
+    let configmap = Tracked::new(
+        Reference::object(SourceName::configmap(), NS, "flags"),
+        Algorithm::Native,
+    );
+    let tracked = BTreeSet::from([configmap, consul]);
+    assert_eq!(reach(&tracked), Reach::Everywhere);
+    let all = NamespaceScope {
+        namespaces: Vec::new(),
+        ignore: vec!["kube-system".into()],
+    };
+    assert_eq!(
+        places(&Reach::Everywhere, &all),
+        [(None, Some("metadata.namespace!=kube-system".to_owned()))]
+    );
+    let some = NamespaceScope {
+        namespaces: vec!["a".into(), "b".into()],
+        ignore: Vec::new(),
+    };
+    assert_eq!(
+        places(&Reach::Everywhere, &some),
+        [(Some("a".to_owned()), None), (Some("b".to_owned()), None)]
+    );
+}

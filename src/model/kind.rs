@@ -129,6 +129,14 @@ impl WorkloadKind {
         self.0.immutable_template
     }
 
+    /// Whether its controller enforces a progress deadline of its own (a
+    /// Deployment's `progressDeadlineSeconds`, reported as
+    /// `ProgressDeadlineExceeded`); every other kind is judged by nudge's own
+    /// deadline (design §5c).
+    pub(crate) fn has_own_progress_deadline(&self) -> bool {
+        self.group() == "apps" && self.as_str() == "Deployment"
+    }
+
     /// The same kind, served at `version`.
     pub(crate) fn at_version(&self, version: impl Into<String>) -> Self {
         let version = version.into();

@@ -519,7 +519,7 @@ impl Controller {
             name,
             timeout,
             &self.sources,
-            custom,
+            &self.targets,
         )
         .await
     }

@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::errors::excerpt;
+use crate::model::{Rollout, WorkloadKind};
 
 /// The annotation naming the rollout in flight.
 pub const ROLLOUT: &str = "rollout";
@@ -195,6 +196,36 @@ pub fn last_revision(json: Option<&str>) -> u32 {
     digits.parse().unwrap_or(0)
 }
 
+/// Whether the newest revision in a history annotation ended failed, without
+/// reading the older ones (it is read on every workload event). A history
+/// holds revisions only (a marker's `superseded` is never recorded), so the
+/// newest is the text from the last `{"revision":` on.
+pub fn last_failed(json: Option<&str>) -> bool {
+    const FIELD: &str = "{\"revision\":";
+    let Some(json) = json else { return false };
+    let Some(at) = json.rfind(FIELD) else {
+        return false;
+    };
+    let newest = json[at..].trim_end();
+    let newest = newest.strip_suffix(']').unwrap_or(newest);
+    serde_json::from_str::<Revision>(newest).is_ok_and(|r| r.outcome == Some(Outcome::Failed))
+}
+
+/// Whether a workload's rollout reads as failed from what nudge recorded
+/// (design §5d): its newest recorded revision failed (`last_failed`), no
+/// rollout of it is in flight (`following`: nudge follows one, or its marker
+/// is on the workload), its kind has no progress deadline of its own (a
+/// Deployment's status says so itself, and says so again when it recovers),
+/// and its status does not say it completed since.
+pub fn recorded_failure(
+    kind: &WorkloadKind,
+    rollout: Rollout,
+    last_failed: bool,
+    following: bool,
+) -> bool {
+    last_failed && !following && !kind.has_own_progress_deadline() && rollout != Rollout::Complete
+}
+
 /// The newest revision whose rollout completed.
 pub fn last_good(history: &[Revision]) -> Option<&Revision> {
     history
@@ -299,6 +330,24 @@ mod tests {
             ]
         );
         assert!(history.iter().all(|r| r.superseded.is_empty()));
+    }
+
+    #[test]
+    fn the_newest_recorded_revision_says_whether_it_failed() {
+        let failed = revision(2, Some(Outcome::Failed));
+        let history = recorded(None, revision(1, Some(Outcome::Complete)), 10);
+        assert!(!last_failed(Some(&history)));
+        let history = recorded(Some(&history), failed.clone(), 10);
+        assert!(last_failed(Some(&history)), "{history}");
+        let history = recorded(Some(&history), revision(3, Some(Outcome::Complete)), 10);
+        assert!(!last_failed(Some(&history)), "{history}");
+        assert!(!last_failed(None));
+        assert!(!last_failed(Some("not json")));
+        // A reason that quotes the field names is only text.
+        let mut tricky = failed;
+        tricky.outcome = Some(Outcome::Complete);
+        tricky.reason = Some(r#"{"revision":9,"outcome":"failed"}"#.into());
+        assert!(!last_failed(Some(&recorded(None, tricky, 10))));
     }
 
     #[test]

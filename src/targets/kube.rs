@@ -433,6 +433,39 @@ impl KubeTarget {
             .map_err(|e| classify(id, e))
     }
 
+    /// What `pick` makes of the workloads of this kind in `namespace`
+    /// (`None`: every namespace, less those the field selector `fields`
+    /// leaves out), listed a page at a time so that only what it keeps is
+    /// held. Objects that cannot be read as workloads are skipped (logged).
+    pub(crate) async fn list<T>(
+        &self,
+        namespace: Option<&str>,
+        fields: Option<&str>,
+        mut pick: impl FnMut(Workload) -> Option<T>,
+    ) -> Result<Vec<T>, kube::Error> {
+        const PAGE: u32 = 500;
+        let api = self.api(namespace);
+        let mut params = kube::api::ListParams::default().limit(PAGE);
+        if let Some(fields) = fields {
+            params = params.fields(fields);
+        }
+        let mut kept = Vec::new();
+        loop {
+            let page = api.list(&params).await?;
+            let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+            kept.extend(
+                page.items
+                    .into_iter()
+                    .filter_map(|object| self.workload(object))
+                    .filter_map(&mut pick),
+            );
+            match next {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(kept),
+            }
+        }
+    }
+
     /// The settings this target writes with.
     pub(crate) fn settings(&self) -> &TargetSettings {
         &self.settings

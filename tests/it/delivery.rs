@@ -494,3 +494,45 @@ async fn a_second_change_mid_plan_supersedes_it() {
     assert_eq!(wave_0[1]["outcome"], "superseded", "{wave_0:?}");
     nudge.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_judges_a_wave_plan_across_kinds() {
+    let cluster = TestCluster::start("delivery-explain-kinds").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    cluster.put_configmap("other-config", &[("a", "1")]).await;
+    let auto = [("nudge.dev/auto", "true")];
+    cluster
+        .create_workload(
+            "StatefulSet",
+            "db",
+            &auto,
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    cluster
+        .create_workload(
+            "DaemonSet",
+            "agent",
+            &auto,
+            &[],
+            pod_mounting_configmap("other-config"),
+        )
+        .await;
+    deployment(&cluster, "web", 0, 600, &[("nudge.dev/wave", "1")]).await;
+    // No nudge runs: nothing is stamped, so wave 1 waits for the StatefulSet.
+    let table = explain(&cluster, "web").await;
+    eprintln!("nudge explain deployment/web:\n{table}");
+    assert!(
+        table.contains("wave 0  StatefulSet/db  not stamped"),
+        "{table}"
+    );
+    assert!(
+        table.contains("waits for wave 0: StatefulSet/db is not stamped"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("DaemonSet/agent"),
+        "shares no input: {table}"
+    );
+}

@@ -98,12 +98,6 @@ fn is_cron_job(kind: &WorkloadKind) -> bool {
     kind.group() == "batch" && kind.as_str() == "CronJob"
 }
 
-/// Whether `kind` has a progress deadline its controller enforces (a
-/// Deployment's `progressDeadlineSeconds`).
-fn has_own_deadline(kind: &WorkloadKind) -> bool {
-    kind.group() == "apps" && kind.as_str() == "Deployment"
-}
-
 /// A digest of the pod template: tells nudge's write from someone else's, and
 /// a CronJob's run of the stamped template from other runs. A Job's is taken
 /// without the labels the API server adds to it, so that it equals the digest
@@ -213,7 +207,7 @@ impl Core {
     /// nudge's own progress deadline for workload `id`, from `now`: none for
     /// kinds with their own, nor for a CronJob until its run is seen.
     fn deadline_for(&self, id: &WorkloadId, now: Instant) -> Option<Instant> {
-        if has_own_deadline(&id.kind) || is_cron_job(&id.kind) {
+        if id.kind.has_own_progress_deadline() || is_cron_job(&id.kind) {
             return None;
         }
         Some(crate::rate::saturating_add(now, self.deadline_window(id)))
@@ -421,13 +415,12 @@ impl Core {
         let Some(record) = self.records.get_mut(id) else {
             return;
         };
-        let history_revision = history::last_revision(
-            workload
-                .annotations
-                .get(&self.scheme.history())
-                .map(String::as_str),
-        );
-        record.revision = record.revision.max(history_revision);
+        let recorded = workload
+            .annotations
+            .get(&self.scheme.history())
+            .map(String::as_str);
+        record.revision = record.revision.max(history::last_revision(recorded));
+        record.last_failed = history::last_failed(recorded);
         match (&record.follow, marker) {
             (Some(follow), marker) if follow.ended.is_some() => {
                 // Ended: kept until its marker is gone (recorded), so that a

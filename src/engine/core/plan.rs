@@ -16,8 +16,13 @@ use super::{Core, Effect, WriteState, first_sight_values};
 use crate::annotations::{Approval, Delivery, Mode};
 use crate::events::{Notice, Reason};
 use crate::model::{Reference, Rollout, WorkloadId};
-use crate::stamp::{self, DesiredStamp};
+use crate::stamp::{self, DesiredStamp, history};
 use crate::window::{WallClock, Window};
+
+/// The earlier-wave workloads a wave hold waits behind, each as it stood
+/// ([`Progress::Waiting`] or [`Progress::Failed`]): what
+/// `nudge_wave_rollouts` counts.
+pub(super) type Behind = Vec<(WorkloadId, Progress)>;
 
 /// Why a workload's rolling stamp waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,9 +35,17 @@ pub(super) enum Hold {
     /// the fingerprint an approval names instead.
     Manual { stale: Option<String> },
     /// An earlier wave sharing an input has not completed.
-    Wave { waiting: WorkloadId, wave: u32 },
+    Wave {
+        waiting: WorkloadId,
+        wave: u32,
+        behind: Behind,
+    },
     /// An earlier wave sharing an input failed its rollout.
-    Halted { failed: WorkloadId, wave: u32 },
+    Halted {
+        failed: WorkloadId,
+        wave: u32,
+        behind: Behind,
+    },
     /// Outside the maintenance window; `opens` at the next opening.
     Window {
         window: Box<Window>,
@@ -88,10 +101,10 @@ impl Hold {
             } => format!(
                 "config {pending} is pending approval: {approve_key} approves {approved}, which is not the pending config"
             ),
-            Self::Wave { waiting, wave } => format!(
+            Self::Wave { waiting, wave, .. } => format!(
                 "config {pending} waits for wave {wave}: {waiting} has not completed its rollout"
             ),
-            Self::Halted { failed, wave } => format!(
+            Self::Halted { failed, wave, .. } => format!(
                 "config {pending} is held: wave {wave} halted, the rollout of {failed} failed; a newer change releases it"
             ),
             Self::Window { window, opens } => {
@@ -209,22 +222,25 @@ impl Plans {
         neighbours: &[WorkloadId],
         progress: impl Fn(&WorkloadId) -> Progress,
     ) -> Option<Hold> {
-        let earlier: Vec<(&WorkloadId, Progress)> = neighbours
+        let behind: Behind = neighbours
             .iter()
             .filter(|other| self.wave(other) < wave)
-            .map(|other| (other, progress(other)))
+            .map(|other| (other.clone(), progress(other)))
+            .filter(|(_, p)| *p != Progress::Done)
             .collect();
-        let failed = earlier.iter().find(|(_, p)| *p == Progress::Failed);
-        let waiting = earlier.iter().find(|(_, p)| *p == Progress::Waiting);
+        let failed = behind.iter().find(|(_, p)| *p == Progress::Failed);
         if let Some((failed, _)) = failed {
             return Some(Hold::Halted {
-                failed: (*failed).clone(),
+                failed: failed.clone(),
                 wave: self.wave(failed),
+                behind,
             });
         }
-        waiting.map(|(waiting, _)| Hold::Wave {
-            waiting: (*waiting).clone(),
+        let (waiting, _) = behind.first()?;
+        Some(Hold::Wave {
+            waiting: waiting.clone(),
             wave: self.wave(waiting),
+            behind,
         })
     }
 
@@ -284,6 +300,34 @@ impl Plans {
                     .count();
                 (reason, count)
             })
+    }
+
+    /// The earlier-wave workloads the held workloads wait behind, as the
+    /// gate last judged them, per `nudge_wave_rollouts` state: `rolling` (not
+    /// done yet: being stamped or rolling out), `halted` (its rollout failed).
+    /// Each is counted once, however many wait behind it; one held itself
+    /// (its mode, its window, a wave before it) is not in flight and counts
+    /// in `nudge_held_workloads` instead.
+    pub(super) fn wave_rollouts(&self) -> [(&'static str, usize); 2] {
+        let mut behind: HashMap<&WorkloadId, Progress> = HashMap::new();
+        let holds = self.held.values().filter_map(|held| match &held.hold {
+            Hold::Wave { behind, .. } | Hold::Halted { behind, .. } => Some(behind),
+            _ => None,
+        });
+        let in_flight = holds
+            .flatten()
+            .filter(|(id, progress)| *progress == Progress::Failed || !self.is_held(id));
+        for (id, progress) in in_flight {
+            let seen = behind.entry(id).or_insert(*progress);
+            if *progress == Progress::Failed {
+                *seen = Progress::Failed;
+            }
+        }
+        let count = |state| behind.values().filter(|p| **p == state).count();
+        [
+            ("rolling", count(Progress::Waiting)),
+            ("halted", count(Progress::Failed)),
+        ]
     }
 
     /// The instant of wall-clock time `at`.
@@ -383,9 +427,19 @@ impl Core {
             return Progress::Waiting;
         }
         let follow = record.follow.as_deref();
+        let recorded_failure = || {
+            history::recorded_failure(
+                &id.kind,
+                record.rollout,
+                record.last_failed,
+                follow.is_some(),
+            )
+        };
         match record.rollout {
             Rollout::Failed { .. } => Progress::Failed,
             _ if follow.is_some_and(Follow::failed) => Progress::Failed,
+            // Ended failed and recorded (nudge's own deadline): still failed.
+            _ if recorded_failure() => Progress::Failed,
             Rollout::InProgress => Progress::Waiting,
             _ if follow.is_some_and(Follow::in_progress) => Progress::Waiting,
             Rollout::Complete | Rollout::Unknown => Progress::Done,
@@ -544,14 +598,19 @@ mod tests {
             plans.gate(&third, "f", now, &all, progress(&second, None)),
             Some(Hold::Wave {
                 waiting: second.clone(),
-                wave: 1
+                wave: 1,
+                behind: vec![(second.clone(), Progress::Waiting)],
             })
         );
         assert_eq!(
             plans.gate(&third, "f", now, &all, progress(&second, Some(&first))),
             Some(Hold::Halted {
                 failed: first.clone(),
-                wave: 0
+                wave: 0,
+                behind: vec![
+                    (first.clone(), Progress::Failed),
+                    (second.clone(), Progress::Waiting)
+                ],
             })
         );
         // A later wave never holds an earlier one.
@@ -583,6 +642,40 @@ mod tests {
             plans.gate(&a, "f", Instant::now(), &[], |_| Progress::Done),
             None
         );
+    }
+
+    #[test]
+    fn each_rollout_later_waves_wait_behind_is_counted_once() {
+        let mut plans = Plans::new(None, clock());
+        let (canary, slow, eu, us) = (id("canary"), id("slow"), id("eu"), id("us"));
+        let rolling = vec![(slow.clone(), Progress::Waiting)];
+        let halted = vec![
+            (canary.clone(), Progress::Failed),
+            (slow.clone(), Progress::Waiting),
+        ];
+        let wave = |behind: &Behind| Hold::Wave {
+            waiting: slow.clone(),
+            wave: 0,
+            behind: behind.clone(),
+        };
+        plans.hold(&eu, wave(&rolling), "eu".into());
+        plans.hold(&us, wave(&rolling), "us".into());
+        plans.hold(&id("notified"), Hold::Notify, "n".into());
+        assert_eq!(plans.wave_rollouts(), [("rolling", 1), ("halted", 0)]);
+        // A workload waited for that is held itself is not in flight.
+        plans.hold(&slow, Hold::Notify, "slow".into());
+        assert_eq!(plans.wave_rollouts(), [("rolling", 0), ("halted", 0)]);
+        plans.release(&slow);
+        let halt = Hold::Halted {
+            failed: canary.clone(),
+            wave: 0,
+            behind: halted,
+        };
+        plans.hold(&us, halt, "us halted".into());
+        assert_eq!(plans.wave_rollouts(), [("rolling", 1), ("halted", 1)]);
+        plans.release(&eu);
+        plans.release(&us);
+        assert_eq!(plans.wave_rollouts(), [("rolling", 0), ("halted", 0)]);
     }
 
     #[test]

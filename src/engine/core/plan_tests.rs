@@ -363,8 +363,11 @@ fn three_waves_are_stamped_in_order() {
         [("first".to_owned(), "sha256-1".to_owned())]
     );
     assert_eq!(core.metrics.held("wave"), 2);
+    // One wave in flight: the first one's rollout; the second waits itself.
+    assert_eq!(core.metrics.wave_rollouts("rolling"), 1);
     finish(&mut core, "first", "sha256-1", &[], t0 + secs(6));
     assert_eq!(writes(&core.handle(Input::Tick, t0 + secs(20))), []);
+    assert_eq!(core.metrics.wave_rollouts("rolling"), 1);
 
     status(
         &mut core,
@@ -380,6 +383,11 @@ fn three_waves_are_stamped_in_order() {
     );
     finish(&mut core, "second", "sha256-1", &wave("1"), t0 + secs(36));
     assert_eq!(writes(&core.handle(Input::Tick, t0 + secs(45))), []);
+    assert_eq!(
+        core.metrics.wave_rollouts("rolling"),
+        1,
+        "the second wave's rollout, not the first's again"
+    );
 
     status(
         &mut core,
@@ -394,6 +402,7 @@ fn three_waves_are_stamped_in_order() {
         [("third".to_owned(), "sha256-1".to_owned())]
     );
     assert_eq!(core.metrics.held("wave"), 0);
+    assert_eq!(core.metrics.wave_rollouts("rolling"), 0);
 }
 
 #[test]
@@ -422,6 +431,14 @@ fn a_failed_wave_halts_the_rest_until_a_fix_releases_them_with_it() {
         .collect();
     assert_eq!(held.len(), 2, "one Event per held workload: {held:?}");
     assert_eq!(core.metrics.held("halted"), 2);
+    assert_eq!(
+        (
+            core.metrics.wave_rollouts("halted"),
+            core.metrics.wave_rollouts("rolling")
+        ),
+        (1, 0),
+        "one halted rollout holds both"
+    );
     // Nothing more while halted.
     let effects = core.handle(Input::Tick, t0 + secs(90));
     assert_eq!(notices(&effects, Reason::WavesHalted).len(), 0);
@@ -446,6 +463,7 @@ fn a_failed_wave_halts_the_rest_until_a_fix_releases_them_with_it() {
         writes(&effects),
         [("second".to_owned(), "sha256-2".to_owned())]
     );
+    assert_eq!(core.metrics.wave_rollouts("halted"), 0);
 }
 
 #[test]
@@ -579,18 +597,21 @@ fn without_wave_annotations_everything_is_stamped_at_once() {
     assert_eq!(writes(&effects).len(), 2);
 }
 
-#[test]
-fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
-    let t0 = Instant::now();
-    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
-    let sts = |name: &str, stamped: &str, extra: &[(&str, &str)], rollout| {
-        let mut workload = mk_workload(name, stamped, extra, rollout);
-        workload.id = WorkloadId::new(WorkloadKind::stateful_set(), "ns", name);
-        workload
-    };
-    let deadline = [("nudge.dev/progress-deadline", "60s")];
+/// A StatefulSet `name` (a kind judged by nudge's own deadline).
+fn sts(name: &str, stamped: &str, extra: &[(&str, &str)], rollout: Rollout) -> Workload {
+    let mut workload = mk_workload(name, stamped, extra, rollout);
+    workload.id = WorkloadId::new(WorkloadKind::stateful_set(), "ns", name);
+    workload
+}
+
+const DEADLINE: (&str, &str) = ("nudge.dev/progress-deadline", "60s");
+
+/// StatefulSets `db` (wave 0, nudge's deadline 60 s) and `replica` (wave 1)
+/// sharing `cfg`; `cfg` changes, `db` is stamped and never completes: at
+/// `t0 + 66 s` its rollout fails. The effects of the ticks after it.
+fn past_nudges_deadline(core: &mut Core, t0: Instant) -> Vec<Effect> {
     core.handle(
-        apply(sts("db", "sha256-0", &deadline, Rollout::Complete)),
+        apply(sts("db", "sha256-0", &[DEADLINE], Rollout::Complete)),
         t0,
     );
     core.handle(
@@ -603,7 +624,7 @@ fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
         writes(&core.handle(Input::Tick, t0 + DEBOUNCE)),
         [("db".to_owned(), "sha256-1".to_owned())]
     );
-    let written = sts("db", "sha256-1", &deadline, Rollout::InProgress);
+    let written = sts("db", "sha256-1", &[DEADLINE], Rollout::InProgress);
     core.handle(
         Input::WriteFinished {
             id: written.id.clone(),
@@ -612,9 +633,28 @@ fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
         t0 + secs(6),
     );
     assert_eq!(core.metrics.held("wave"), 1);
-    // nudge's deadline passes: the rollout failed, and the later wave halts.
     let effects = core.handle(Input::Tick, t0 + secs(66));
-    let effects = [effects, core.handle(Input::Tick, t0 + secs(71))].concat();
+    [effects, core.handle(Input::Tick, t0 + secs(71))].concat()
+}
+
+/// The `<prefix>/history` the driver records for the outcome in `effects`.
+fn recorded_history(effects: &[Effect]) -> String {
+    let conclusion = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Conclude(conclusion) => Some(conclusion),
+            _ => None,
+        })
+        .expect("an outcome to record");
+    crate::stamp::history::recorded(None, conclusion.revision.clone(), 10)
+}
+
+#[test]
+fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    // nudge's deadline passes: the rollout failed, and the later wave halts.
+    let effects = past_nudges_deadline(&mut core, t0);
     assert_eq!(writes(&effects), []);
     assert_eq!(
         notices(&effects, Reason::WavesHalted).len(),
@@ -622,4 +662,102 @@ fn a_rollout_past_nudges_own_deadline_halts_the_later_waves() {
         "{effects:?}"
     );
     assert_eq!(core.metrics.held("halted"), 1);
+}
+
+#[test]
+fn a_recorded_failure_keeps_the_later_waves_halted_until_the_status_completes() {
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let effects = past_nudges_deadline(&mut core, t0);
+    assert_eq!(core.metrics.held("halted"), 1);
+    // The outcome is recorded: the marker goes, the history says failed, and
+    // the StatefulSet's status still says rolling (no node runs its pod).
+    let history = recorded_history(&effects);
+    let recorded = [DEADLINE, ("nudge.dev/history", history.as_str())];
+    core.handle(
+        apply(sts("db", "sha256-1", &recorded, Rollout::InProgress)),
+        t0 + secs(80),
+    );
+    // The held workload decides again (any event of its own does that).
+    core.handle(
+        apply(sts("replica", "sha256-0", &wave("1"), Rollout::Complete)),
+        t0 + secs(81),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(90));
+    assert_eq!(writes(&effects), []);
+    assert_eq!(
+        notices(&effects, Reason::ConfigWaiting).len(),
+        0,
+        "still halted, nothing new to say: {effects:?}"
+    );
+    assert_eq!(core.metrics.held("halted"), 1);
+    assert_eq!(core.metrics.held("wave"), 0);
+
+    // Its status completes after all: it failed nothing any more.
+    core.handle(
+        apply(sts("db", "sha256-1", &recorded, Rollout::Complete)),
+        t0 + secs(100),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(110));
+    assert_eq!(
+        writes(&effects),
+        [("replica".to_owned(), "sha256-1".to_owned())]
+    );
+}
+
+#[test]
+fn a_restart_after_a_recorded_failure_holds_the_later_waves_as_halted() {
+    let t0 = Instant::now();
+    let mut before = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let history = recorded_history(&past_nudges_deadline(&mut before, t0));
+
+    // A new process: only what the workloads say.
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let recorded = [DEADLINE, ("nudge.dev/history", history.as_str())];
+    core.handle(
+        apply(sts("db", "sha256-1", &recorded, Rollout::InProgress)),
+        t0,
+    );
+    core.handle(
+        apply(sts("replica", "sha256-0", &wave("1"), Rollout::Complete)),
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(writes(&effects), []);
+    let waiting = notices(&effects, Reason::ConfigWaiting);
+    assert_eq!(waiting.len(), 1, "{effects:?}");
+    assert!(waiting[0].note.contains("halted"), "{}", waiting[0].note);
+    assert_eq!(core.metrics.held("halted"), 1);
+    assert_eq!(core.metrics.held("wave"), 0);
+}
+
+#[test]
+fn a_deployments_recorded_failure_is_its_status_to_say() {
+    // A Deployment that progresses again after a failure says so itself.
+    let t0 = Instant::now();
+    let mut core = mk_core(t0, "2026-11-27T12:00:00Z", None);
+    let failed = r#"[{"revision":1,"stamp":[],"outcome":"failed"}]"#;
+    core.handle(
+        apply(mk_workload(
+            "first",
+            "sha256-1",
+            &[("nudge.dev/history", failed)],
+            Rollout::InProgress,
+        )),
+        t0,
+    );
+    core.handle(
+        apply(mk_workload(
+            "second",
+            "sha256-0",
+            &wave("1"),
+            Rollout::Complete,
+        )),
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(core.metrics.held("wave"), 1);
+    assert_eq!(core.metrics.held("halted"), 0);
 }
