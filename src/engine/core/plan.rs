@@ -34,9 +34,9 @@ pub(super) enum Hold {
     /// `mode: manual` without an approval of the pending config; `stale`:
     /// the fingerprint an approval names instead.
     Manual { stale: Option<String> },
-    /// Not every target has delivered its initial listing: an earlier wave
-    /// sharing an input may not be known yet (after a start or before a
-    /// failover), so no wave after the first is judged.
+    /// Not every target has delivered its initial listing since this process
+    /// started (leading or not): an earlier wave sharing an input may not be
+    /// known yet, so no wave after the first is judged.
     Listing,
     /// An earlier wave sharing an input has not completed.
     Wave {
@@ -451,10 +451,14 @@ impl Core {
     pub(super) fn on_listed(&mut self, now: Instant) {
         self.plans.set_listed();
         let waiting = self.plans.held_for_listing();
-        tracing::info!(
-            waiting = waiting.len(),
-            "every workload kind listed: waves are judged"
-        );
+        if waiting.is_empty() {
+            tracing::debug!("every workload kind listed");
+        } else {
+            tracing::info!(
+                waiting = waiting.len(),
+                "every workload kind listed: the later waves waiting for it are judged"
+            );
+        }
         for id in waiting {
             self.evaluate(&id, now);
         }
