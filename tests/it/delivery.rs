@@ -223,10 +223,14 @@ async fn stamped_after(cluster: &TestCluster, earlier: &str, later: &str, revisi
     let done = history(cluster, earlier, revisions).await;
     let done = &done[revisions - 1];
     assert_eq!(done["outcome"], "complete", "{done}");
-    let ended = done["ended"].as_str().expect("ended");
-    let stamped = last_updated(cluster, later).await;
+    // `ended` is when nudge saw the rollout complete, which releases the
+    // next wave; compared as times (RFC 3339 strings of different precision
+    // do not sort as text).
+    let at = |text: &str| -> k8s_openapi::jiff::Timestamp { text.parse().expect("RFC 3339") };
+    let ended = at(done["ended"].as_str().expect("ended"));
+    let stamped = at(&last_updated(cluster, later).await);
     assert!(
-        stamped.as_str() >= ended,
+        stamped >= ended,
         "{later} stamped at {stamped}, before {earlier} completed at {ended}"
     );
 }

@@ -374,6 +374,11 @@ impl Plans {
     pub(super) fn instant(&self, at: Timestamp, now: Instant) -> Instant {
         self.clock.instant(at, now)
     }
+
+    /// The wall-clock time of `now`.
+    pub(super) fn wall_time(&self, now: Instant) -> Timestamp {
+        self.clock.at(now)
+    }
 }
 
 /// The hold `mode` (and an invalid annotation) puts on `pending`, if any.
