@@ -60,6 +60,11 @@ pub enum Input {
         /// How it went.
         outcome: WriteOutcome,
     },
+    /// Every target has delivered its initial listing (sent once, after the
+    /// listed workloads): until then the core may not know an earlier wave of
+    /// a workload, and holds every workload in a wave after the first
+    /// (design §5d).
+    Listed,
     /// This replica became leader (`true`) or stopped being leader.
     Leadership(bool),
     /// The namespaces matching `kubernetes.namespace_selector` are now these.
@@ -386,6 +391,7 @@ impl Core {
                     .map(Effect::Track),
             ),
             Input::WriteFinished { id, outcome } => self.on_written(id, outcome, now, &mut out),
+            Input::Listed => self.on_listed(now),
             Input::Leadership(leader) => self.on_leadership(leader, now, &mut out),
             Input::Namespaces(selected) => self.on_namespaces(selected, now, &mut out),
             // Due workloads go out only on a tick: the driver handles every input

@@ -62,6 +62,9 @@ struct SourceSlot {
 pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(), EngineError> {
     let (mut driver, mut feeds) = Driver::start(engine, &shutdown)?;
     driver.elected_before_start(&mut feeds.leadership);
+    if driver.unlisted == 0 {
+        driver.feed(Input::Listed, Instant::now());
+    }
     while let Some(input) = driver.next_input(&mut feeds, &shutdown).await {
         driver.handle(input);
     }
@@ -72,6 +75,8 @@ pub(super) async fn run(engine: Engine, shutdown: CancellationToken) -> Result<(
 /// What the driver receives besides its own tasks' ends.
 struct Feeds {
     workloads: mpsc::Receiver<WorkloadEvent>,
+    /// One message per target, the first time it says it has listed.
+    listed: mpsc::UnboundedReceiver<()>,
     updates: mpsc::Receiver<SourceUpdate>,
     leadership: Option<watch::Receiver<bool>>,
     namespaces: Option<super::NamespaceFeed>,
@@ -94,6 +99,9 @@ struct Driver {
     tasks_shutdown: CancellationToken,
     /// Where rollout outcomes are recorded.
     recording: outcome::Recording,
+    /// Targets that have not delivered their initial listing yet; the core
+    /// gets [`Input::Listed`] when none is left.
+    unlisted: usize,
 }
 
 impl Driver {
@@ -133,15 +141,18 @@ impl Driver {
         let mut tasks: JoinSet<Done> = JoinSet::new();
         let (workload_tx, workloads) = mpsc::channel(CHANNEL_CAPACITY);
         let (update_tx, updates) = mpsc::channel(CHANNEL_CAPACITY);
+        let (listed_tx, listed) = mpsc::unbounded_channel();
         let target_ctx = |ready| {
             TargetContext::new(
                 workload_tx.clone(),
                 ready,
+                listed_tx.clone(),
                 health.clone(),
                 tasks_shutdown.clone(),
             )
         };
         spawn_targets(&targets, &readiness, target_ctx, &mut tasks);
+        let targets_len = targets.len();
         let mut slots = source_slots(sources, &readiness);
         for name in slots.keys() {
             health.sources().register_source(name.as_str());
@@ -168,9 +179,11 @@ impl Driver {
             since_tick: 0,
             tasks_shutdown,
             recording,
+            unlisted: targets_len,
         };
         let feeds = Feeds {
             workloads,
+            listed,
             updates,
             leadership,
             namespaces,
@@ -199,6 +212,9 @@ impl Driver {
                 () = shutdown.cancelled() => return None,
                 Some(done) = self.tasks.join_next() => self.finished(done),
                 Some(event) = feeds.workloads.recv() => Some(Input::workload(event)),
+                Some(()) = feeds.listed.recv(), if self.unlisted > 0 => {
+                    self.target_listed(&mut feeds.workloads)
+                }
                 Some(update) = feeds.updates.recv() => {
                     self.count_observation(&update);
                     Some(Input::Observation(update))
@@ -216,6 +232,21 @@ impl Driver {
                 return input;
             }
         }
+    }
+
+    /// A target has delivered its initial listing; once every target has,
+    /// [`Input::Listed`], after every workload event already queued: a target
+    /// says it has listed after reporting what it listed, so the core has
+    /// then seen every listed workload.
+    fn target_listed(&mut self, workloads: &mut mpsc::Receiver<WorkloadEvent>) -> Option<Input> {
+        self.unlisted = self.unlisted.saturating_sub(1);
+        if self.unlisted > 0 {
+            return None;
+        }
+        while let Ok(event) = workloads.try_recv() {
+            self.handle(Input::workload(event));
+        }
+        Some(Input::Listed)
     }
 
     /// The input a finished task makes, if any; a source that ended is scheduled

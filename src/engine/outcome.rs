@@ -80,7 +80,10 @@ async fn write(
     recording: &Recording,
 ) -> Result<bool, TargetError> {
     let mut ended = revision.clone();
-    ended.ended = Some(Timestamp::now().to_string());
+    // The core dates what it concludes; this is for a revision it did not.
+    ended
+        .ended
+        .get_or_insert_with(|| Timestamp::now().to_string());
     let history = workload
         .annotations
         .get(&recording.history_key)

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
@@ -125,21 +126,28 @@ impl TargetError {
 pub struct TargetContext {
     events: mpsc::Sender<WorkloadEvent>,
     ready: WatchReady,
+    /// Tells the engine, once, that this target has listed (see [`Self::ready`]).
+    listed: mpsc::UnboundedSender<()>,
+    said_listed: AtomicBool,
     health: WatchHealth,
     shutdown: CancellationToken,
 }
 
 impl TargetContext {
-    /// A context sending events to `events`.
+    /// A context sending events to `events`, and a message to `listed` the
+    /// first time the target says it is [ready](Self::ready).
     pub(crate) fn new(
         events: mpsc::Sender<WorkloadEvent>,
         ready: WatchReady,
+        listed: mpsc::UnboundedSender<()>,
         health: WatchHealth,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             events,
             ready,
+            listed,
+            said_listed: AtomicBool::new(false),
             health,
             shutdown,
         }
@@ -151,11 +159,18 @@ impl TargetContext {
         self.events.send(event).await.is_ok()
     }
 
-    /// Every watch of the target has listed once (repeat calls are harmless).
-    /// A target whose kind is not served calls it too: it has nothing to list,
-    /// and must not keep nudge unready.
+    /// Every watch of the target has listed once (repeat calls are harmless):
+    /// call it after reporting the `InitDone` of every watch. A target whose
+    /// kind is not served calls it too: it has nothing to list, and must not
+    /// keep nudge unready. Until every target has, nudge stamps no workload
+    /// in a wave after the first (`nudge.dev/wave`): an earlier wave it waits
+    /// for may not be listed yet.
     pub fn ready(&self) {
         self.ready.listed();
+        if !self.said_listed.swap(true, Ordering::Relaxed) {
+            // The engine is gone when this fails: nothing waits for it.
+            let _ = self.listed.send(());
+        }
     }
 
     /// Shows `text` in `/ready` as a `note:` line (replacing this target's

@@ -5,12 +5,18 @@
 //! Maintenance windows depend on the wall clock: they are tested in the core
 //! with an injected one (`engine/core/plan_tests.rs`, `window/tests.rs`).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{Running, Sentinel};
+use crate::support::{MetricsAt, Running, Sentinel, free_port};
 use crate::support::{TestCluster, WAIT, pod_mounting_configmap, wait_for, wait_for_stamp};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use nudge::__private::runtime::metrics::Metrics;
+use nudge::target::{
+    ApplyOutcome, KubeTarget, StampPatch, Target, TargetContext, TargetError, TargetSettings,
+    Workload, WorkloadId, WorkloadKind,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -82,13 +88,20 @@ fn pending_in(note: &str) -> String {
     note[start..start + 19].to_owned()
 }
 
-/// The revisions in the workload's `nudge.dev/history`, once it has `count`.
+/// The revisions in Deployment `name`'s `nudge.dev/history`, once it has
+/// `count`.
 async fn history(cluster: &TestCluster, name: &str, count: usize) -> Vec<Value> {
+    history_of(cluster, "Deployment", name, count).await
+}
+
+/// The revisions in the `nudge.dev/history` of `kind` `name`, once it has
+/// `count`.
+async fn history_of(cluster: &TestCluster, kind: &str, name: &str, count: usize) -> Vec<Value> {
     wait_for(
         &format!("{count} revisions in {name}'s history"),
         WAIT,
         || async {
-            let workload = cluster.workload("Deployment", name).await;
+            let workload = cluster.workload(kind, name).await;
             let history: Vec<Value> = workload["metadata"]["annotations"]["nudge.dev/history"]
                 .as_str()
                 .and_then(|h| serde_json::from_str(h).ok())?;
@@ -210,10 +223,14 @@ async fn stamped_after(cluster: &TestCluster, earlier: &str, later: &str, revisi
     let done = history(cluster, earlier, revisions).await;
     let done = &done[revisions - 1];
     assert_eq!(done["outcome"], "complete", "{done}");
-    let ended = done["ended"].as_str().expect("ended");
-    let stamped = last_updated(cluster, later).await;
+    // `ended` is when nudge saw the rollout complete, which releases the
+    // next wave; compared as times (RFC 3339 strings of different precision
+    // do not sort as text).
+    let at = |text: &str| -> k8s_openapi::jiff::Timestamp { text.parse().expect("RFC 3339") };
+    let ended = at(done["ended"].as_str().expect("ended"));
+    let stamped = at(&last_updated(cluster, later).await);
     assert!(
-        stamped.as_str() >= ended,
+        stamped >= ended,
         "{later} stamped at {stamped}, before {earlier} completed at {ended}"
     );
 }
@@ -535,4 +552,146 @@ async fn explain_judges_a_wave_plan_across_kinds() {
         !table.contains("DaemonSet/agent"),
         "shares no input: {table}"
     );
+}
+
+/// nudge's StatefulSet target, whose watch starts only once `open` is
+/// notified: after a start, StatefulSets are listed after the other kinds
+/// (a slow or failing list of one kind, made to order).
+struct LateStatefulSets {
+    inner: Arc<KubeTarget>,
+    open: Arc<tokio::sync::Notify>,
+}
+
+#[nudge::async_trait]
+impl Target for LateStatefulSets {
+    fn kind(&self) -> &WorkloadKind {
+        self.inner.kind()
+    }
+
+    async fn run(self: Arc<Self>, ctx: TargetContext) {
+        tokio::select! {
+            () = self.open.notified() => {}
+            () = ctx.cancelled() => return,
+        }
+        self.inner.clone().run(ctx).await;
+    }
+
+    async fn apply(
+        &self,
+        current: &Workload,
+        patch: &StampPatch,
+    ) -> Result<ApplyOutcome, TargetError> {
+        self.inner.apply(current, patch).await
+    }
+
+    async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {
+        self.inner.get(id).await
+    }
+
+    async fn annotate(
+        &self,
+        current: &Workload,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<bool, TargetError> {
+        self.inner.annotate(current, annotations).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_later_wave_waits_for_an_earlier_wave_of_a_kind_listed_later() {
+    let cluster = TestCluster::start("delivery-late-kind").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    cluster
+        .create_workload(
+            "StatefulSet",
+            "db",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("app-config"),
+        )
+        .await;
+    cluster
+        .merge_patch::<StatefulSet>("db", json!({"spec": {"replicas": 0}}))
+        .await;
+    deployment(&cluster, "web", 0, 600, &[("nudge.dev/wave", "1")]).await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    history_of(&cluster, "StatefulSet", "db", 1).await;
+    history(&cluster, "web", 1).await;
+    nudge.stop().await;
+
+    // The config changes while nudge is down; the new process lists
+    // Deployments (`web`, wave 1) before StatefulSets (`db`, wave 0).
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let mut config = cluster.nudge_config();
+    let admin = free_port();
+    config.admin.bind = admin;
+    let statefulsets = KubeTarget::new(
+        cluster.client(),
+        WorkloadKind::stateful_set(),
+        "statefulsets",
+        TargetSettings::from_config(&config),
+    );
+    let open = Arc::new(tokio::sync::Notify::new());
+    let late = LateStatefulSets {
+        inner: Arc::new(statefulsets),
+        open: open.clone(),
+    };
+    let shutdown = CancellationToken::new();
+    let controller = nudge::Controller::from_config(config, cluster.client())
+        .operate_as_configured()
+        .with_target(Arc::new(late));
+    let task = tokio::spawn(controller.run(shutdown.clone()));
+    let metrics = MetricsAt::Admin(admin);
+    wait_for("web held until every kind is listed", WAIT, || async {
+        let text = metrics.text().await?;
+        let held = crate::support::sample(&text, r#"nudge_held_workloads{reason="wave"}"#)?;
+        (held == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        stamp(&cluster, "web").await.as_deref(),
+        Some(first.as_str()),
+        "wave 1 waits"
+    );
+    // StatefulSets are listed: wave 0 rolls the new config, then wave 1.
+    open.notify_one();
+    let second = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
+    let db = cluster.workload("StatefulSet", "db").await;
+    assert_eq!(
+        db["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH].as_str(),
+        Some(second.as_str())
+    );
+    let history = history_of(&cluster, "StatefulSet", "db", 2).await;
+    assert_eq!(
+        history.len(),
+        2,
+        "db stamped once for the change: {history:?}"
+    );
+    assert_eq!(history[1]["outcome"], "complete", "{history:?}");
+    // The outcome's `ended` is when it was written, which may be after wave 1
+    // was stamped on a busy machine; that wave 1 waits for wave 0 to
+    // complete is the core's tests' to show. Here: wave 0 went first.
+    let at = |text: &str| -> k8s_openapi::jiff::Timestamp { text.parse().expect("RFC 3339") };
+    let db_stamped = at(db["metadata"]["annotations"]["nudge.dev/last-updated"]
+        .as_str()
+        .expect("db stamped"));
+    let web_stamped = at(&last_updated(&cluster, "web").await);
+    assert!(
+        web_stamped > db_stamped,
+        "web stamped at {web_stamped}, before db at {db_stamped}"
+    );
+    // Every Event published so far is out: none was for the wait.
+    let sentinel = Sentinel::create(cluster.client(), cluster.namespace()).await;
+    sentinel.flush_events(&metrics).await;
+    let waiting = cluster.events_for("web", "ConfigWaiting").await;
+    assert!(
+        waiting
+            .iter()
+            .filter_map(|e| e.note.as_deref())
+            .all(|note| !note.contains("listed")),
+        "a wait for the listing is no Event: {waiting:?}"
+    );
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
 }

@@ -589,6 +589,9 @@ impl Core {
         follow.revision.outcome = Some(outcome);
         follow.revision.reason = reason;
         follow.revision.seconds = Some(took.as_secs());
+        // When the core saw it end, not when the history write goes out: a
+        // later wave may be stamped before that write on a busy cluster.
+        follow.revision.ended = Some(self.plans.wall_time(now).to_string());
         let revision = follow.revision.clone();
         if let Some(at) = follow.deadline.take() {
             self.deadlines.remove(&(at, id.clone()));

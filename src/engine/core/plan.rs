@@ -34,6 +34,10 @@ pub(super) enum Hold {
     /// `mode: manual` without an approval of the pending config; `stale`:
     /// the fingerprint an approval names instead.
     Manual { stale: Option<String> },
+    /// Not every target has delivered its initial listing since this process
+    /// started (leading or not): an earlier wave sharing an input may not be
+    /// known yet, so no wave after the first is judged.
+    Listing,
     /// An earlier wave sharing an input has not completed.
     Wave {
         waiting: WorkloadId,
@@ -60,7 +64,7 @@ impl Hold {
             Self::Invalid => "invalid",
             Self::Notify => "notify",
             Self::Manual { .. } => "manual",
-            Self::Wave { .. } => "wave",
+            Self::Listing | Self::Wave { .. } => "wave",
             Self::Halted { .. } => "halted",
             Self::Window { .. } => "window",
         }
@@ -71,8 +75,19 @@ impl Hold {
     pub(super) fn event(&self) -> Reason {
         match self {
             Self::Invalid | Self::Notify | Self::Manual { .. } => Reason::ConfigPending,
-            Self::Wave { .. } | Self::Halted { .. } | Self::Window { .. } => Reason::ConfigWaiting,
+            Self::Listing | Self::Wave { .. } | Self::Halted { .. } | Self::Window { .. } => {
+                Reason::ConfigWaiting
+            }
         }
+    }
+
+    /// Whether it is worth an Event: not a wait for the initial listing,
+    /// which normally ends within a second of a start and would otherwise
+    /// put one Event on every later-wave workload at every restart. It is
+    /// logged and counted (`nudge_held_workloads{reason="wave"}`), and `/ready`
+    /// names the watch that has not listed.
+    pub(super) fn announced(&self) -> bool {
+        !matches!(self, Self::Listing)
     }
 
     /// Whether an earlier wave holds it (re-evaluated when one moves).
@@ -100,6 +115,9 @@ impl Hold {
                 stale: Some(approved),
             } => format!(
                 "config {pending} is pending approval: {approve_key} approves {approved}, which is not the pending config"
+            ),
+            Self::Listing => format!(
+                "config {pending} waits for the earlier waves: not every workload kind has been listed yet"
             ),
             Self::Wave { waiting, wave, .. } => format!(
                 "config {pending} waits for wave {wave}: {waiting} has not completed its rollout"
@@ -143,6 +161,9 @@ pub(super) struct Plans {
     held: HashMap<WorkloadId, Held>,
     /// Per failed workload, the pending fingerprint whose halt was reported.
     halts: HashMap<WorkloadId, String>,
+    /// Whether every target has delivered its initial listing
+    /// ([`Input::Listed`](super::Input::Listed)).
+    listed: bool,
     /// `engine.window`.
     window: Option<Window>,
     clock: WallClock,
@@ -154,6 +175,7 @@ impl Plans {
             settings: HashMap::new(),
             held: HashMap::new(),
             halts: HashMap::new(),
+            listed: false,
             window,
             clock,
         }
@@ -172,6 +194,12 @@ impl Plans {
         self.settings.remove(id);
         self.held.remove(id);
         self.halts.remove(id);
+    }
+
+    /// Every target has delivered its initial listing: the core knows every
+    /// workload an earlier wave could be.
+    pub(super) fn set_listed(&mut self) {
+        self.listed = true;
     }
 
     pub(super) fn wave(&self, id: &WorkloadId) -> u32 {
@@ -196,6 +224,9 @@ impl Plans {
         if let Some(delivery) = delivery {
             if let Some(hold) = mode_hold(delivery, pending) {
                 return Some(hold);
+            }
+            if delivery.wave > 0 && !self.listed {
+                return Some(Hold::Listing);
             }
             if delivery.wave > 0
                 && let Some(hold) = self.wave_hold(delivery.wave, neighbours, progress)
@@ -276,6 +307,15 @@ impl Plans {
             .collect()
     }
 
+    /// The workloads held until the initial listing completes.
+    fn held_for_listing(&self) -> Vec<WorkloadId> {
+        self.held
+            .iter()
+            .filter(|(_, held)| held.hold == Hold::Listing)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Whether any workload is in a wave after the first.
     pub(super) fn has_waves(&self) -> bool {
         self.settings.values().any(|d| d.wave > 0)
@@ -333,6 +373,11 @@ impl Plans {
     /// The instant of wall-clock time `at`.
     pub(super) fn instant(&self, at: Timestamp, now: Instant) -> Instant {
         self.clock.instant(at, now)
+    }
+
+    /// The wall-clock time of `now`.
+    pub(super) fn wall_time(&self, now: Instant) -> Timestamp {
+        self.clock.at(now)
     }
 }
 
@@ -395,12 +440,33 @@ impl Core {
         }
         let note = hold.note(&pending, &self.scheme.approve());
         let (reason, event) = (hold.reason(), hold.event());
+        let announced = hold.announced();
         if let Some(note) = self.plans.hold(id, hold, note) {
             tracing::info!(workload = %id, reason, %note, "config pending");
-            let notice = Notice::new(id.clone(), event, note).with_changed(changed);
-            self.publish(out, notice);
+            if announced {
+                let notice = Notice::new(id.clone(), event, note).with_changed(changed);
+                self.publish(out, notice);
+            }
         }
         true
+    }
+
+    /// Every target has delivered its initial listing: the workloads held
+    /// for it are judged against the earlier waves now.
+    pub(super) fn on_listed(&mut self, now: Instant) {
+        self.plans.set_listed();
+        let waiting = self.plans.held_for_listing();
+        if waiting.is_empty() {
+            tracing::debug!("every workload kind listed");
+        } else {
+            tracing::info!(
+                waiting = waiting.len(),
+                "every workload kind listed: the later waves waiting for it are judged"
+            );
+        }
+        for id in waiting {
+            self.evaluate(&id, now);
+        }
     }
 
     /// The other workloads sharing an input with `id`.
@@ -576,6 +642,7 @@ mod tests {
     #[test]
     fn a_failed_earlier_wave_halts_before_a_waiting_one_holds() {
         let mut plans = Plans::new(None, clock());
+        plans.set_listed();
         let (first, second, third) = (id("first"), id("second"), id("third"));
         plans.set(&second, delivery(|d| d.wave = 1));
         plans.set(&third, delivery(|d| d.wave = 2));
@@ -620,6 +687,25 @@ mod tests {
         );
         assert_eq!(
             plans.gate(&first, "f", now, &all, progress(&second, None)),
+            None
+        );
+    }
+
+    #[test]
+    fn until_every_kind_is_listed_only_later_waves_wait_and_quietly() {
+        let mut plans = Plans::new(None, clock());
+        let (first, second) = (id("first"), id("second"));
+        plans.set(&second, delivery(|d| d.wave = 1));
+        let all = [first.clone(), second.clone()];
+        let now = Instant::now();
+        let held = plans.gate(&second, "f", now, &all, |_| Progress::Done);
+        assert_eq!(held, Some(Hold::Listing));
+        assert_eq!(held.as_ref().map(Hold::reason), Some("wave"));
+        assert!(!held.is_some_and(|h| h.announced()), "no Event");
+        assert_eq!(plans.gate(&first, "f", now, &all, |_| Progress::Done), None);
+        plans.set_listed();
+        assert_eq!(
+            plans.gate(&second, "f", now, &all, |_| Progress::Done),
             None
         );
     }

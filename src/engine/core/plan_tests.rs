@@ -19,8 +19,16 @@ fn secs(n: u64) -> Duration {
 }
 
 /// A core whose wall clock reads `wall` at `t0`, with `window` as
-/// `engine.window`.
+/// `engine.window`, whose targets have all listed.
 fn mk_core(t0: Instant, wall: &str, window: Option<&str>) -> Core {
+    let mut core = mk_listing_core(t0, wall, window);
+    core.handle(Input::Listed, t0);
+    core
+}
+
+/// [`mk_core`] before every target has delivered its initial listing (a
+/// process that has just started).
+fn mk_listing_core(t0: Instant, wall: &str, window: Option<&str>) -> Core {
     let settings = CoreSettings {
         engine: EngineConfig {
             debounce: DEBOUNCE,
@@ -760,4 +768,126 @@ fn a_deployments_recorded_failure_is_its_status_to_say() {
     core.handle(Input::Tick, t0 + DEBOUNCE);
     assert_eq!(core.metrics.held("wave"), 1);
     assert_eq!(core.metrics.held("halted"), 0);
+}
+
+/// The relist of `workloads` by the watch of their kind (all namespaces).
+fn listed(core: &mut Core, workloads: Vec<Workload>, at: Instant) -> Vec<Effect> {
+    let kind = workloads[0].id.kind.clone();
+    let scope = crate::targets::WatchScope {
+        kind,
+        namespace: None,
+    };
+    let mut effects = core.handle(Input::workload(WorkloadEvent::Init(scope.clone())), at);
+    for workload in workloads {
+        effects.extend(core.handle(Input::workload(WorkloadEvent::InitApply(workload)), at));
+    }
+    effects.extend(core.handle(Input::workload(WorkloadEvent::InitDone(scope)), at));
+    effects
+}
+
+#[test]
+fn after_a_restart_a_later_wave_waits_for_every_kind_to_be_listed() {
+    // `cfg` changed while nudge was down. The new process lists Deployments
+    // first: `web` (wave 1), `api` (no wave) and the new content; the
+    // StatefulSet `db` (wave 0, sharing `cfg`) comes with a later watch.
+    let t0 = Instant::now();
+    let mut core = mk_listing_core(t0, "2026-11-27T12:00:00Z", None);
+    listed(
+        &mut core,
+        vec![
+            mk_workload("web", "sha256-0", &wave("1"), Rollout::Complete),
+            mk_workload("api", "sha256-0", &[], Rollout::Complete),
+        ],
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    let effects = core.handle(Input::Tick, t0 + DEBOUNCE);
+    assert_eq!(
+        writes(&effects),
+        [("api".to_owned(), "sha256-1".to_owned())],
+        "wave 0 never waits for the listing; wave 1 does"
+    );
+    assert_eq!(core.metrics.held("wave"), 1);
+    assert_eq!(
+        notices(&effects, Reason::ConfigWaiting).len(),
+        0,
+        "a wait of a moment is no Event: {effects:?}"
+    );
+    finish(&mut core, "api", "sha256-1", &[], t0 + secs(6));
+    status(
+        &mut core,
+        "api",
+        "sha256-1",
+        Rollout::Complete,
+        t0 + secs(7),
+    );
+
+    listed(
+        &mut core,
+        vec![sts("db", "sha256-0", &[], Rollout::Complete)],
+        t0 + secs(8),
+    );
+    core.handle(Input::Listed, t0 + secs(8));
+    let effects = core.handle(Input::Tick, t0 + secs(14));
+    assert_eq!(writes(&effects), [("db".to_owned(), "sha256-1".to_owned())]);
+    let waiting = notices(&effects, Reason::ConfigWaiting);
+    assert_eq!(waiting.len(), 1, "{effects:?}");
+    assert!(
+        waiting[0].note.contains("StatefulSet/ns/db"),
+        "{}",
+        waiting[0].note
+    );
+    let written = sts("db", "sha256-1", &[], Rollout::InProgress);
+    core.handle(
+        Input::WriteFinished {
+            id: written.id.clone(),
+            outcome: WriteOutcome::Applied(Box::new(written)),
+        },
+        t0 + secs(15),
+    );
+    core.handle(
+        apply(sts("db", "sha256-1", &[], Rollout::Complete)),
+        t0 + secs(20),
+    );
+    let effects = core.handle(Input::Tick, t0 + secs(25));
+    assert_eq!(
+        writes(&effects),
+        [("web".to_owned(), "sha256-1".to_owned())]
+    );
+}
+
+#[test]
+fn a_new_leader_judges_waves_only_once_every_kind_is_listed() {
+    // A replica wins the lease while its StatefulSet watch is still listing.
+    let t0 = Instant::now();
+    let mut core = mk_listing_core(t0, "2026-11-27T12:00:00Z", None);
+    core.handle(Input::Leadership(false), t0);
+    listed(
+        &mut core,
+        vec![mk_workload(
+            "web",
+            "sha256-0",
+            &wave("1"),
+            Rollout::Complete,
+        )],
+        t0,
+    );
+    core.handle(observed("sha256-1"), t0);
+    core.handle(Input::Leadership(true), t0 + secs(1));
+    let effects = core.handle(Input::Tick, t0 + secs(6));
+    assert_eq!(writes(&effects), []);
+    assert_eq!(core.metrics.held("wave"), 1);
+    listed(
+        &mut core,
+        vec![sts("db", "sha256-0", &[], Rollout::Complete)],
+        t0 + secs(7),
+    );
+    core.handle(Input::Listed, t0 + secs(7));
+    let effects = core.handle(Input::Tick, t0 + secs(12));
+    assert_eq!(
+        writes(&effects),
+        [("db".to_owned(), "sha256-1".to_owned())],
+        "wave 0 first, then wave 1 behind it"
+    );
+    assert_eq!(core.metrics.held("wave"), 1);
 }
