@@ -114,6 +114,9 @@ mod tests {
             &Provenance::version("81234")
                 .changed_by("kubectl-edit", Some("2026-11-25T13:02:11Z".into())),
         );
-        assert_eq!(&*packed.0, "+5:81234+12:kubectl-edit+20:2026-11-25T13:02:11Z");
+        assert_eq!(
+            &*packed.0,
+            "+5:81234+12:kubectl-edit+20:2026-11-25T13:02:11Z"
+        );
     }
 }

@@ -75,7 +75,10 @@ impl Follow {
     fn revision(&self) -> Revision {
         Revision::parse(&self.revision).unwrap_or_else(|| {
             // Written by `to_json` from a `Revision`; read back the same.
-            tracing::warn!(revision = self.number, "a followed revision did not read back; its details are lost");
+            tracing::warn!(
+                revision = self.number,
+                "a followed revision did not read back; its details are lost"
+            );
             Revision {
                 revision: self.number,
                 changed: Vec::new(),
