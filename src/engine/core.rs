@@ -26,7 +26,7 @@ use crate::model::{
     Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload, WorkloadId,
 };
 use crate::rate::{Backoff, PacingError, TokenBucket};
-use crate::sources::{Provenance, SourceUpdate};
+use crate::sources::SourceUpdate;
 use crate::stamp::history::{Change, Revision};
 use crate::stamp::{
     self, BlockReason, CurrentOutputs, FingerprintLookup, FingerprintStore, StampPatch,
@@ -326,7 +326,7 @@ pub struct Core {
     runs: HashMap<WorkloadId, Vec<follow::Run>>,
     /// Who changed each reference last, for references that changed while
     /// tracked (a rollout names them).
-    provenance: HashMap<Tracked, Box<Provenance>>,
+    provenance: HashMap<Tracked, authors::PackedProvenance>,
     /// Holds, windows and waves (design §5d).
     plans: plan::Plans,
 }
@@ -758,7 +758,8 @@ impl Core {
             return;
         }
         if let Some(provenance) = provenance {
-            self.provenance.insert(tracked.clone(), provenance);
+            let packed = authors::PackedProvenance::pack(&provenance);
+            self.provenance.insert(tracked.clone(), packed);
         }
         tracing::debug!(%tracked, dependents = dependents.len(), "observation changed");
         for id in dependents {
@@ -1194,18 +1195,20 @@ fn change_note(changed: &BTreeSet<Reference>, carries: &str, rolls: bool) -> Str
 fn change_of(
     reference: &Reference,
     specs: &[StampSpec],
-    provenance: &HashMap<Tracked, Box<Provenance>>,
+    provenance: &HashMap<Tracked, authors::PackedProvenance>,
 ) -> Change {
     let known = specs
         .iter()
         .flat_map(|spec| &spec.inputs)
         .filter(|input| input.tracked.reference == *reference)
-        .find_map(|input| provenance.get(&input.tracked));
+        .find_map(|input| provenance.get(&input.tracked))
+        .map(authors::PackedProvenance::unpack)
+        .unwrap_or_default();
     Change {
         reference: reference.to_string(),
-        version: known.and_then(|p| p.version.clone()),
-        by: known.and_then(|p| p.changed_by.clone()),
-        at: known.and_then(|p| p.changed_at.clone()),
+        version: known.version,
+        by: known.changed_by,
+        at: known.changed_at,
     }
 }
 
@@ -1229,6 +1232,7 @@ fn carried(patch: &StampPatch) -> String {
     shown.join(", ")
 }
 
+mod authors;
 mod follow;
 mod plan;
 pub use follow::Conclusion;
