@@ -17,7 +17,7 @@ use nudge::target::{
     ApplyOutcome, KubeTarget, StampPatch, Target, TargetContext, TargetError, TargetSettings,
     Workload, WorkloadId, WorkloadKind,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
@@ -86,29 +86,6 @@ async fn event_note(
 fn pending_in(note: &str) -> String {
     let start = note.find("sha256-").expect("a fingerprint in the note");
     note[start..start + 19].to_owned()
-}
-
-/// The revisions in Deployment `name`'s `nudge.dev/history`, once it has
-/// `count`.
-async fn history(cluster: &TestCluster, name: &str, count: usize) -> Vec<Value> {
-    history_of(cluster, "Deployment", name, count).await
-}
-
-/// The revisions in the `nudge.dev/history` of `kind` `name`, once it has
-/// `count`.
-async fn history_of(cluster: &TestCluster, kind: &str, name: &str, count: usize) -> Vec<Value> {
-    wait_for(
-        &format!("{count} revisions in {name}'s history"),
-        WAIT,
-        || async {
-            let workload = cluster.workload(kind, name).await;
-            let history: Vec<Value> = workload["metadata"]["annotations"]["nudge.dev/history"]
-                .as_str()
-                .and_then(|h| serde_json::from_str(h).ok())?;
-            (history.len() >= count).then_some(history)
-        },
-    )
-    .await
 }
 
 async fn last_updated(cluster: &TestCluster, name: &str) -> String {
@@ -220,7 +197,7 @@ async fn change_with_wave_0_unfinishable(cluster: &TestCluster, content: &str) {
 
 /// `later` was stamped after `earlier`'s newest rollout completed.
 async fn stamped_after(cluster: &TestCluster, earlier: &str, later: &str, revisions: usize) {
-    let done = history(cluster, earlier, revisions).await;
+    let done = cluster.history("Deployment", earlier, revisions).await;
     let done = &done[revisions - 1];
     assert_eq!(done["outcome"], "complete", "{done}");
     // `ended` is when nudge saw the rollout complete, which releases the
@@ -242,7 +219,7 @@ async fn three_waves_complete_in_order() {
     three_waves(&cluster, 0).await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let first = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, None).await;
-    history(&cluster, "wave-2", 1).await;
+    cluster.history("Deployment", "wave-2", 1).await;
 
     cluster.put_configmap("app-config", &[("a", "2")]).await;
     let second = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, Some(&first)).await;
@@ -266,7 +243,7 @@ async fn a_failed_wave_halts_the_rest_until_a_fix_releases_them() {
     three_waves(&cluster, 0).await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let first = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, None).await;
-    history(&cluster, "wave-2", 1).await;
+    cluster.history("Deployment", "wave-2", 1).await;
 
     // One replica and no node: wave 0's next rollout fails after 2 s.
     change_with_wave_0_unfinishable(&cluster, "broken").await;
@@ -333,7 +310,7 @@ async fn a_restart_mid_plan_resumes_it_without_stamping_a_wave_twice() {
     deployment(&cluster, "wave-1", 0, 600, &[("nudge.dev/wave", "1")]).await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let first = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, None).await;
-    history(&cluster, "wave-1", 1).await;
+    cluster.history("Deployment", "wave-1", 1).await;
 
     // Wave 0 rolls out to a replica no node runs, within a long deadline:
     // wave 1 waits while nudge restarts.
@@ -359,7 +336,7 @@ async fn a_restart_mid_plan_resumes_it_without_stamping_a_wave_twice() {
         .await;
     let resumed = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, Some(&first)).await;
     assert_eq!(resumed, second);
-    let revisions = history(&cluster, "wave-0", 2).await;
+    let revisions = cluster.history("Deployment", "wave-0", 2).await;
     assert_eq!(
         revisions.len(),
         2,
@@ -412,7 +389,7 @@ async fn a_new_leader_resumes_the_plan_where_the_workloads_say_it_is() {
     let (a, b) = (Metrics::new(), Metrics::new());
     let replicas = [start_replica(&cluster, &a), start_replica(&cluster, &b)];
     let first = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, None).await;
-    history(&cluster, "wave-1", 1).await;
+    cluster.history("Deployment", "wave-1", 1).await;
 
     // Wave 0 rolls out to a replica no node runs: wave 1 waits.
     change_with_wave_0_unfinishable(&cluster, "2").await;
@@ -456,10 +433,10 @@ async fn a_new_leader_resumes_the_plan_where_the_workloads_say_it_is() {
         .await;
     let resumed = wait_for_stamp(&cluster, "Deployment", "wave-1", CONFIG_HASH, Some(&first)).await;
     assert_eq!(resumed, second);
-    let revisions = history(&cluster, "wave-1", 2).await;
+    let revisions = cluster.history("Deployment", "wave-1", 2).await;
     assert_eq!(revisions[1]["outcome"], "complete");
     sentinel.quiesce(next).await;
-    let wave_0 = history(&cluster, "wave-0", 2).await;
+    let wave_0 = cluster.history("Deployment", "wave-0", 2).await;
     assert_eq!(
         wave_0.len(),
         2,
@@ -479,7 +456,7 @@ async fn a_second_change_mid_plan_supersedes_it() {
     deployment(&cluster, "wave-2", 0, 600, &[("nudge.dev/wave", "2")]).await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let first = wait_for_stamp(&cluster, "Deployment", "wave-2", CONFIG_HASH, None).await;
-    history(&cluster, "wave-2", 1).await;
+    cluster.history("Deployment", "wave-2", 1).await;
 
     // Change 2 reaches wave 0, whose rollout cannot finish yet.
     change_with_wave_0_unfinishable(&cluster, "2").await;
@@ -505,9 +482,9 @@ async fn a_second_change_mid_plan_supersedes_it() {
         stamp(&cluster, "wave-1").await.as_deref(),
         Some(third.as_str())
     );
-    let wave_1 = history(&cluster, "wave-1", 2).await;
+    let wave_1 = cluster.history("Deployment", "wave-1", 2).await;
     assert_eq!(wave_1.len(), 2, "wave 1 rolled once: {wave_1:?}");
-    let wave_0 = history(&cluster, "wave-0", 3).await;
+    let wave_0 = cluster.history("Deployment", "wave-0", 3).await;
     assert_eq!(wave_0[1]["outcome"], "superseded", "{wave_0:?}");
     nudge.stop().await;
 }
@@ -616,8 +593,8 @@ async fn after_a_restart_a_later_wave_waits_for_an_earlier_wave_of_a_kind_listed
     deployment(&cluster, "web", 0, 600, &[("nudge.dev/wave", "1")]).await;
     let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
     let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
-    history_of(&cluster, "StatefulSet", "db", 1).await;
-    history(&cluster, "web", 1).await;
+    cluster.history("StatefulSet", "db", 1).await;
+    cluster.history("Deployment", "web", 1).await;
     nudge.stop().await;
 
     // The config changes while nudge is down; the new process lists
@@ -662,7 +639,7 @@ async fn after_a_restart_a_later_wave_waits_for_an_earlier_wave_of_a_kind_listed
         db["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH].as_str(),
         Some(second.as_str())
     );
-    let history = history_of(&cluster, "StatefulSet", "db", 2).await;
+    let history = cluster.history("StatefulSet", "db", 2).await;
     assert_eq!(
         history.len(),
         2,

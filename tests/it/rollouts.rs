@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::{
-    CrdGuard, InProcessNudge, Running, TestCluster, WAIT, pod_mounting_configmap, rollout_crd,
-    wait_for, wait_for_stamp,
+    CrdGuard, InProcessNudge, Running, TestCluster, WAIT, pod_mounting_configmap, recorded_history,
+    rollout_crd, wait_for, wait_for_stamp,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::jiff::Timestamp;
@@ -52,22 +52,6 @@ async fn event_note(cluster: &TestCluster, name: &str, reason: &str) -> String {
     .await
 }
 
-/// The revisions in the workload's `nudge.dev/history`, once it has `count`.
-async fn history(cluster: &TestCluster, kind: &str, name: &str, count: usize) -> Vec<Value> {
-    wait_for(
-        &format!("{count} revisions in {name}'s history"),
-        WAIT,
-        || async {
-            let workload = cluster.workload(kind, name).await;
-            let history: Vec<Value> = workload["metadata"]["annotations"]["nudge.dev/history"]
-                .as_str()
-                .and_then(|h| serde_json::from_str(h).ok())?;
-            (history.len() >= count).then_some(history)
-        },
-    )
-    .await
-}
-
 fn marker(workload: &Value) -> Option<&str> {
     workload["metadata"]["annotations"]["nudge.dev/rollout"].as_str()
 }
@@ -79,11 +63,11 @@ async fn a_completed_rollout_is_reported_with_who_changed_what_and_recorded() {
     deployment(&cluster, "web", 0, 600).await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
-    history(&cluster, "Deployment", "web", 1).await;
+    cluster.history("Deployment", "web", 1).await;
 
     cluster.put_configmap("app-config", &[("a", "2")]).await;
     wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
-    let revisions = history(&cluster, "Deployment", "web", 2).await;
+    let revisions = cluster.history("Deployment", "web", 2).await;
     let second = &revisions[1];
     assert_eq!(second["revision"], 2);
     assert_eq!(second["outcome"], "complete");
@@ -115,7 +99,7 @@ async fn a_rollout_past_its_progress_deadline_fails_and_names_the_last_good_revi
     deployment(&cluster, "web", 0, 2).await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
     wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
-    history(&cluster, "Deployment", "web", 1).await;
+    cluster.history("Deployment", "web", 1).await;
 
     // One replica, no node to run it: kube-controller-manager gives up after
     // the 2 s deadline.
@@ -135,7 +119,7 @@ async fn a_rollout_past_its_progress_deadline_fails_and_names_the_last_good_revi
         note.contains("; last good: config revision 1 (nudge.dev/config-hash=sha256-"),
         "{note}"
     );
-    let revisions = history(&cluster, "Deployment", "web", 2).await;
+    let revisions = cluster.history("Deployment", "web", 2).await;
     assert_eq!(revisions[1]["outcome"], "failed");
     assert_eq!(revisions[1]["reason"], "ProgressDeadlineExceeded");
     nudge.stop().await;
@@ -164,7 +148,7 @@ async fn a_kind_without_a_deadline_of_its_own_fails_by_nudges() {
         note.contains("(not complete within its progress deadline (2s))"),
         "{note}"
     );
-    let revisions = history(&cluster, "StatefulSet", "db", 1).await;
+    let revisions = cluster.history("StatefulSet", "db", 1).await;
     assert_eq!(revisions[0]["outcome"], "failed");
     nudge.stop().await;
 }
@@ -188,7 +172,7 @@ async fn a_rollout_that_ends_while_nudge_is_stopped_is_reported_once_after_the_r
         .merge_patch::<Deployment>("web", json!({"spec": {"replicas": 0}}))
         .await;
     let nudge = cluster.start_nudge(cluster.nudge_config());
-    let revisions = history(&cluster, "Deployment", "web", 1).await;
+    let revisions = cluster.history("Deployment", "web", 1).await;
     assert_eq!(revisions[0]["outcome"], "complete");
     event_note(&cluster, "web", "RolloutComplete").await;
     nudge.stop().await;
@@ -236,9 +220,7 @@ async fn recorded(cluster: &TestCluster, last: u64) -> Vec<u64> {
         WAIT,
         || async {
             let workload = cluster.workload("Deployment", "web").await;
-            let history: Vec<Value> = workload["metadata"]["annotations"]["nudge.dev/history"]
-                .as_str()
-                .and_then(|h| serde_json::from_str(h).ok())?;
+            let history = recorded_history(&workload)?;
             let numbers: Vec<u64> = history
                 .iter()
                 .filter_map(|r| r["revision"].as_u64())
@@ -710,9 +692,7 @@ impl Fixture {
     async fn history(&self, count: usize) -> Vec<Value> {
         wait_for(&format!("{count} revisions recorded"), WAIT, || async {
             let object = self.get().await;
-            let history: Vec<Value> = object["metadata"]["annotations"]["nudge.dev/history"]
-                .as_str()
-                .and_then(|h| serde_json::from_str(h).ok())?;
+            let history = recorded_history(&object)?;
             (history.len() >= count && marker(&object).is_none()).then_some(history)
         })
         .await

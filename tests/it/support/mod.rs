@@ -416,6 +416,20 @@ impl TestCluster {
             .is_ok_and(|list| list.resources.iter().any(|r| r.name == resource))
     }
 
+    /// The revisions in the `nudge.dev/history` of `kind` `name`, once it
+    /// has `count`.
+    pub async fn history(&self, kind: &str, name: &str, count: usize) -> Vec<Value> {
+        wait_for(
+            &format!("{count} revisions in {name}'s history"),
+            WAIT,
+            || async {
+                let history = recorded_history(&self.workload(kind, name).await)?;
+                (history.len() >= count).then_some(history)
+            },
+        )
+        .await
+    }
+
     /// Counts nudge's stamp writes to a workload from now on. On the double it
     /// counts PATCH requests by field manager `nudge` other than merge patches
     /// (those record a rollout's outcome in `nudge.dev/history`); on an external
@@ -746,11 +760,14 @@ fn generation_of(workload: &Value) -> i64 {
 /// How many revisions the workload's `nudge.dev/history` holds (each record
 /// adds one, up to the history limit, far beyond what a test rolls).
 fn recorded_revisions(workload: &Value) -> i64 {
-    let history = workload["metadata"]["annotations"]["nudge.dev/history"]
+    recorded_history(workload).map_or(0, |history| history.len() as i64)
+}
+
+/// The revisions in a workload's `nudge.dev/history`, when it has one.
+pub fn recorded_history(workload: &Value) -> Option<Vec<Value>> {
+    workload["metadata"]["annotations"]["nudge.dev/history"]
         .as_str()
-        .and_then(|h| serde_json::from_str::<Vec<Value>>(h).ok())
-        .unwrap_or_default();
-    history.len() as i64
+        .and_then(|h| serde_json::from_str(h).ok())
 }
 
 /// nudge running inside the test process.
