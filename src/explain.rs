@@ -1070,6 +1070,15 @@ pub(crate) async fn explain_with(
     }))
 }
 
+/// The built-in kinds nudge stamps, with their plurals: the workload kinds
+/// and the batch kinds (CronJob, Job).
+fn builtin_kinds_with_batch() -> impl Iterator<Item = (crate::model::WorkloadKind, &'static str)> {
+    builtin_kinds().into_iter().chain([
+        (crate::targets::cron_job_kind(), "cronjobs"),
+        (crate::targets::job_kind(), "jobs"),
+    ])
+}
+
 /// The target for `kind`: a built-in one, or one discovered from the API.
 async fn workload_target(
     client: &kube::Client,
@@ -1084,12 +1093,7 @@ async fn workload_target(
     };
     let template = TemplatePath::parse(&kind.template)
         .map_err(|_| ExplainError::UnknownKind(kind.kind.clone()))?;
-    let builtin = builtin_kinds()
-        .into_iter()
-        .chain([
-            (crate::targets::cron_job_kind(), "cronjobs"),
-            (crate::targets::job_kind(), "jobs"),
-        ])
+    let builtin = builtin_kinds_with_batch()
         .find(|(k, _)| k.group() == kind.group && k.as_str() == kind.kind);
     let target: Arc<dyn Target> = match builtin {
         Some((builtin, plural)) => Arc::new(KubeTarget::new(

@@ -16,7 +16,7 @@ use crate::annotations::{self, AnnotationScheme};
 use crate::config::{Config, TargetConfig};
 use crate::model::{SourceCatalog, TemplatePath, Tracked, Workload, WorkloadKind};
 use crate::scope::NamespaceScope;
-use crate::targets::{KubeTarget, Target, TargetSettings, TargetSetupError, builtin_kinds};
+use crate::targets::{KubeTarget, Target, TargetSettings, TargetSetupError};
 
 /// A kind whose workloads may share an input with the explained one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,10 +47,7 @@ pub(crate) fn kinds_to_list(config: &Config, custom: &[&WorkloadKind]) -> Vec<Ki
         .iter()
         .map(|k| (k.group().to_owned(), k.as_str().to_owned()))
         .collect();
-    let builtin = builtin_kinds().into_iter().chain([
-        (crate::targets::cron_job_kind(), "cronjobs"),
-        (crate::targets::job_kind(), "jobs"),
-    ]);
+    let builtin = super::builtin_kinds_with_batch();
     let argo = TargetConfig {
         group: "argoproj.io".into(),
         version: "v1alpha1".into(),
