@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::CronJob;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
@@ -46,7 +46,12 @@ impl TemplateHistory {
         let seen = values.clone();
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let task = tokio::spawn(async move {
-            let stream = watcher(api, config);
+            // With a backoff the stream waits between failed attempts. Without
+            // one it retries at once, and once the server is gone each attempt
+            // fails without waiting: the task never yields, so neither its abort
+            // nor the runtime's shutdown at the test's end can stop it (the test
+            // process hung after its test passed).
+            let stream = watcher(api, config).default_backoff();
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 let objects = match event {

@@ -115,6 +115,7 @@ impl TestCluster {
     }
 
     async fn with_backend(backend: Backend, test: &str) -> TestCluster {
+        capture_logs();
         let kubeconfig = match &backend {
             Backend::Double(double) => double.kubeconfig_path().to_owned(),
             Backend::External(path) => path.clone(),
@@ -509,7 +510,16 @@ impl TestCluster {
     /// [`start_nudge`](Self::start_nudge)) and waits until `/ready` answers 200.
     pub async fn start_ready_nudge(&self, config: Config) -> InProcessNudge {
         let nudge = self.start_nudge(config);
-        wait_ready(nudge.admin).await;
+        wait_for("/ready", WAIT, || async {
+            // An ended nudge (its admin port taken, say) never answers: say so
+            // rather than wait on a port that is not its own.
+            assert!(
+                !nudge.task.is_finished(),
+                "nudge ended before /ready answered 200 (its panic is above)"
+            );
+            ready_body(nudge.admin).await
+        })
+        .await;
         nudge
     }
 
@@ -842,13 +852,19 @@ impl BinaryNudge {
 
 /// A minimal HTTP/1.1 GET (the admin server): status and body; `None` when
 /// nothing listens yet.
+/// It gives up after [`HTTP_TIMEOUT`]: a peer that accepts and never answers (a
+/// port taken by something else) must not hold a test forever.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        Some(response)
+    };
+    let response = tokio::time::timeout(HTTP_TIMEOUT, exchange).await.ok()??;
     let (head, body) = response.split_once("\r\n\r\n")?;
     let status = head.split(' ').nth(1)?.parse().ok()?;
     Some((status, body.to_owned()))
@@ -872,13 +888,31 @@ pub fn free_port() -> SocketAddr {
 /// Waits until nudge's admin server at `addr` answers `/ready` with 200; returns
 /// the body.
 pub async fn wait_ready(addr: std::net::SocketAddr) -> String {
-    wait_for("/ready", WAIT, || async {
-        http_get(addr, "/ready")
-            .await
-            .filter(|(status, _)| *status == 200)
-            .map(|(_, body)| body)
-    })
-    .await
+    wait_for("/ready", WAIT, || ready_body(addr)).await
+}
+
+/// `/ready`'s body, when it answers 200.
+async fn ready_body(addr: std::net::SocketAddr) -> Option<String> {
+    http_get(addr, "/ready")
+        .await
+        .filter(|(status, _)| *status == 200)
+        .map(|(_, body)| body)
+}
+
+/// How long [`http_get`] waits for a whole answer.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends nudge's and the double's logs to the test's output (shown for a
+/// failed test): `RUST_LOG` when set, else nudge's `info` and everyone's
+/// warnings. Once per process; a test that set its own subscriber keeps it.
+pub fn capture_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,nudge=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_test_writer()
+        .try_init();
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout`.
