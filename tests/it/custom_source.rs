@@ -97,10 +97,7 @@ async fn invalid_custom_reference_is_one_event_with_the_sources_reason_and_count
         None,
     )
     .await;
-    let events = wait_for("the InvalidAnnotation Event", WAIT, || async {
-        Some(cluster.events_for("web", "InvalidAnnotation").await).filter(|e| !e.is_empty())
-    })
-    .await;
+    let events = cluster.wait_events("web", "InvalidAnnotation").await;
     assert_eq!(
         events[0].note.as_deref(),
         Some(

@@ -399,7 +399,7 @@ async fn a_failed_rollout_is_sent_with_the_last_good_revision() {
         text.contains("; last good: config revision 1 (nudge.dev/config-hash=sha256-"),
         "{text}"
     );
-    let event = cluster.events_for("web", "RolloutFailed").await;
+    let event = cluster.wait_events("web", "RolloutFailed").await;
     let note = event[0].note.clone().unwrap();
     println!("RolloutFailed Event: {note}");
     assert!(text.ends_with(&note), "the Event's note, as sent");

@@ -45,11 +45,11 @@ async fn deployment(cluster: &TestCluster, name: &str, replicas: i64, deadline: 
 
 /// The note of the one Event `reason` about `name`, once it exists.
 async fn event_note(cluster: &TestCluster, name: &str, reason: &str) -> String {
-    wait_for(&format!("a {reason} Event on {name}"), WAIT, || async {
-        let events = cluster.events_for(name, reason).await;
-        events.last().and_then(|e| e.note.clone())
-    })
-    .await
+    let events = cluster.wait_events(name, reason).await;
+    events
+        .last()
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default()
 }
 
 fn marker(workload: &Value) -> Option<&str> {

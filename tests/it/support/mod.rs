@@ -487,6 +487,16 @@ impl TestCluster {
             .collect()
     }
 
+    /// The Events `reason` about `name`, once there is one: nudge publishes an
+    /// Event after the write or notification it reports, so a test waits for
+    /// it rather than reading once.
+    pub async fn wait_events(&self, name: &str, reason: &str) -> Vec<Event> {
+        wait_for(&format!("a {reason} Event on {name}"), WAIT, || async {
+            Some(self.events_for(name, reason).await).filter(|events| !events.is_empty())
+        })
+        .await
+    }
+
     /// Runs nudge in this process with `config` until the handle is stopped; its
     /// admin server on a free port unless `config` names one.
     pub fn start_nudge(&self, mut config: Config) -> InProcessNudge {
