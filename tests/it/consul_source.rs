@@ -561,6 +561,38 @@ async fn outage_reports_nothing_then_the_change_once() -> Result<()> {
     Ok(())
 }
 
+/// A Consul rebuilt empty (a dev agent restarted on the same port) answers with
+/// indexes below the ones already seen: after a consistent read confirms it,
+/// that is the new truth, and the key is reported absent, then its next value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilt_consul_with_lower_indexes_is_believed_once_confirmed() -> Result<()> {
+    let mut agent = ConsulAgent::start()?;
+    for round in 0..20 {
+        agent.put("filler", format!("{round}").as_bytes()).await?;
+    }
+    agent.put("db/url", b"old").await?;
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    driver.track(tracked("db/url", Algorithm::Native));
+    assert_eq!(driver.next(SOON).await?.observation, native(b"old"));
+    driver
+        .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
+        .await?;
+
+    agent.restart()?;
+    assert_eq!(
+        driver.next(Duration::from_secs(10)).await?,
+        update("db/url", Algorithm::Native, Observation::Absent),
+        "the empty Consul's answer, confirmed, is believed"
+    );
+    agent.put("db/url", b"new").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("db/url", Algorithm::Native, native(b"new"))
+    );
+    driver.shutdown().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
     let agent = ConsulAgent::start_dev_with(

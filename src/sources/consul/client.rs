@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use consulrs::api::features::{Blocking, Features};
+use consulrs::api::features::{Blocking, ConsistencyMode, Features};
 use consulrs::api::kv::common::KVPair;
 use consulrs::api::kv::requests::ReadKeyRequest;
 use rustify::endpoint::{Endpoint, MiddleWare};
@@ -455,7 +455,7 @@ impl ConsulClient {
         key: &str,
         block_on: Option<BlockOn>,
     ) -> Result<KeyRead, ClientError> {
-        self.get(key, false, block_on, |a| {
+        self.get(key, false, Mode::from(block_on), |a| {
             parse_key_response(key, a.status, a.index.as_deref(), &a.body)
         })
         .await
@@ -468,7 +468,27 @@ impl ConsulClient {
         prefix: &str,
         block_on: Option<BlockOn>,
     ) -> Result<PrefixRead, ClientError> {
-        self.get(prefix, true, block_on, |a| {
+        self.get(prefix, true, Mode::from(block_on), |a| {
+            parse_prefix_response(a.status, a.index.as_deref(), &a.body)
+        })
+        .await
+    }
+
+    /// Reads one key in Consul's `consistent` mode: the leader first confirms
+    /// its leadership, and a leader that has not yet applied its log (just
+    /// elected, after a restart) refuses with an error instead of answering
+    /// from its older state.
+    pub async fn get_key_consistent(&self, key: &str) -> Result<KeyRead, ClientError> {
+        self.get(key, false, Mode::Consistent, |a| {
+            parse_key_response(key, a.status, a.index.as_deref(), &a.body)
+        })
+        .await
+    }
+
+    /// [`get_prefix`](Self::get_prefix) in Consul's `consistent` mode (see
+    /// [`get_key_consistent`](Self::get_key_consistent)).
+    pub async fn get_prefix_consistent(&self, prefix: &str) -> Result<PrefixRead, ClientError> {
+        self.get(prefix, true, Mode::Consistent, |a| {
             parse_prefix_response(a.status, a.index.as_deref(), &a.body)
         })
         .await
@@ -480,9 +500,10 @@ impl ConsulClient {
         &self,
         path: &str,
         recurse: bool,
-        block_on: Option<BlockOn>,
+        mode: Mode,
         decode: impl FnOnce(KvAnswer) -> Result<T, ClientError>,
     ) -> Result<T, ClientError> {
+        let block_on = mode.block_on();
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let _in_flight = block_on.map(|_| {
             self.stats.blocking_started.fetch_add(1, Ordering::Relaxed);
@@ -492,7 +513,7 @@ impl ConsulClient {
             InFlight(&self.stats.blocking_in_flight)
         });
         let started = tokio::time::Instant::now();
-        let result = self.send(path, recurse, block_on).await.and_then(decode);
+        let result = self.send(path, recurse, mode).await.and_then(decode);
         let recorder = self.source_metrics.get();
         if let Some((metrics, name)) = recorder
             && block_on.is_none()
@@ -516,12 +537,8 @@ impl ConsulClient {
         result
     }
 
-    async fn send(
-        &self,
-        path: &str,
-        recurse: bool,
-        block_on: Option<BlockOn>,
-    ) -> Result<KvAnswer, ClientError> {
+    async fn send(&self, path: &str, recurse: bool, mode: Mode) -> Result<KvAnswer, ClientError> {
+        let block_on = mode.block_on();
         let endpoint = ReadKeyRequest {
             features: None,
             key: path.to_owned(),
@@ -531,7 +548,7 @@ impl ConsulClient {
         };
         let decorator = RequestDecorator {
             token: self.token.as_ref(),
-            block_on,
+            mode,
             partition: self.partition.as_deref(),
         };
         let request = endpoint
@@ -658,12 +675,57 @@ fn decode_answer(
     }
 }
 
-/// nudge's request middleware: ACL token, blocking parameters (through consulrs'
-/// [`Features`]) and the partition. Unlike consulrs' own middleware it leaves the
-/// path alone (the base URL already ends in `/v1`) and cannot panic on a token.
+/// How a read is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Consul's default mode, at once.
+    Now,
+    /// Consul's default mode, as a blocking query.
+    Blocking(BlockOn),
+    /// Consul's `consistent` mode, at once.
+    Consistent,
+}
+
+impl From<Option<BlockOn>> for Mode {
+    fn from(block_on: Option<BlockOn>) -> Self {
+        block_on.map_or(Self::Now, Self::Blocking)
+    }
+}
+
+impl Mode {
+    fn block_on(self) -> Option<BlockOn> {
+        match self {
+            Self::Blocking(block_on) => Some(block_on),
+            Self::Now | Self::Consistent => None,
+        }
+    }
+
+    /// consulrs' [`Features`] for this mode, if it needs any.
+    fn features(self) -> Option<Features> {
+        match self {
+            Self::Now => None,
+            Self::Blocking(block_on) => Some(Features {
+                blocking: Some(Blocking {
+                    index: block_on.index,
+                    wait: Some(format!("{}ms", block_on.wait.as_millis())),
+                }),
+                ..Features::default()
+            }),
+            Self::Consistent => Some(Features {
+                mode: Some(ConsistencyMode::CONSISTENT),
+                ..Features::default()
+            }),
+        }
+    }
+}
+
+/// nudge's request middleware: ACL token, blocking parameters and consistency
+/// mode (through consulrs' [`Features`]) and the partition. Unlike consulrs' own
+/// middleware it leaves the path alone (the base URL already ends in `/v1`) and
+/// cannot panic on a token.
 struct RequestDecorator<'a> {
     token: Option<&'a http02::HeaderValue>,
-    block_on: Option<BlockOn>,
+    mode: Mode,
     partition: Option<&'a str>,
 }
 
@@ -676,14 +738,7 @@ impl MiddleWare for RequestDecorator<'_> {
         if let Some(token) = self.token {
             req.headers_mut().insert(TOKEN_HEADER, token.clone());
         }
-        if let Some(block_on) = self.block_on {
-            let features = Features {
-                blocking: Some(Blocking {
-                    index: block_on.index,
-                    wait: Some(format!("{}ms", block_on.wait.as_millis())),
-                }),
-                ..Features::default()
-            };
+        if let Some(features) = self.mode.features() {
             features.process(req);
         }
         if let Some(partition) = self.partition {
@@ -832,12 +887,7 @@ mod tests {
         ConsulClient::new(&settings).unwrap()
     }
 
-    fn url_of(
-        client: &ConsulClient,
-        path: &str,
-        recurse: bool,
-        block_on: Option<BlockOn>,
-    ) -> String {
+    fn url_of(client: &ConsulClient, path: &str, recurse: bool, mode: Mode) -> String {
         let endpoint = ReadKeyRequest {
             features: None,
             key: path.to_owned(),
@@ -847,7 +897,7 @@ mod tests {
         };
         let decorator = RequestDecorator {
             token: client.token.as_ref(),
-            block_on,
+            mode,
             partition: client.partition.as_deref(),
         };
         endpoint
@@ -867,15 +917,15 @@ mod tests {
             ..ClientSettings::default()
         });
         assert_eq!(
-            url_of(&c, "app/a b%", false, None),
+            url_of(&c, "app/a b%", false, Mode::Now),
             "http://consul:8500/v1/kv/app/a%20b%25"
         );
         assert_eq!(
-            url_of(&c, "app/", true, None),
+            url_of(&c, "app/", true, Mode::Now),
             "http://consul:8500/v1/kv/app/?recurse=true"
         );
         assert_eq!(
-            url_of(&c, "", true, None),
+            url_of(&c, "", true, Mode::Now),
             "http://consul:8500/v1/kv/?recurse=true"
         );
     }
@@ -893,7 +943,7 @@ mod tests {
             &c,
             "k",
             false,
-            Some(BlockOn {
+            Mode::Blocking(BlockOn {
                 index: 42,
                 wait: Duration::from_secs(300),
             }),
@@ -910,6 +960,24 @@ mod tests {
     }
 
     #[test]
+    fn a_consistent_read_asks_for_the_consistent_mode_and_does_not_block() {
+        let c = client(ClientSettings {
+            address: "http://consul:8500".to_owned(),
+            ..ClientSettings::default()
+        });
+        assert_eq!(
+            url_of(&c, "app/k", false, Mode::Consistent),
+            "http://consul:8500/v1/kv/app/k?consistent"
+        );
+        let prefix = url_of(&c, "app/", true, Mode::Consistent);
+        assert!(
+            prefix.contains("recurse=true") && prefix.contains("consistent"),
+            "{prefix}"
+        );
+        assert!(!prefix.contains("index="), "{prefix}");
+    }
+
+    #[test]
     fn token_is_a_sensitive_header() {
         let c = client(ClientSettings {
             token: Some("s3cr3t".to_owned()),
@@ -921,7 +989,7 @@ mod tests {
         };
         let decorator = RequestDecorator {
             token: c.token.as_ref(),
-            block_on: None,
+            mode: Mode::Now,
             partition: None,
         };
         let req = endpoint

@@ -2,6 +2,9 @@
 //! queries (<https://developer.hashicorp.com/consul/api-docs/features/blocking>):
 //! the index is reset when it goes backwards and never below 1 after a read, the
 //! loop is rate-limited with jitter, and failures back off exponentially with jitter.
+//! An answer whose index went backwards is acted on only once a `consistent` read
+//! confirms it: a restarted server answers from its older state until it has
+//! applied its log, a restored or rebuilt cluster for good.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,8 +83,18 @@ pub(crate) struct Answer {
     pub target: WatchTarget,
     /// The result.
     pub read: Read,
-    /// The index went backwards: older indexes are the new truth.
+    /// The index went backwards, and a consistent read confirmed it: older
+    /// indexes are the new truth.
     pub authoritative: bool,
+}
+
+/// Reads `target` once in Consul's `consistent` mode (see
+/// [`ConsulClient::get_key_consistent`]).
+async fn read_consistent(client: &ConsulClient, target: &WatchTarget) -> Result<Read, ClientError> {
+    match target {
+        WatchTarget::Key(key) => client.get_key_consistent(key).await.map(Read::Key),
+        WatchTarget::Prefix(prefix) => client.get_prefix_consistent(prefix).await.map(Read::Prefix),
+    }
 }
 
 /// Reads `target` once, blocking on `block_on` if given.
@@ -109,12 +122,17 @@ impl IndexCursor {
         self.next
     }
 
+    /// Whether an answer's `X-Consul-Index` is lower than the last one taken.
+    pub fn went_backwards(&self, index: u64) -> bool {
+        self.last.is_some_and(|last| index < last)
+    }
+
     /// Takes an answer's `X-Consul-Index`. Returns whether it went backwards; then
     /// the answer is authoritative and, if it came from a blocking query, the loop
     /// restarts with a non-blocking read. Otherwise the next query blocks on the
     /// index, clamped to at least 1 (an index of 0 would never block).
     pub fn advance(&mut self, index: u64, was_blocking: bool) -> bool {
-        let backwards = self.last.is_some_and(|last| index < last);
+        let backwards = self.went_backwards(index);
         self.last = Some(index);
         self.next = if backwards && was_blocking {
             0
@@ -296,40 +314,70 @@ impl QueryLoop {
                 self.read_blocking(index).await
             };
             let Some(result) = result else { break };
-            match result {
-                Ok(read) => {
-                    backoff.reset();
-                    if let Some(pace) = pace.as_mut() {
-                        pace.observe(&read, index, Instant::now());
-                    }
-                    let authoritative = cursor.advance(read.index(), index != 0);
-                    if authoritative {
-                        tracing::debug!(
-                            index = read.index(),
-                            "Consul index went backwards; restarting the query"
-                        );
-                    }
-                    let answer = Answer {
-                        origin: Origin::Query(self.id),
-                        target: self.target.clone(),
-                        read,
-                        authoritative,
-                    };
-                    if self.answers.send(answer).await.is_err() {
-                        break;
-                    }
-                }
+            let read = match result {
+                Ok(read) => read,
                 Err(error) => {
-                    cursor.restart();
-                    let delay = backoff.next_delay();
-                    tracing::warn!(%error, category = error.category(), retry_in = ?delay, "Consul query failed");
-                    if !self.sleep_until(Instant::now() + delay).await {
+                    if !self.retry_later(&mut cursor, &mut backoff, &error).await {
                         break;
                     }
+                    continue;
                 }
+            };
+            backoff.reset();
+            if let Some(pace) = pace.as_mut() {
+                pace.observe(&read, index, Instant::now());
+            }
+            let (read, authoritative) = if cursor.went_backwards(read.index()) {
+                // A server that restarted and has not yet applied its log, or a
+                // cluster restored from an older snapshot (or rebuilt): only a
+                // consistent read tells them apart. The first is refused until
+                // the server has caught up; the second is the new truth.
+                tracing::debug!(
+                    index = read.index(),
+                    "Consul index went backwards; confirming with a consistent read"
+                );
+                match self.read_consistent().await {
+                    None => break,
+                    Some(Ok(confirmed)) => {
+                        let authoritative = cursor.advance(confirmed.index(), false);
+                        (confirmed, authoritative)
+                    }
+                    Some(Err(error)) => {
+                        if !self.retry_later(&mut cursor, &mut backoff, &error).await {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                cursor.advance(read.index(), index != 0);
+                (read, false)
+            };
+            let answer = Answer {
+                origin: Origin::Query(self.id),
+                target: self.target.clone(),
+                read,
+                authoritative,
+            };
+            if self.answers.send(answer).await.is_err() {
+                break;
             }
         }
         tracing::debug!("query stopped");
+    }
+
+    /// After a failed read: the next read is a fresh non-blocking one, after a
+    /// backoff; `false` when stopped meanwhile.
+    async fn retry_later(
+        &self,
+        cursor: &mut IndexCursor,
+        backoff: &mut Backoff,
+        error: &ClientError,
+    ) -> bool {
+        cursor.restart();
+        let delay = backoff.next_delay();
+        tracing::warn!(%error, category = error.category(), retry_in = ?delay, "Consul query failed");
+        self.sleep_until(Instant::now() + delay).await
     }
 
     /// Sleeps; `false` when stopped meanwhile.
@@ -337,6 +385,17 @@ impl QueryLoop {
         tokio::select! {
             () = tokio::time::sleep_until(until) => true,
             () = self.stop.cancelled() => false,
+        }
+    }
+
+    /// A non-blocking read in Consul's `consistent` mode; `None` when stopped.
+    async fn read_consistent(&self) -> Option<Result<Read, ClientError>> {
+        tokio::select! {
+            result = async {
+                let _permit = self.limits.one_off.acquire().await.ok()?;
+                Some(read_consistent(&self.client, &self.target).await)
+            } => result,
+            () = self.stop.cancelled() => None,
         }
     }
 
@@ -468,6 +527,17 @@ mod tests {
         assert_eq!(c.next(), 0);
         assert!(!c.advance(7, false));
         assert_eq!(c.next(), 7);
+    }
+
+    #[test]
+    fn went_backwards_looks_without_taking() {
+        let mut c = IndexCursor::default();
+        assert!(!c.went_backwards(5), "nothing taken yet");
+        c.advance(20, false);
+        assert!(c.went_backwards(7));
+        assert!(c.went_backwards(7), "still: 7 was not taken");
+        assert!(!c.went_backwards(20));
+        assert_eq!(c.next(), 20);
     }
 
     #[test]

@@ -21,6 +21,21 @@ use nudge::source::{
 };
 use tokio::task::JoinHandle;
 
+/// Sends nudge's and the double's logs to the test's output (shown for a
+/// failed test): `RUST_LOG` when set, else nudge's `info` and everyone's
+/// warnings. Once per process; a test that set its own subscriber keeps it.
+/// (Here rather than in `support/mod.rs` because this file is the one the
+/// Consul tests' [`Driver`] and `examples/loadtest.rs` share.)
+pub fn capture_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,nudge=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_test_writer()
+        .try_init();
+}
+
 /// How long an agent may take to answer with a leader.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`Driver::wait_blocking`] waits for the queries to block again.
@@ -565,6 +580,7 @@ pub struct Driver {
 impl Driver {
     /// Runs `source` with an updates channel of `capacity`.
     pub fn run(source: Arc<ConsulSource>, capacity: usize) -> Self {
+        capture_logs();
         let (ctx, engine) = SourceContext::harness(
             source.name().clone(),
             ObserveContext::new(FingerprintKey::generate()),

@@ -21,6 +21,7 @@
 pub mod consul;
 mod signal;
 
+pub use consul::capture_logs;
 pub use signal::*;
 
 use std::collections::BTreeMap;
@@ -911,19 +912,6 @@ async fn ready_body(addr: std::net::SocketAddr) -> Option<String> {
 
 /// How long [`http_get`] waits for a whole answer.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Sends nudge's and the double's logs to the test's output (shown for a
-/// failed test): `RUST_LOG` when set, else nudge's `info` and everyone's
-/// warnings. Once per process; a test that set its own subscriber keeps it.
-pub fn capture_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,nudge=info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false)
-        .with_test_writer()
-        .try_init();
-}
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
