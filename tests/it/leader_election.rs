@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 const LEASE_DURATION: Duration = Duration::from_secs(2);
 const RENEW_DEADLINE: Duration = Duration::from_secs(1);
 const RETRY_PERIOD: Duration = Duration::from_millis(400);
+/// The lease of the test that watches a leader keep it.
+const STEADY_LEASE_DURATION: Duration = Duration::from_secs(3);
 /// Allowance for HTTP round trips on a loaded machine.
 const SLACK: Duration = Duration::from_millis(400);
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
@@ -54,15 +56,24 @@ struct Candidate {
     task: JoinHandle<()>,
 }
 
+/// The tests' lease timing, for candidate `identity`.
+fn settings(identity: &str) -> LeaseSettings {
+    LeaseSettings {
+        name: "nudge".into(),
+        identity: identity.into(),
+        lease_duration: LEASE_DURATION,
+        renew_deadline: RENEW_DEADLINE,
+        retry_period: RETRY_PERIOD,
+    }
+}
+
 impl Candidate {
     fn start(cluster: &TestCluster, identity: &str) -> Candidate {
-        let settings = LeaseSettings {
-            name: "nudge".into(),
-            identity: identity.into(),
-            lease_duration: LEASE_DURATION,
-            renew_deadline: RENEW_DEADLINE,
-            retry_period: RETRY_PERIOD,
-        };
+        Self::start_with(cluster, settings(identity))
+    }
+
+    fn start_with(cluster: &TestCluster, settings: LeaseSettings) -> Candidate {
+        let identity = settings.identity.clone();
         let (reads, counted) = watch::channel(0);
         let leases = CountedLeases {
             leases: KubeLeases::new(cluster.client(), cluster.namespace(), "nudge"),
@@ -73,7 +84,7 @@ impl Candidate {
         let stop = CancellationToken::new();
         let task = tokio::spawn(elector.run(stop.clone()));
         Candidate {
-            identity: identity.into(),
+            identity,
             leader,
             reads: counted,
             stop,
@@ -116,8 +127,16 @@ async fn holder(cluster: &TestCluster) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_of_two_candidates_leads_and_keeps_leading() {
     let cluster = TestCluster::start("lease-two-candidates").await;
-    let a = Candidate::start(&cluster, "replica-a");
-    let b = Candidate::start(&cluster, "replica-b");
+    // A leader that cannot renew within its renew deadline steps down, as it
+    // must: so that this test is about keeping the lead and not about a loaded
+    // machine's latency, its renewals get 2.5 s (a renewal is a GET and a PUT).
+    let steady = |identity| LeaseSettings {
+        lease_duration: STEADY_LEASE_DURATION,
+        renew_deadline: STEADY_LEASE_DURATION - Duration::from_millis(500),
+        ..settings(identity)
+    };
+    let a = Candidate::start_with(&cluster, steady("replica-a"));
+    let b = Candidate::start_with(&cluster, steady("replica-b"));
     let leader = wait_for("a leader", WAIT, || async {
         match (a.is_leader(), b.is_leader()) {
             (true, false) => Some("replica-a"),
@@ -130,7 +149,7 @@ async fn one_of_two_candidates_leads_and_keeps_leading() {
     // Over several lease durations (a duration is what this test is about)
     // nobody else takes it and nobody lets go, while both keep reading it.
     let reads_before = [*a.reads.borrow(), *b.reads.borrow()];
-    let until = Instant::now() + LEASE_DURATION * 3;
+    let until = Instant::now() + STEADY_LEASE_DURATION * 3;
     while Instant::now() < until {
         assert_eq!(
             (a.is_leader(), b.is_leader()),
