@@ -134,6 +134,10 @@ pub struct StampWrite {
     pub workload: Workload,
     /// What to write.
     pub patch: StampPatch,
+    /// The rollout in flight this stamp supersedes: its outcome is published
+    /// and carried in the stamp's marker, its details read from the workload
+    /// as stored before the write.
+    pub supersedes: Option<Box<Supersession>>,
 }
 
 /// Everything the core knows about one workload.
@@ -962,13 +966,14 @@ impl Core {
             revision: None,
         };
         let mut patch = patch;
-        if let Some(mut revision) = revision {
+        let mut supersedes = None;
+        if let Some(revision) = revision {
             let following = record
                 .follow
                 .as_deref()
                 .is_some_and(follow::Follow::in_progress);
             if following {
-                self.supersede(&id, &mut revision, now, out);
+                supersedes = self.supersede(&id, revision.revision, now).map(Box::new);
             }
             // The revision goes with the stamp, in one request: whatever happens
             // next, the workload says which rollout is in flight.
@@ -982,7 +987,11 @@ impl Core {
         };
         record.write = WriteState::InFlight(Box::new(write));
         self.in_flight += 1;
-        out.push(Effect::Write(Box::new(StampWrite { workload, patch })));
+        out.push(Effect::Write(Box::new(StampWrite {
+            workload,
+            patch,
+            supersedes,
+        })));
     }
 
     fn report_missing(
@@ -1235,7 +1244,7 @@ fn carried(patch: &StampPatch) -> String {
 mod authors;
 mod follow;
 mod plan;
-pub use follow::Conclusion;
+pub use follow::{Conclusion, Supersession};
 
 #[cfg(test)]
 mod adoption_tests;

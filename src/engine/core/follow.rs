@@ -29,6 +29,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Core, Effect};
+use smol_str::SmolStr;
+
+use crate::events::Notice;
 use crate::fingerprint::ObjectKind;
 use crate::model::{
     GENERATED_JOB_LABELS, Output, Reference, Rollout, RolloutFailure, StampSpec, Workload,
@@ -37,17 +40,20 @@ use crate::model::{
 use crate::stamp::StampPatch;
 use crate::stamp::history::{self, Change, Outcome, Revision, ValueChange};
 
-/// A rollout being followed.
+/// A rollout being followed: what judging, concluding and explaining it
+/// need, not the revision itself. The revision (its changes, who made them,
+/// the values before and after) stays in the workload's `<prefix>/rollout`
+/// marker, where the driver reads it when it publishes and records the
+/// outcome ([`crate::engine::outcome`]) or carries it into a newer marker
+/// ([`Supersession`]). At the benchmark's large scale ~1,000 rollouts are in
+/// flight: their revisions took 1.25 MB as structs, 0.63 MB as JSON.
 #[derive(Debug)]
 pub(super) struct Follow {
     /// The number of the revision it rolls out.
     number: u32,
-    /// The revision, as written in `<prefix>/rollout` (and, once ended, with
-    /// its outcome): its JSON, one allocation where the revision's changes and
-    /// values take a dozen. A rollout is followed for minutes and its revision
-    /// read only when it ends; at the benchmark's large scale, ~1,000 in
-    /// flight took 1.25 MB with their revisions as structs and take 0.63 MB.
-    revision: Box<str>,
+    /// The sources of the changes it carries, for its metrics (a source name
+    /// is kept inline: no allocation).
+    sources: Box<[SmolStr]>,
     /// The first reference it carries, when known (the Event's related object).
     related: Option<Reference>,
     started: Instant,
@@ -56,8 +62,9 @@ pub(super) struct Follow {
     /// A digest of the pod template as nudge's write left it (resumed from
     /// the marker: as first seen then).
     template: u64,
-    /// How it ended, once it has; kept until the marker leaves the workload.
-    ended: Option<Outcome>,
+    /// How it ended, once it has (the revision's number, outcome, reason,
+    /// time and duration); kept until the marker leaves the workload.
+    ended: Option<Box<Revision>>,
 }
 
 impl Follow {
@@ -68,28 +75,12 @@ impl Follow {
 
     /// Whether it ended failed (an earlier wave halts the later ones, §5d).
     pub(super) fn failed(&self) -> bool {
-        self.ended == Some(Outcome::Failed)
+        self.outcome() == Some(Outcome::Failed)
     }
 
-    /// The revision it rolls out (with its outcome, once ended).
-    fn revision(&self) -> Revision {
-        Revision::parse(&self.revision).unwrap_or_else(|| {
-            // Written by `to_json` from a `Revision`; read back the same.
-            tracing::warn!(
-                revision = self.number,
-                "a followed revision did not read back; its details are lost"
-            );
-            Revision {
-                revision: self.number,
-                changed: Vec::new(),
-                stamp: Vec::new(),
-                outcome: None,
-                reason: None,
-                ended: None,
-                seconds: None,
-                superseded: Vec::new(),
-            }
-        })
+    /// How it ended, once it has.
+    fn outcome(&self) -> Option<Outcome> {
+        self.ended.as_ref().and_then(|r| r.outcome)
     }
 }
 
@@ -98,10 +89,62 @@ impl Follow {
 pub struct Conclusion {
     /// The workload.
     pub workload: WorkloadId,
-    /// The revision, with its outcome, reason and duration.
+    /// The revision's number, outcome, reason, end and duration; its changes
+    /// and values are read from the workload's marker when it is recorded
+    /// ([`Revision::filled_from`]).
     pub revision: Revision,
     /// The first reference whose change it carried, when known.
     pub related: Option<Reference>,
+}
+
+/// The rollout a stamp supersedes: the driver reads its revision from the
+/// workload's marker before the stamp replaces it, publishes its outcome and
+/// carries it in the stamp's own marker ([`Supersession::carry`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Supersession {
+    /// The superseded rollout's end, as [`Conclusion`]s are.
+    pub conclusion: Conclusion,
+    /// The stamp's marker (`<prefix>/rollout`), where it is carried.
+    pub marker: Output,
+    /// How many revisions a marker carries at most (the history's length).
+    pub limit: usize,
+}
+
+impl Supersession {
+    /// Carries the superseded revision, its details read from `marker` (the
+    /// workload's `<prefix>/rollout` as stored before the stamp), into the
+    /// stamp's marker in `patch`, with those it carried in turn; the notice
+    /// of its outcome.
+    pub fn carry(self, marker: Option<&str>, patch: &mut StampPatch) -> Notice {
+        let Supersession {
+            conclusion,
+            marker: key,
+            limit,
+        } = self;
+        let (mut ended, known) = conclusion.revision.clone().filled_from(marker);
+        let notice = crate::engine::outcome::notice(
+            &Conclusion {
+                revision: ended.clone(),
+                ..conclusion
+            },
+            known,
+            None,
+        );
+        let mut carried = std::mem::take(&mut ended.superseded);
+        carried.push(ended);
+        let excess = carried.len().saturating_sub(limit);
+        carried.drain(..excess);
+        if let Some(next) = patch.values.get_mut(&key) {
+            match Revision::parse(next) {
+                Some(mut revision) => {
+                    revision.superseded = carried;
+                    *next = revision.to_json();
+                }
+                None => tracing::warn!("a stamp's own rollout marker did not read back"),
+            }
+        }
+        notice
+    }
 }
 
 /// Runs of one CronJob kept while they may decide its rollout: as many as its
@@ -380,7 +423,7 @@ impl Core {
         record.revision = record.revision.max(revision.revision);
         let follow = Follow {
             number: revision.revision,
-            revision: revision.to_json().into_boxed_str(),
+            sources: source_names(&revision).iter().map(SmolStr::new).collect(),
             related,
             started: now,
             deadline: self.deadline_for(id, now),
@@ -391,43 +434,34 @@ impl Core {
         true
     }
 
-    /// A newer stamp of `id`, starting `next`, is on its way: the rollout
-    /// followed so far is superseded. Its Event goes out now; it is recorded
-    /// with `next` (it rides in `next`'s marker, with any it superseded in
-    /// turn), so a change while a rollout is in flight costs no extra write.
+    /// A newer stamp of `id`, starting revision `next`, is on its way: the
+    /// rollout followed so far is superseded. The driver publishes its Event
+    /// and carries it in `next`'s marker (with any it superseded in turn), so
+    /// a change while a rollout is in flight costs no extra write; `None`
+    /// when none is in progress.
     pub(super) fn supersede(
         &mut self,
         id: &WorkloadId,
-        next: &mut Revision,
+        next: u32,
         now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let reason = format!("superseded by config revision {}", next.revision);
-        let Some(mut ended) = self.finish(id, Outcome::Superseded, Some(reason), now) else {
-            return;
-        };
-        if self.leader {
-            let conclusion = Conclusion {
-                workload: id.clone(),
-                revision: ended.clone(),
-                related: self
-                    .records
-                    .get(id)
-                    .and_then(|r| r.follow.as_deref())
-                    .and_then(|f| f.related.clone()),
-            };
-            out.push(Effect::Publish(crate::engine::outcome::notice(
-                &conclusion,
-                None,
-            )));
-        }
-        let mut carried = std::mem::take(&mut ended.superseded);
-        carried.push(ended);
-        let keep = self.engine.history_limit;
-        let excess = carried.len().saturating_sub(keep);
-        carried.drain(..excess);
-        next.superseded = carried;
+    ) -> Option<Supersession> {
+        let reason = format!("superseded by config revision {next}");
+        let ended = self.finish(id, Outcome::Superseded, Some(reason), now)?;
+        let related = self
+            .records
+            .get(id)
+            .and_then(|r| r.follow.as_deref())
+            .and_then(|f| f.related.clone());
         self.drop_follow(id);
+        Some(Supersession {
+            conclusion: Conclusion {
+                workload: id.clone(),
+                revision: ended,
+                related,
+            },
+            marker: Output::WorkloadAnnotation(self.scheme.rollout()),
+            limit: self.engine.history_limit,
+        })
     }
 
     /// A workload event: resume following from its marker, or judge the
@@ -535,7 +569,7 @@ impl Core {
                 .records
                 .get(&id)
                 .and_then(|r| r.follow.as_deref())
-                .is_some_and(|f| f.ended.is_none() && f.deadline == Some(at));
+                .is_some_and(|f| f.in_progress() && f.deadline == Some(at));
             if due {
                 let window = self.deadline_window(&id);
                 let reason = format!(
@@ -599,7 +633,8 @@ impl Core {
     }
 
     /// Marks the rollout of `id` ended (`outcome`) and counts it; the revision
-    /// as ended, `None` when none was in progress.
+    /// as ended (without its changes and values: they are in the marker),
+    /// `None` when none was in progress.
     fn finish(
         &mut self,
         id: &WorkloadId,
@@ -612,23 +647,26 @@ impl Core {
             .get_mut(id)
             .and_then(|r| r.follow.as_deref_mut())
             .filter(|f| f.ended.is_none())?;
-        follow.ended = Some(outcome);
         let took = now.saturating_duration_since(follow.started);
-        let mut revision = follow.revision();
-        revision.outcome = Some(outcome);
-        revision.reason = reason;
-        revision.seconds = Some(took.as_secs());
-        // When the core saw it end, not when the history write goes out: a
-        // later wave may be stamped before that write on a busy cluster.
-        revision.ended = Some(self.plans.wall_time(now).to_string());
-        follow.revision = revision.to_json().into_boxed_str();
+        let revision = Revision {
+            revision: follow.number,
+            changed: Vec::new(),
+            stamp: Vec::new(),
+            outcome: Some(outcome),
+            reason,
+            // When the core saw it end, not when the history write goes out:
+            // a later wave may be stamped before that write on a busy cluster.
+            ended: Some(self.plans.wall_time(now).to_string()),
+            seconds: Some(took.as_secs()),
+            superseded: Vec::new(),
+        };
+        follow.ended = Some(Box::new(revision.clone()));
         if let Some(at) = follow.deadline.take() {
             self.deadlines.remove(&(at, id.clone()));
         }
         tracing::info!(workload = %id, revision = revision.revision, outcome = outcome.as_str(), took = ?took, "rollout ended");
         if self.leader {
-            let sources = source_names(&revision);
-            let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+            let names: Vec<&str> = follow.sources.iter().map(SmolStr::as_str).collect();
             self.metrics.rollout(&id.kind, &names, outcome.as_str());
             self.metrics.rollout_ended(&id.kind, outcome.as_str(), took);
         }
@@ -642,10 +680,10 @@ impl Core {
             let Some(follow) = record.follow.as_deref() else {
                 continue;
             };
-            if follow.ended.is_some() {
+            if let Some(ended) = &follow.ended {
                 out.push(Effect::Conclude(Box::new(Conclusion {
                     workload: id.clone(),
-                    revision: follow.revision(),
+                    revision: Revision::clone(ended),
                     related: follow.related.clone(),
                 })));
             }

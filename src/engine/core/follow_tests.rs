@@ -149,6 +149,34 @@ fn a_newer_stamp_supersedes_the_rollout_in_flight_and_carries_it_to_the_history(
 }
 
 #[test]
+fn a_superseded_rollout_whose_marker_was_removed_is_carried_without_its_changes() {
+    let mut h = stamped(native_deployment());
+    // Someone removes the marker while revision 1 rolls.
+    h.workload.annotations.remove(MARKER);
+    h.status_update();
+    h.content("v2");
+    h.settle();
+    let note = h
+        .notes
+        .iter()
+        .find(|n| n.starts_with("config revision 1 superseded after "))
+        .expect("the superseded Event");
+    assert!(
+        note.contains("(superseded by config revision 2): its changes are not known"),
+        "{note}"
+    );
+    let in_flight = marker(&h).unwrap();
+    assert_eq!(in_flight.revision, 2);
+    assert_eq!(in_flight.superseded.len(), 1);
+    let carried = &in_flight.superseded[0];
+    assert_eq!(
+        (carried.revision, carried.outcome),
+        (1, Some(Outcome::Superseded))
+    );
+    assert!(carried.stamp.is_empty() && carried.changed.is_empty());
+}
+
+#[test]
 fn someone_elses_template_change_supersedes_the_rollout() {
     let mut h = stamped(native_deployment());
     h.workload
