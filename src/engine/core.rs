@@ -273,7 +273,7 @@ struct InFlight {
     rolls: bool,
     /// The config revision a rolling write starts, and the first reference it
     /// carries (see [`follow`]).
-    revision: Option<(Revision, Option<Reference>)>,
+    revision: Option<(Revision, Option<follow::Related>)>,
 }
 
 /// Which namespaces workloads may be stamped in.
@@ -955,7 +955,9 @@ impl Core {
             let number = record.revision + 1;
             follow::revision_of(number, &changed, change, &workload, specs, &patch)
         });
-        let related = changed.first().cloned();
+        let related = changed.first().map(|reference| {
+            follow::Related::of(reference, self.graph.specs(&id).unwrap_or_default())
+        });
         let mut write = InFlight {
             again: false,
             sources,

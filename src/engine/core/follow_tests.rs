@@ -503,3 +503,14 @@ fn secret_content_is_never_kept_in_a_form_that_reveals_it() {
     assert_eq!(revision.stamp[0].after, "(secret)");
     assert_eq!(revision.stamp[0].before.as_deref(), Some("(secret)"));
 }
+
+#[test]
+fn a_followed_rollout_stays_small() {
+    // Thousands are in flight on a large cluster without nodes; the revision
+    // stays in the workload's marker and the related reference is shared.
+    assert!(
+        size_of::<follow::Follow>() <= 88,
+        "{} bytes",
+        size_of::<follow::Follow>()
+    );
+}
