@@ -514,3 +514,33 @@ fn a_followed_rollout_stays_small() {
         size_of::<follow::Follow>()
     );
 }
+
+#[test]
+fn who_changed_an_item_is_kept_until_the_stamp_carrying_its_change_is_written() {
+    let mut h = stamped(native_deployment());
+    h.rollout_status(Rollout::Complete);
+    h.record_outcome();
+    // The ConfigMap changes, and its source says who changed it.
+    h.source = Some("v2".to_owned());
+    for tracked in h.tracked.clone() {
+        let observation = Observation::Present(super::harness::fingerprint_of(&tracked, "v2"));
+        let provenance = crate::sources::Provenance {
+            version: Some("12".into()),
+            changed_by: Some("kubectl-edit".into()),
+            changed_at: Some("2026-11-25T13:02:11Z".into()),
+        };
+        h.input(Input::Observation(
+            SourceUpdate::new(tracked, observation).with_provenance(provenance),
+        ));
+    }
+    assert_eq!(h.core.provenance.len(), 1, "kept until the stamp");
+    h.settle();
+    let second = marker(&h).unwrap();
+    assert_eq!(second.revision, 2);
+    assert_eq!(second.changed[0].by.as_deref(), Some("kubectl-edit"));
+    assert_eq!(second.changed[0].version.as_deref(), Some("12"));
+    assert!(
+        h.core.provenance.is_empty(),
+        "written: no stamp is left to name it"
+    );
+}
