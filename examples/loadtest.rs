@@ -212,6 +212,9 @@ pub struct Options {
     pub verbose: bool,
     /// Extra environment for nudge (experiments, e.g. allocator settings).
     pub nudge_env: Vec<(String, String)>,
+    /// How long nudge may take to become ready (120 s; longer for a nudge
+    /// under a heap profiler, which slows xl's start-up past that).
+    pub ready_within: Duration,
 }
 
 // ---------------------------------------------------------------- the cluster model
@@ -1001,7 +1004,7 @@ pub async fn run(options: Options) -> Result<Report> {
     let t0 = SystemTime::now();
     let mut nudge = Nudge::spawn(&binary, &env, &log)?;
     let sampler = ConnectionSampler::start(nudge.pid, consul.http_port());
-    let ready = nudge.wait_ready(&http, Duration::from_secs(120)).await?;
+    let ready = nudge.wait_ready(&http, options.ready_within).await?;
     let (rss_ready, _) = nudge.memory()?;
     progress(&options, began, &format!("nudge ready in {ready:.2?}"));
     let initial = wait_for_stamps(
@@ -1221,7 +1224,7 @@ pub async fn run(options: Options) -> Result<Report> {
     let t1 = SystemTime::now();
     let mut nudge = Nudge::spawn(&binary, &env, &log)?;
     let sampler = ConnectionSampler::start(nudge.pid, consul.http_port());
-    let ready_restart = nudge.wait_ready(&http, Duration::from_secs(120)).await?;
+    let ready_restart = nudge.wait_ready(&http, options.ready_within).await?;
     tokio::time::sleep(scale.restart_watch).await;
     let restart_patches = stamps_since(&double, t1).len();
     let (rss_restart_10k, peak_restart_10k) = nudge.memory()?;
@@ -1247,7 +1250,7 @@ pub async fn run(options: Options) -> Result<Report> {
     let secrets_after = secrets_before + scale.namespaces * scale.extra_secrets_per_namespace;
     let t2 = SystemTime::now();
     let mut nudge = Nudge::spawn(&binary, &env, &log)?;
-    let ready_more = nudge.wait_ready(&http, Duration::from_secs(120)).await?;
+    let ready_more = nudge.wait_ready(&http, options.ready_within).await?;
     tokio::time::sleep(scale.restart_watch).await;
     let more_patches = stamps_since(&double, t2).len();
     let (rss_restart_more, peak_restart_more) = nudge.memory()?;
@@ -1838,6 +1841,7 @@ fn parse_args() -> Result<Options> {
         log: None,
         verbose: true,
         nudge_env: Vec::new(),
+        ready_within: Duration::from_secs(120),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -1852,6 +1856,13 @@ fn parse_args() -> Result<Options> {
             "--out" => options.out = Some(value()?.into()),
             "--log" => options.log = Some(value()?.into()),
             "--quiet" => options.verbose = false,
+            "--ready-within" => {
+                let seconds = value()?;
+                let seconds: u64 = seconds
+                    .parse()
+                    .with_context(|| format!("--ready-within {seconds:?}: expected seconds"))?;
+                options.ready_within = Duration::from_secs(seconds);
+            }
             "--plot-only" => {
                 // Redraws the plot from the JSON files of earlier runs.
                 let dir = target_dir()?;
@@ -1869,7 +1880,7 @@ fn parse_args() -> Result<Options> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: loadtest [--scale ci|small|large|xl] [--nudge PATH] [--out PATH] [--log PATH] [--nudge-env NAME=VALUE]... [--quiet] [--plot-only]"
+                    "usage: loadtest [--scale ci|small|large|xl] [--nudge PATH] [--out PATH] [--log PATH] [--nudge-env NAME=VALUE]... [--ready-within SECONDS] [--quiet] [--plot-only]"
                 );
                 std::process::exit(0);
             }

@@ -6,6 +6,13 @@
 //! record the revision in `<prefix>/history` and remove `<prefix>/rollout` in
 //! one merge patch guarded by the resourceVersion read. Publishing comes first:
 //! a crash in between publishes once more after a failover, never zero times.
+//!
+//! The core keeps only a rollout's number and how it ended; what the revision
+//! carried (the changes, who made them, the values) is read from the marker
+//! read here. When the marker no longer names the revision (someone removed
+//! it, or a newer stamp replaced it before the outcome was recorded), the
+//! outcome is still published and recorded, saying that its changes are not
+//! known, and the history records it without them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,12 +61,24 @@ pub(super) async fn record(
         if history::has_outcome(history.map(String::as_str), conclusion.revision.revision) {
             return;
         }
+        let marker = workload.annotations.get(&recording.rollout_key);
+        let (revision, known) = conclusion
+            .revision
+            .clone()
+            .filled_from(marker.map(String::as_str));
+        if !known {
+            tracing::warn!(workload = %id, revision = revision.revision, "the rollout marker no longer names the revision; its outcome is recorded without its changes");
+        }
         if !published {
             let past = history::parse_history(history.map(String::as_str));
-            publish(notice(&conclusion, history::last_good(&past)));
+            let filled = Conclusion {
+                revision: revision.clone(),
+                ..conclusion.clone()
+            };
+            publish(notice(&filled, known, history::last_good(&past)));
             published = true;
         }
-        match write(&*target, &workload, &conclusion.revision, &recording).await {
+        match write(&*target, &workload, &revision, &recording).await {
             Ok(_) => return,
             Err(TargetError::Conflict { .. }) => continue,
             Err(error) => {
@@ -103,8 +122,9 @@ async fn write(
     target.annotate(workload, &annotations).await
 }
 
-/// The Event of an outcome.
-pub(super) fn notice(conclusion: &Conclusion, last_good: Option<&Revision>) -> Notice {
+/// The Event of an outcome; `known`: whether its revision's changes and
+/// values were read from the marker.
+pub(super) fn notice(conclusion: &Conclusion, known: bool, last_good: Option<&Revision>) -> Notice {
     let revision = &conclusion.revision;
     let outcome = revision.outcome.unwrap_or(Outcome::Complete);
     let reason = match outcome {
@@ -112,11 +132,12 @@ pub(super) fn notice(conclusion: &Conclusion, last_good: Option<&Revision>) -> N
         Outcome::Failed => Reason::RolloutFailed,
         Outcome::Superseded => Reason::RolloutSuperseded,
     };
-    let notice = Notice::new(
-        conclusion.workload.clone(),
-        reason,
-        note(revision, last_good),
-    );
+    let text = if known {
+        note(revision, last_good)
+    } else {
+        note_without_changes(revision, last_good)
+    };
+    let notice = Notice::new(conclusion.workload.clone(), reason, text);
     match &conclusion.related {
         Some(related) => notice.with_changed(vec![related.clone()]),
         None => notice,
@@ -127,6 +148,35 @@ pub(super) fn notice(conclusion: &Conclusion, last_good: Option<&Revision>) -> N
 /// version 12) changed; nudge.dev/config-hash sha256-… → sha256-…`, and for a
 /// failure, the reason and the last good revision.
 pub(super) fn note(revision: &Revision, last_good: Option<&Revision>) -> String {
+    let mut text = heading(revision);
+    if revision.changed.is_empty() {
+        text.push_str("the workload itself changed");
+    } else {
+        text.push_str(&format!("{} changed", revision.changes_text()));
+    }
+    let values = revision.values_text();
+    if !values.is_empty() {
+        text.push_str(&format!("; {values}"));
+    }
+    text.push_str(&last_good_text(revision, last_good));
+    text
+}
+
+/// `config revision 4 complete in 42s: its changes are not known (…)`: the
+/// note of an outcome whose marker no longer named its revision when it was
+/// recorded.
+pub(super) fn note_without_changes(revision: &Revision, last_good: Option<&Revision>) -> String {
+    let mut text = heading(revision);
+    text.push_str(
+        "its changes are not known (its rollout annotation was removed or replaced \
+         before the outcome was recorded)",
+    );
+    text.push_str(&last_good_text(revision, last_good));
+    text
+}
+
+/// `config revision 4 failed after 42s (reason): `.
+fn heading(revision: &Revision) -> String {
     let took = humantime::format_duration(std::time::Duration::from_secs(
         revision.seconds.unwrap_or(0),
     ));
@@ -140,15 +190,13 @@ pub(super) fn note(revision: &Revision, last_good: Option<&Revision>) -> String 
         text.push_str(&format!(" ({reason})"));
     }
     text.push_str(": ");
-    if revision.changed.is_empty() {
-        text.push_str("the workload itself changed");
-    } else {
-        text.push_str(&format!("{} changed", revision.changes_text()));
-    }
-    let values = revision.values_text();
-    if !values.is_empty() {
-        text.push_str(&format!("; {values}"));
-    }
+    text
+}
+
+/// For a failure, `; last good: config revision 3 (key=value)` (or that none
+/// is known); nothing otherwise.
+fn last_good_text(revision: &Revision, last_good: Option<&Revision>) -> String {
+    let mut text = String::new();
     if revision.outcome == Some(Outcome::Failed) {
         match last_good {
             Some(good) => text.push_str(&format!(
@@ -221,6 +269,21 @@ mod tests {
         assert!(
             note(&revision(Outcome::Failed, None), None)
                 .ends_with("; no earlier revision is known to have completed")
+        );
+    }
+
+    #[test]
+    fn an_outcome_whose_marker_is_gone_says_its_changes_are_not_known() {
+        let mut ended = revision(Outcome::Failed, Some("ProgressDeadlineExceeded"));
+        ended.changed.clear();
+        ended.stamp.clear();
+        let mut good = revision(Outcome::Complete, None);
+        good.revision = 3;
+        assert_eq!(
+            note_without_changes(&ended, Some(&good)),
+            "config revision 4 failed after 42s (ProgressDeadlineExceeded): its changes are \
+             not known (its rollout annotation was removed or replaced before the outcome was \
+             recorded); last good: config revision 3 (nudge.dev/config-hash=sha256-9a8b7c6d5e4f…)"
         );
     }
 }

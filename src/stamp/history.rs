@@ -123,6 +123,24 @@ impl Revision {
         serde_json::from_str(json).ok()
     }
 
+    /// This revision as ended (number, outcome, reason, end, duration) with
+    /// the changes, values and superseded revisions it carried read from
+    /// `marker`, the workload's `<prefix>/rollout`, and `true`; unchanged and
+    /// `false` when the marker is gone or names another revision (removed by
+    /// someone else, or replaced by a newer stamp before this one's outcome
+    /// was recorded).
+    pub(crate) fn filled_from(mut self, marker: Option<&str>) -> (Self, bool) {
+        match marker.and_then(Self::parse) {
+            Some(marked) if marked.revision == self.revision => {
+                self.changed = marked.changed;
+                self.stamp = marked.stamp;
+                self.superseded = marked.superseded;
+                (self, true)
+            }
+            _ => (self, false),
+        }
+    }
+
     /// `nudge.dev/config-hash sha256-ab12… → sha256-cd34…`, per value.
     pub fn values_text(&self) -> String {
         let shown: Vec<String> = self
@@ -390,5 +408,43 @@ mod tests {
             "nudge.dev/config-hash sha256-aaaaaaaaaaaa… → sha256-bbbbbbbbbbbb…"
         );
         assert_eq!(Revision::parse(&r.to_json()), Some(r));
+    }
+
+    #[test]
+    fn an_ended_revision_takes_its_changes_from_the_marker_that_names_it() {
+        let mut marked = revision(3, None);
+        marked.superseded = vec![revision(2, Some(Outcome::Superseded))];
+        let marker = marked.to_json();
+        let ended = Revision {
+            revision: 3,
+            changed: Vec::new(),
+            stamp: Vec::new(),
+            outcome: Some(Outcome::Complete),
+            reason: None,
+            ended: Some("2026-11-25T12:05:00Z".into()),
+            seconds: Some(42),
+            superseded: Vec::new(),
+        };
+        let (filled, known) = ended.clone().filled_from(Some(&marker));
+        assert!(known);
+        assert_eq!(filled.changed, marked.changed);
+        assert_eq!(filled.stamp, marked.stamp);
+        assert_eq!(filled.superseded, marked.superseded);
+        assert_eq!(
+            (filled.outcome, filled.seconds, filled.ended.as_deref()),
+            (
+                Some(Outcome::Complete),
+                Some(42),
+                Some("2026-11-25T12:05:00Z")
+            )
+        );
+
+        // Gone, replaced by a newer revision's, or unreadable: not known.
+        let newer = revision(4, None).to_json();
+        for marker in [None, Some(newer.as_str()), Some("{")] {
+            let (same, known) = ended.clone().filled_from(marker);
+            assert!(!known, "{marker:?}");
+            assert_eq!(same, ended);
+        }
     }
 }

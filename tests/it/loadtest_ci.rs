@@ -17,6 +17,7 @@ async fn ci_scale_counts_hold() {
         log: None,
         verbose: true,
         nudge_env: Vec::new(),
+        ready_within: std::time::Duration::from_secs(120),
     })
     .await
     .expect("the CI load test runs");

@@ -126,6 +126,46 @@ async fn a_rollout_past_its_progress_deadline_fails_and_names_the_last_good_revi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_whose_marker_someone_removed_is_reported_without_its_changes() {
+    let cluster = TestCluster::start("rollout-unmarked").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    // One replica, no node to run it: revision 1 stays in flight.
+    deployment(&cluster, "web", 1, 600).await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    assert!(marker(&cluster.workload("Deployment", "web").await).is_some());
+
+    // Someone removes the marker; then the rollout fails (a 2 s deadline, long
+    // passed since it started).
+    cluster
+        .merge_patch::<Deployment>(
+            "web",
+            json!({"metadata": {"annotations": {"nudge.dev/rollout": null}}}),
+        )
+        .await;
+    cluster
+        .merge_patch::<Deployment>("web", json!({"spec": {"progressDeadlineSeconds": 2}}))
+        .await;
+    let note = event_note(&cluster, "web", "RolloutFailed").await;
+    assert!(
+        note.starts_with("config revision 1 failed after "),
+        "{note}"
+    );
+    assert!(
+        note.contains(
+            "(ProgressDeadlineExceeded): its changes are not known (its rollout annotation \
+             was removed or replaced before the outcome was recorded)"
+        ),
+        "{note}"
+    );
+    let revisions = cluster.history("Deployment", "web", 1).await;
+    assert_eq!(revisions[0]["outcome"], "failed");
+    assert!(revisions[0]["changed"].is_null(), "{}", revisions[0]);
+    assert_eq!(revisions[0]["stamp"], json!([]), "{}", revisions[0]);
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kind_without_a_deadline_of_its_own_fails_by_nudges() {
     let cluster = TestCluster::start("rollout-own-deadline").await;
     cluster.put_configmap("app-config", &[("a", "1")]).await;

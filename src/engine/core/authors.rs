@@ -1,10 +1,10 @@
-//! Who changed each tracked item last, as the core keeps it until a rollout
-//! names it (design §5c).
+//! Who changed each tracked item last, as the core keeps it until the stamps
+//! carrying the change are written (design §5c).
 //!
-//! The core keeps one entry per tracked item that changed while tracked, and a
-//! first report counts: at the benchmark's scales, every tracked item. A
-//! source's [`Provenance`] is a box of three optional strings, four
-//! allocations; kept packed, it is one.
+//! The core keeps one entry per tracked item whose change a workload still
+//! has to write (a first report counts: at start-up, every tracked item, until
+//! the initial stamps are written). A source's [`Provenance`] is a box of
+//! three optional strings, four allocations; kept packed, it is one.
 
 use crate::sources::Provenance;
 

@@ -149,6 +149,34 @@ fn a_newer_stamp_supersedes_the_rollout_in_flight_and_carries_it_to_the_history(
 }
 
 #[test]
+fn a_superseded_rollout_whose_marker_was_removed_is_carried_without_its_changes() {
+    let mut h = stamped(native_deployment());
+    // Someone removes the marker while revision 1 rolls.
+    h.workload.annotations.remove(MARKER);
+    h.status_update();
+    h.content("v2");
+    h.settle();
+    let note = h
+        .notes
+        .iter()
+        .find(|n| n.starts_with("config revision 1 superseded after "))
+        .expect("the superseded Event");
+    assert!(
+        note.contains("(superseded by config revision 2): its changes are not known"),
+        "{note}"
+    );
+    let in_flight = marker(&h).unwrap();
+    assert_eq!(in_flight.revision, 2);
+    assert_eq!(in_flight.superseded.len(), 1);
+    let carried = &in_flight.superseded[0];
+    assert_eq!(
+        (carried.revision, carried.outcome),
+        (1, Some(Outcome::Superseded))
+    );
+    assert!(carried.stamp.is_empty() && carried.changed.is_empty());
+}
+
+#[test]
 fn someone_elses_template_change_supersedes_the_rollout() {
     let mut h = stamped(native_deployment());
     h.workload
@@ -474,4 +502,45 @@ fn secret_content_is_never_kept_in_a_form_that_reveals_it() {
         follow::revision_of(1, &BTreeSet::new(), change, &workload, &deps.stamps, &patch);
     assert_eq!(revision.stamp[0].after, "(secret)");
     assert_eq!(revision.stamp[0].before.as_deref(), Some("(secret)"));
+}
+
+#[test]
+fn a_followed_rollout_stays_small() {
+    // Thousands are in flight on a large cluster without nodes; the revision
+    // stays in the workload's marker and the related reference is shared.
+    assert!(
+        size_of::<follow::Follow>() <= 88,
+        "{} bytes",
+        size_of::<follow::Follow>()
+    );
+}
+
+#[test]
+fn who_changed_an_item_is_kept_until_the_stamp_carrying_its_change_is_written() {
+    let mut h = stamped(native_deployment());
+    h.rollout_status(Rollout::Complete);
+    h.record_outcome();
+    // The ConfigMap changes, and its source says who changed it.
+    h.source = Some("v2".to_owned());
+    for tracked in h.tracked.clone() {
+        let observation = Observation::Present(super::harness::fingerprint_of(&tracked, "v2"));
+        let provenance = crate::sources::Provenance {
+            version: Some("12".into()),
+            changed_by: Some("kubectl-edit".into()),
+            changed_at: Some("2026-11-25T13:02:11Z".into()),
+        };
+        h.input(Input::Observation(
+            SourceUpdate::new(tracked, observation).with_provenance(provenance),
+        ));
+    }
+    assert_eq!(h.core.provenance.len(), 1, "kept until the stamp");
+    h.settle();
+    let second = marker(&h).unwrap();
+    assert_eq!(second.revision, 2);
+    assert_eq!(second.changed[0].by.as_deref(), Some("kubectl-edit"));
+    assert_eq!(second.changed[0].version.as_deref(), Some("12"));
+    assert!(
+        h.core.provenance.is_empty(),
+        "written: no stamp is left to name it"
+    );
 }

@@ -197,7 +197,9 @@ impl Harness {
         let conclusion = self.conclusions.last().expect("a conclusion").clone();
         let scheme = AnnotationScheme::default();
         let history = self.workload.annotations.get(&scheme.history()).cloned();
-        let recorded = crate::stamp::history::recorded(history.as_deref(), conclusion.revision, 10);
+        let marker = self.workload.annotations.get(&scheme.rollout());
+        let (revision, _) = conclusion.revision.filled_from(marker.map(String::as_str));
+        let recorded = crate::stamp::history::recorded(history.as_deref(), revision, 10);
         self.workload.annotations.insert(scheme.history(), recorded);
         self.workload.annotations.remove(&scheme.rollout());
         self.status_update();
@@ -289,7 +291,15 @@ impl Harness {
                     self.tracked.push(tracked.clone());
                     newly_tracked.push(tracked);
                 }
-                Effect::Write(write) => {
+                Effect::Write(mut write) => {
+                    // The driver's part: the rollout it supersedes, read from
+                    // the stored marker, published and carried.
+                    if let Some(supersedes) = write.supersedes.take() {
+                        let key = AnnotationScheme::default().rollout();
+                        let marker = self.workload.annotations.get(&key).cloned();
+                        let notice = supersedes.carry(marker.as_deref(), &mut write.patch);
+                        self.notes.push(notice.note);
+                    }
                     let epoch = self.epoch;
                     if self.hold_writes {
                         self.in_flight.push(Pending {
