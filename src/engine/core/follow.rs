@@ -482,12 +482,7 @@ impl Core {
     ) -> Option<Supersession> {
         let reason = format!("superseded by config revision {next}");
         let ended = self.finish(id, Outcome::Superseded, Some(reason), now)?;
-        let related = self
-            .records
-            .get(id)
-            .and_then(|r| r.follow.as_deref())
-            .and_then(|f| f.related.as_ref())
-            .map(|r| r.reference().clone());
+        let related = self.related_of(id);
         self.drop_follow(id);
         Some(Supersession {
             conclusion: Conclusion {
@@ -632,6 +627,16 @@ impl Core {
         }
     }
 
+    /// The first reference of the rollout `id` follows (its Events' related
+    /// object).
+    fn related_of(&self, id: &WorkloadId) -> Option<Reference> {
+        self.records
+            .get(id)
+            .and_then(|r| r.follow.as_deref())
+            .and_then(|f| f.related.as_ref())
+            .map(|r| r.reference().clone())
+    }
+
     pub(super) fn drop_follow(&mut self, id: &WorkloadId) {
         let Some(follow) = self.records.get_mut(id).and_then(|r| r.follow.take()) else {
             return;
@@ -655,12 +660,7 @@ impl Core {
             return;
         };
         if self.leader {
-            let related = self
-                .records
-                .get(id)
-                .and_then(|r| r.follow.as_deref())
-                .and_then(|f| f.related.as_ref())
-                .map(|r| r.reference().clone());
+            let related = self.related_of(id);
             out.push(Effect::Conclude(Box::new(Conclusion {
                 workload: id.clone(),
                 revision,
