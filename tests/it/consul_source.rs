@@ -35,6 +35,18 @@ fn update(key: &str, algorithm: Algorithm, observation: Observation) -> SourceUp
     SourceUpdate::new(tracked(key, algorithm), observation)
 }
 
+/// A source following `key` on `agent`, once it has reported `value` and its
+/// blocking query waits for the next change.
+async fn following(agent: &ConsulAgent, key: &str, value: &[u8]) -> Result<Driver> {
+    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
+    driver.track(tracked(key, Algorithm::Native));
+    assert_eq!(driver.next(SOON).await?.observation, native(value));
+    driver
+        .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
+        .await?;
+    Ok(driver)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_is_reported_with_its_modify_index_as_the_version() -> Result<()> {
     let agent = ConsulAgent::start()?;
@@ -524,12 +536,7 @@ async fn outage_reports_nothing_then_the_change_once() -> Result<()> {
     let data_dir = std::env::temp_dir().join(format!("nudge-consul-outage-{}", std::process::id()));
     let mut agent = ConsulAgent::start_persistent(&data_dir)?;
     agent.put("db/url", b"old").await?;
-    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
-    driver.track(tracked("db/url", Algorithm::Native));
-    assert_eq!(driver.next(SOON).await?.observation, native(b"old"));
-    driver
-        .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
-        .await?;
+    let mut driver = following(&agent, "db/url", b"old").await?;
 
     let outage = Instant::now();
     agent.stop();
@@ -571,12 +578,7 @@ async fn a_rebuilt_consul_with_lower_indexes_is_believed_once_confirmed() -> Res
         agent.put("filler", format!("{round}").as_bytes()).await?;
     }
     agent.put("db/url", b"old").await?;
-    let mut driver = Driver::run(source(&agent.addr(), fast_watch()), 16);
-    driver.track(tracked("db/url", Algorithm::Native));
-    assert_eq!(driver.next(SOON).await?.observation, native(b"old"));
-    driver
-        .wait_until(SOON, "blocking", |s| s.blocking_queries_in_flight() == 1)
-        .await?;
+    let mut driver = following(&agent, "db/url", b"old").await?;
 
     agent.restart()?;
     assert_eq!(
