@@ -335,7 +335,14 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
         now,
         ..
     } = *facts;
-    let desired = stamp::desired(&deps.stamps, &Observed(inputs), settings.stamp_on_delete);
+    let decision = stamp::decide(
+        workload,
+        &deps.stamps,
+        &Observed(inputs),
+        &BTreeMap::new(),
+        settings.stamp_on_delete,
+    );
+    let desired = &decision.desired;
     let last_stamped = last_stamped(workload, &settings.scheme);
     let timing = Timing {
         now: now.to_string(),
@@ -389,19 +396,12 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
     let pending_change = outputs
         .iter()
         .any(|output| output.desired.is_some() && output.desired != output.stamped);
-    let plan = wave_plan(
-        workload,
-        deps,
+    let delivery = delivery_report(
+        (workload, deps, &decision),
+        pending_change,
         facts.neighbours,
         &Observed(inputs),
-        (settings.stamp_on_delete, &settings.scheme),
-    );
-    let delivery = delivery_report(
-        deps,
-        &desired,
-        pending_change,
-        plan,
-        (settings.window.as_ref(), &settings.scheme.approve()),
+        settings,
         now,
     );
     let verdict = held_verdict(
@@ -1348,7 +1348,7 @@ mod neighbours;
 
 pub(crate) use delivery::Neighbour;
 pub use delivery::{DeliveryReport, WaveMember};
-use delivery::{delivery_report, held_verdict, wave_plan};
+use delivery::{delivery_report, held_verdict};
 
 #[cfg(test)]
 mod tests;

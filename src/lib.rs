@@ -69,6 +69,7 @@
 
 // Internals: crate-private, so they can change without breaking embedders.
 mod annotations;
+mod delivery;
 mod discovery;
 mod engine;
 mod errors;

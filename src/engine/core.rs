@@ -29,7 +29,7 @@ use crate::rate::{Backoff, PacingError, TokenBucket};
 use crate::sources::SourceUpdate;
 use crate::stamp::history::{Change, Revision};
 use crate::stamp::{
-    self, BlockReason, CurrentOutputs, FingerprintLookup, FingerprintStore, StampPatch,
+    self, BlockReason, CurrentOutputs, Decision, FingerprintLookup, FingerprintStore, StampPatch,
 };
 use crate::targets::{ApplyOutcome, TargetError, WatchScope, WorkloadEvent};
 use crate::window::WallClock;
@@ -781,11 +781,9 @@ impl Core {
         let (Some(record), Some(specs)) = (self.records.get_mut(id), self.graph.specs(id)) else {
             return;
         };
-        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-        let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
-        drop(store);
-        let first_sight = first_sight_values(record, specs, self.engine.stamp_on_delete);
-        let missing = desired
+        let (_, decision) = decide(record, specs, &self.store, self.engine.stamp_on_delete);
+        let missing = decision
+            .desired
             .blocked
             .iter()
             .any(|b| matches!(b.reason, BlockReason::Missing { .. }));
@@ -794,16 +792,12 @@ impl Core {
             // new problem to report.
             record.reported_missing = None;
         }
-        let current = record.current.to_workload();
-        let patch = stamp::diff_since(&current, specs, &desired, &first_sight);
-        if missing || patch.is_some() {
+        if missing || decision.patch.is_some() {
             // An adoption rolls nothing and there is nothing to debounce: it is
             // written at once, so that what nudge first saw is kept in the
             // cluster and survives a restart.
-            let adoption = record.first_sight.is_some()
-                && patch
-                    .as_ref()
-                    .is_some_and(|patch| !stamp::changes_pod_template(&current, patch));
+            let adoption =
+                record.first_sight.is_some() && decision.patch.is_some() && !decision.rolls;
             self.touch(id.clone(), now, adoption.then_some(Duration::ZERO));
         } else if matches!(record.write, WriteState::Idle) {
             // In sync again (e.g. reverted within the debounce window). While a stamp
@@ -874,9 +868,12 @@ impl Core {
         let Some(specs) = self.graph.specs(&id) else {
             return;
         };
-        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-        let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
-        drop(store);
+        let (workload, decision) = decide(record, specs, &self.store, self.engine.stamp_on_delete);
+        let Decision {
+            desired,
+            patch,
+            rolls,
+        } = decision;
         let missing: BTreeSet<Reference> = desired
             .blocked
             .iter()
@@ -909,9 +906,6 @@ impl Core {
             return;
         }
         record.unknown_since = None;
-        let workload = record.current.to_workload();
-        let first_sight = first_sight_values(record, specs, self.engine.stamp_on_delete);
-        let patch = stamp::diff_since(&workload, specs, &desired, &first_sight);
         let sources = patch
             .as_ref()
             .map(|patch| change_sources(record, specs, patch))
@@ -934,7 +928,6 @@ impl Core {
             count(&self.metrics, &id, &sources, StampResult::SkippedFollower);
             return;
         }
-        let rolls = stamp::changes_pod_template(&workload, &patch);
         if rolls && self.held(&id, &desired, now, out) {
             return;
         }
@@ -1196,6 +1189,21 @@ fn first_sight_values(
         .as_deref()
         .map(|seen| seen.values(specs, stamp_on_delete))
         .unwrap_or_default()
+}
+
+/// The stamp decision on `record` ([`stamp::decide`]) from the fingerprints in
+/// `store` and what it first saw, with the workload as the core knows it.
+fn decide(
+    record: &Record,
+    specs: &[StampSpec],
+    store: &RwLock<FingerprintStore>,
+    stamp_on_delete: bool,
+) -> (Workload, Decision) {
+    let current = record.current.to_workload();
+    let first_sight = first_sight_values(record, specs, stamp_on_delete);
+    let store = store.read().unwrap_or_else(|e| e.into_inner());
+    let decision = stamp::decide(&current, specs, &*store, &first_sight, stamp_on_delete);
+    (current, decision)
 }
 
 /// Until when pacing holds a re-stamp of `record`: its min-interval since the last

@@ -600,7 +600,7 @@ fn manual_mode_shows_the_pending_fingerprint_to_approve() {
     assert_eq!(
         report.verdict.message,
         format!(
-            "held: config {pending} is pending; waiting for approval: set nudge.dev/approve: {pending}"
+            "held: config {pending} is pending approval: set nudge.dev/approve: {pending} (or latest)"
         )
     );
     assert_eq!(report.delivery.mode, "manual");
@@ -630,7 +630,7 @@ fn an_approval_of_the_pending_config_is_not_a_hold() {
         report
             .verdict
             .message
-            .contains("approves sha256-0123456789ab, not the pending"),
+            .contains("approves sha256-0123456789ab, which is not the pending config"),
         "{}",
         report.verdict.message
     );
@@ -669,7 +669,7 @@ fn a_closed_window_shows_its_next_opening() {
         report
             .verdict
             .message
-            .contains("outside the maintenance window")
+            .contains("waits for the maintenance window \"Mon-Fri 22:00-06:00 UTC\": opens 2025-06-02T22:00:00+00:00[UTC]")
     );
 }
 
@@ -719,9 +719,9 @@ fn a_halted_wave_plan_names_the_failed_workload() {
         .report(&in_wave("web", "1", "sha256-old", Rollout::Complete));
     assert_eq!(report.verdict.state, State::Held);
     assert!(
-        report.verdict.message.ends_with(
-            "wave 0 halted: the rollout of Deployment/canary failed; a newer change releases it"
-        ),
+        report.verdict.message.ends_with(&format!(
+            "wave 0 halted, the rollout of Deployment/{NS}/canary failed; a newer change releases it"
+        )),
         "{}",
         report.verdict.message
     );
@@ -759,10 +759,9 @@ fn a_wave_waits_while_an_earlier_one_rolls_out_and_not_once_it_is_done() {
         .neighbour(in_wave("canary", "0", FLAGS_FP, Rollout::InProgress))
         .report(&web);
     assert!(
-        rolling
-            .verdict
-            .message
-            .ends_with("waits for wave 0: Deployment/canary is rolling out"),
+        rolling.verdict.message.ends_with(&format!(
+            "waits for wave 0: Deployment/{NS}/canary has not completed its rollout"
+        )),
         "{}",
         rolling.verdict.message
     );
@@ -799,9 +798,9 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
     // A StatefulSet still rolling after nudge's deadline failed it: failed.
     let halted = report(db(WorkloadKind::stateful_set(), Rollout::InProgress));
     assert!(
-        halted.verdict.message.ends_with(
-            "wave 0 halted: the rollout of StatefulSet/db failed; a newer change releases it"
-        ),
+        halted.verdict.message.ends_with(&format!(
+            "wave 0 halted, the rollout of StatefulSet/{NS}/db failed; a newer change releases it"
+        )),
         "{}",
         halted.verdict.message
     );
@@ -816,10 +815,9 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
     // A Deployment's own status says whether it failed.
     let deployment = report(db(WorkloadKind::deployment(), Rollout::InProgress));
     assert!(
-        deployment
-            .verdict
-            .message
-            .ends_with("waits for wave 0: Deployment/db is rolling out"),
+        deployment.verdict.message.ends_with(&format!(
+            "waits for wave 0: Deployment/{NS}/db has not completed its rollout"
+        )),
         "{}",
         deployment.verdict.message
     );
@@ -831,10 +829,9 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
     );
     let rolling = report(rolling);
     assert!(
-        rolling
-            .verdict
-            .message
-            .ends_with("waits for wave 0: StatefulSet/db is rolling out"),
+        rolling.verdict.message.ends_with(&format!(
+            "waits for wave 0: StatefulSet/{NS}/db has not completed its rollout"
+        )),
         "{}",
         rolling.verdict.message
     );

@@ -325,6 +325,44 @@ pub fn diff_since(
     })
 }
 
+/// The decision on one workload as the controller makes it, and `nudge
+/// explain` reads it: its desired stamp, the patch that brings it there, and
+/// whether that patch rolls it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The values its outputs should have now.
+    pub desired: DesiredStamp,
+    /// What to write; `None` when it is in sync.
+    pub patch: Option<StampPatch>,
+    /// Whether `patch` changes the pod template ([`changes_pod_template`]), not
+    /// only metadata: only such a stamp is held by the delivery rules.
+    pub rolls: bool,
+}
+
+/// [`desired`] from `lookup`, [`diff_since`] `first_sight` (empty: nothing
+/// seen first, see [`diff_since`]) and [`changes_pod_template`], in that order.
+pub fn decide<L>(
+    current: &Workload,
+    specs: &[StampSpec],
+    lookup: &L,
+    first_sight: &BTreeMap<Output, String>,
+    stamp_on_delete: bool,
+) -> Decision
+where
+    L: FingerprintLookup + ?Sized,
+{
+    let desired = desired(specs, lookup, stamp_on_delete);
+    let patch = diff_since(current, specs, &desired, first_sight);
+    let rolls = patch
+        .as_ref()
+        .is_some_and(|patch| changes_pod_template(current, patch));
+    Decision {
+        desired,
+        patch,
+        rolls,
+    }
+}
+
 /// Whether writing `patch` changes `workload`'s pod template (and so rolls its
 /// pods, runs a CronJob, or must recreate a Job), not only its metadata. A
 /// restart through `spec.restartAt` ([`Output::RestartAt`]) counts as one: it

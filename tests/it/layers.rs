@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("annotations", 1),
     ("stamp", 1),
     ("window", 1),
+    ("delivery", 1),
     ("sources", 2),
     ("targets", 2),
     ("webhook", 2),

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use super::{Core, Effect};
 use smol_str::SmolStr;
 
+use crate::delivery::Followed;
 use crate::events::Notice;
 use crate::fingerprint::ObjectKind;
 use crate::model::{
@@ -76,6 +77,17 @@ impl Follow {
     /// Whether it ended failed (an earlier wave halts the later ones, §5d).
     pub(super) fn failed(&self) -> bool {
         self.outcome() == Some(Outcome::Failed)
+    }
+
+    /// What the delivery rules read of the rollout `follow`, if any.
+    pub(super) fn followed(follow: Option<&Self>) -> Followed {
+        match follow {
+            None => Followed::No,
+            Some(follow) if follow.in_progress() => Followed::InProgress,
+            Some(follow) => Followed::Ended {
+                failed: follow.failed(),
+            },
+        }
     }
 
     /// How it ended, once it has.
