@@ -10,14 +10,14 @@
 //! pending fingerprint (`stamp::DesiredStamp::pending_fingerprint`), the wall-clock
 //! time and how each earlier-wave workload sharing an input stands.
 //!
-//! Layer 1: it imports the contracts (`annotations`, `window`, `stamp`,
+//! Layer 1: it imports the contracts (`annotations`, `window`, `outcome`,
 //! `model`), never the engine or `explain`.
 
 use jiff::Timestamp;
 
 use crate::annotations::{Approval, Delivery, Mode};
 use crate::model::{Rollout, WorkloadId, WorkloadKind};
-use crate::stamp::history;
+use crate::outcome::history;
 use crate::window::Window;
 
 /// The earlier-wave workloads a wave hold waits behind, each as it stood (not

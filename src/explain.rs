@@ -49,12 +49,12 @@ use crate::model::{
     Input, KeySelection, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked,
     Workload, WorkloadId,
 };
+use crate::outcome::history;
+pub use crate::outcome::history::{Change, Outcome, Revision, ValueChange};
 use crate::scope::NamespaceScope;
 use crate::sources::consul::ConsulMetrics;
 use crate::sources::secret::read_installation_key;
 use crate::sources::{ObjectSourceSettings, ObserveContext, Source, SourceError};
-use crate::stamp::history;
-pub use crate::stamp::history::{Change, Outcome, Revision, ValueChange};
 use crate::stamp::{self, BlockReason, FingerprintLookup};
 use crate::targets::{
     KubeTarget, Target, TargetError, TargetSettings, TargetSetupError, builtin_kinds,

@@ -77,6 +77,7 @@ mod events;
 mod fingerprint;
 mod health;
 mod model;
+mod outcome;
 mod rate;
 mod runtime;
 mod scope;

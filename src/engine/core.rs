@@ -25,9 +25,10 @@ use crate::fingerprint::Observation;
 use crate::model::{
     Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload, WorkloadId,
 };
+use crate::outcome::history::{Change, Revision};
+use crate::outcome::{Conclusion, Supersession};
 use crate::rate::{Backoff, PacingError, TokenBucket};
 use crate::sources::SourceUpdate;
-use crate::stamp::history::{Change, Revision};
 use crate::stamp::{
     self, BlockReason, CurrentOutputs, Decision, FingerprintLookup, FingerprintStore, StampPatch,
 };
@@ -949,7 +950,7 @@ impl Core {
             let provenance = &self.provenance;
             let change = |reference: &Reference| change_of(reference, specs, provenance);
             let number = record.revision + 1;
-            follow::revision_of(number, &changed, change, &workload, specs, &patch)
+            Revision::started(number, &changed, change, &workload, specs, &patch)
         });
         let related = changed.first().map(|reference| {
             follow::Related::of(reference, self.graph.specs(&id).unwrap_or_default())
@@ -1298,7 +1299,6 @@ fn carried(patch: &StampPatch) -> String {
 mod authors;
 mod follow;
 mod plan;
-pub use follow::{Conclusion, Supersession};
 
 #[cfg(test)]
 mod adoption_tests;

@@ -14,13 +14,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::core::{Conclusion, Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+mod recording;
+
+use super::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
 use super::metrics::EngineMetrics;
-use super::outcome;
 use super::{Engine, EngineError};
 use crate::events::{EventSink, Notice};
 use crate::health::{Readiness, WatchReady};
 use crate::model::{SourceName, WorkloadId, WorkloadKind};
+use crate::outcome::Conclusion;
 use crate::rate::Backoff;
 use crate::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
 use crate::targets::{Target, TargetContext, TargetError, WorkloadEvent};
@@ -105,7 +107,7 @@ struct Driver {
     /// Cancelled at shutdown: stops every task the driver spawned.
     tasks_shutdown: CancellationToken,
     /// Where rollout outcomes are recorded.
-    recording: outcome::Recording,
+    recording: recording::Recording,
     /// Targets that have not delivered their initial listing yet; the core
     /// gets [`Input::Listed`] when none is left.
     unlisted: usize,
@@ -132,7 +134,7 @@ impl Driver {
             leadership,
             namespaces,
         } = engine;
-        let recording = outcome::Recording {
+        let recording = recording::Recording {
             rollout_key: scheme.rollout(),
             history_key: scheme.history(),
             limit: config.history_limit,
@@ -399,7 +401,7 @@ impl Driver {
         let span = tracing::info_span!("outcome", workload = %id);
         let task = self.tasks.spawn(
             async move {
-                outcome::record(target, conclusion, recording, |n| events.queue(n)).await;
+                recording::record(target, conclusion, recording, |n| events.queue(n)).await;
                 Done::Other
             }
             .instrument(span),
@@ -578,7 +580,8 @@ fn spawn_write(
                 Some(target) => {
                     if let Some(supersedes) = supersedes {
                         let marker = superseded_marker(&*target, &id, &rollout_key).await;
-                        events.queue(supersedes.carry(marker.as_deref(), &mut patch));
+                        let superseded = supersedes.carry(marker.as_deref(), &mut patch);
+                        events.queue(recording::notice(&superseded, None));
                     }
                     target.apply(&workload, &patch).await.into()
                 }
@@ -752,7 +755,7 @@ mod tests {
     fn conclusion(name: &str) -> Conclusion {
         Conclusion {
             workload: WorkloadId::new(WorkloadKind::deployment(), "shop", name),
-            revision: crate::stamp::history::Revision::parse(r#"{"revision":1}"#)
+            revision: crate::outcome::history::Revision::parse(r#"{"revision":1}"#)
                 .expect("a revision"),
             related: None,
         }

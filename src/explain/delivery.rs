@@ -14,7 +14,7 @@ use super::{ExplainSettings, State, Verdict};
 use crate::annotations::{AnnotationScheme, Approval, Dependencies};
 use crate::delivery::{self, Followed, Neighbours, Progress, Standing};
 use crate::model::{Workload, WorkloadId};
-use crate::stamp::history::{self, Revision};
+use crate::outcome::history::{self, Revision};
 use crate::stamp::{self, Decision, FingerprintLookup};
 
 /// One workload of a wave plan: the explained one, or one sharing an input

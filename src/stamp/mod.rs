@@ -23,7 +23,6 @@ mod admission;
 mod apply;
 mod current_outputs;
 mod given_up;
-pub mod history;
 
 pub use admission::{admission_patch, release_ops};
 pub use apply::apply_body;

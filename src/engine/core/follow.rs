@@ -32,20 +32,18 @@ use super::{Core, Effect};
 use smol_str::SmolStr;
 
 use crate::delivery::Followed;
-use crate::events::Notice;
-use crate::fingerprint::ObjectKind;
 use crate::model::{
     GENERATED_JOB_LABELS, Output, Reference, Rollout, RolloutFailure, StampSpec, Tracked, Workload,
     WorkloadId, WorkloadKind, is_job,
 };
-use crate::stamp::StampPatch;
-use crate::stamp::history::{self, Change, Outcome, Revision, ValueChange};
+use crate::outcome::history::{self, Outcome, Revision};
+use crate::outcome::{Conclusion, Supersession};
 
 /// A rollout being followed: what judging, concluding and explaining it
 /// need, not the revision itself. The revision (its changes, who made them,
 /// the values before and after) stays in the workload's `<prefix>/rollout`
 /// marker, where the driver reads it when it publishes and records the
-/// outcome ([`crate::engine::outcome`]) or carries it into a newer marker
+/// outcome (`engine/driver/recording.rs`) or carries it into a newer marker
 /// ([`Supersession`]). At the benchmark's large scale ~1,000 rollouts are in
 /// flight: their revisions took 1.25 MB as structs, 0.63 MB as JSON.
 #[derive(Debug)]
@@ -131,69 +129,6 @@ impl Related {
     }
 }
 
-/// A rollout's end, for the driver to publish and record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Conclusion {
-    /// The workload.
-    pub workload: WorkloadId,
-    /// The revision's number, outcome, reason, end and duration; its changes
-    /// and values are read from the workload's marker when it is recorded
-    /// ([`Revision::filled_from`]).
-    pub revision: Revision,
-    /// The first reference whose change it carried, when known.
-    pub related: Option<Reference>,
-}
-
-/// The rollout a stamp supersedes: the driver reads its revision from the
-/// workload's marker before the stamp replaces it, publishes its outcome and
-/// carries it in the stamp's own marker ([`Supersession::carry`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Supersession {
-    /// The superseded rollout's end, as [`Conclusion`]s are.
-    pub conclusion: Conclusion,
-    /// The stamp's marker (`<prefix>/rollout`), where it is carried.
-    pub marker: Output,
-    /// How many revisions a marker carries at most (the history's length).
-    pub limit: usize,
-}
-
-impl Supersession {
-    /// Carries the superseded revision, its details read from `marker` (the
-    /// workload's `<prefix>/rollout` as stored before the stamp), into the
-    /// stamp's marker in `patch`, with those it carried in turn; the notice
-    /// of its outcome.
-    pub fn carry(self, marker: Option<&str>, patch: &mut StampPatch) -> Notice {
-        let Supersession {
-            conclusion,
-            marker: key,
-            limit,
-        } = self;
-        let (mut ended, known) = conclusion.revision.clone().filled_from(marker);
-        let notice = crate::engine::outcome::notice(
-            &Conclusion {
-                revision: ended.clone(),
-                ..conclusion
-            },
-            known,
-            None,
-        );
-        let mut carried = std::mem::take(&mut ended.superseded);
-        carried.push(ended);
-        let excess = carried.len().saturating_sub(limit);
-        carried.drain(..excess);
-        if let Some(next) = patch.values.get_mut(&key) {
-            match Revision::parse(next) {
-                Some(mut revision) => {
-                    revision.superseded = carried;
-                    *next = revision.to_json();
-                }
-                None => tracing::warn!("a stamp's own rollout marker did not read back"),
-            }
-        }
-        notice
-    }
-}
-
 /// Runs of one CronJob kept while they may decide its rollout: as many as its
 /// default `successfulJobsHistoryLimit` plus one.
 const RUNS_KEPT: usize = 4;
@@ -246,70 +181,6 @@ fn template_digest(workload: &Workload) -> u64 {
     };
     bytes.unwrap_or_default().hash(&mut hasher);
     hasher.finish()
-}
-
-/// The revision a rolling stamp starts: number `number`, the changes in
-/// `changed` with who made them, and each value `patch` changes (before, from
-/// `current`; after).
-pub(super) fn revision_of(
-    number: u32,
-    changed: &BTreeSet<Reference>,
-    change: impl Fn(&Reference) -> Change,
-    current: &Workload,
-    specs: &[StampSpec],
-    patch: &StampPatch,
-) -> Revision {
-    let stamp = patch
-        .changed
-        .iter()
-        .filter_map(|output| {
-            let after = value_after(patch, output)?;
-            let secret = reads_a_secret(specs, output);
-            let before = crate::stamp::current(current, output);
-            Some(ValueChange {
-                key: output.key().to_owned(),
-                before: before.map(|v| history::kept_value(&v, secret)),
-                after: history::kept_value(after, secret),
-            })
-        })
-        .collect();
-    let changed = changed.iter().map(change).collect();
-    Revision {
-        revision: number,
-        changed,
-        stamp,
-        outcome: None,
-        reason: None,
-        ended: None,
-        seconds: None,
-        superseded: Vec::new(),
-    }
-}
-
-/// The value `patch` writes for `output`: kept under where it is written,
-/// which for an output that adopts or keeps its state on the workload
-/// ([`Output::Adopted`], [`Output::ReloaderSource`]) is not the output itself.
-fn value_after<'a>(patch: &'a StampPatch, output: &Output) -> Option<&'a String> {
-    patch.values.get(output).or_else(|| {
-        let key = output.key().to_owned();
-        [
-            Output::PodTemplateAndWorkloadAnnotation(key.clone()),
-            Output::WorkloadAnnotation(key),
-        ]
-        .iter()
-        .find_map(|resolved| patch.values.get(resolved))
-    })
-}
-
-/// Whether Secret content goes into `output`.
-fn reads_a_secret(specs: &[StampSpec], output: &Output) -> bool {
-    specs
-        .iter()
-        .filter(|spec| spec.output == *output)
-        .flat_map(|spec| &spec.inputs)
-        .any(|input| {
-            ObjectKind::of_source(&input.tracked.reference.source) == Some(ObjectKind::Secret)
-        })
 }
 
 impl Core {
