@@ -134,11 +134,7 @@ impl Driver {
             leadership,
             namespaces,
         } = engine;
-        let recording = recording::Recording {
-            rollout_key: scheme.rollout(),
-            history_key: scheme.history(),
-            limit: config.history_limit,
-        };
+        let recording = recording::Recording::new(&scheme, config.history_limit);
         let settings = CoreSettings {
             engine: config,
             scheme,
@@ -163,23 +159,18 @@ impl Driver {
             )
         };
         spawn_targets(&targets, &readiness, target_ctx, &mut tasks);
-        let targets_len = targets.len();
-        let mut slots = source_slots(sources, &readiness);
-        for name in slots.keys() {
-            health.sources().register_source(name.as_str());
-        }
         let launcher = Launcher {
             updates: update_tx,
             observe,
             health,
             shutdown: tasks_shutdown.clone(),
         };
-        for (name, slot) in &mut slots {
-            launcher.launch(name, slot, &mut tasks);
-        }
+        let slots = launcher.start_all(sources, &readiness, &mut tasks);
         let events = start_events(events, metrics, &mut tasks);
         readiness.seal();
         let driver = Self {
+            // Before `targets` moves in.
+            unlisted: targets.len(),
             core,
             slots,
             targets,
@@ -190,7 +181,6 @@ impl Driver {
             since_tick: 0,
             tasks_shutdown,
             recording,
-            unlisted: targets_len,
             recordings: Recordings::default(),
         };
         let feeds = Feeds {
@@ -482,6 +472,21 @@ struct Launcher {
 }
 
 impl Launcher {
+    /// Registers every source (its readiness, its metrics) and starts it.
+    fn start_all(
+        &self,
+        sources: BTreeMap<SourceName, Arc<dyn Source>>,
+        readiness: &Readiness,
+        tasks: &mut JoinSet<Done>,
+    ) -> BTreeMap<SourceName, SourceSlot> {
+        let mut slots = source_slots(sources, readiness);
+        for (name, slot) in &mut slots {
+            self.health.sources().register_source(name.as_str());
+            self.launch(name, slot, tasks);
+        }
+        slots
+    }
+
     /// Starts `slot`'s source with a fresh interest channel.
     fn launch(&self, name: &SourceName, slot: &mut SourceSlot, tasks: &mut JoinSet<Done>) {
         let (ctx, interest) = SourceContext::new(

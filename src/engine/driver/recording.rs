@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::annotations::AnnotationScheme;
 use crate::events::{Notice, Reason};
 use crate::model::Workload;
 use crate::outcome::history::{self, Outcome, Revision};
@@ -38,6 +39,17 @@ pub(super) struct Recording {
     pub(super) history_key: String,
     /// Revisions kept.
     pub(super) limit: usize,
+}
+
+impl Recording {
+    /// Under `scheme`'s names, keeping `limit` revisions.
+    pub(super) fn new(scheme: &AnnotationScheme, limit: usize) -> Self {
+        Self {
+            rollout_key: scheme.rollout(),
+            history_key: scheme.history(),
+            limit,
+        }
+    }
 }
 
 /// Publishes `conclusion` (through `publish`) and records it on the workload.
