@@ -16,7 +16,7 @@
 use jiff::Timestamp;
 
 use crate::annotations::{Approval, Delivery, Mode};
-use crate::model::{Rollout, WorkloadId, WorkloadKind};
+use crate::model::{Reference, Rollout, WorkloadId, WorkloadKind};
 use crate::outcome::history;
 use crate::window::Window;
 
@@ -141,6 +141,32 @@ impl Hold {
             }
         }
     }
+}
+
+/// The note of a `WavesHalted` Event on a workload whose rollout of config
+/// `fingerprint`, in wave `wave`, failed: the references whose change it
+/// carried (`changed`) and the later-wave workloads it holds, each with its
+/// wave (`held`).
+pub fn halt_note(
+    fingerprint: &str,
+    wave: u32,
+    changed: &[Reference],
+    held: &[(WorkloadId, u32)],
+) -> String {
+    let changed = if changed.is_empty() {
+        "config".to_owned()
+    } else {
+        let refs: Vec<String> = changed.iter().map(ToString::to_string).collect();
+        refs.join(", ")
+    };
+    let held: Vec<String> = held
+        .iter()
+        .map(|(id, wave)| format!("{id} (wave {wave})"))
+        .collect();
+    format!(
+        "the rollout of config {fingerprint} (wave {wave}) failed; {changed} changed; held: {}",
+        held.join(", ")
+    )
 }
 
 /// How an earlier-wave workload stands for the waves after it.

@@ -5,7 +5,8 @@
 //!   use each other), adapters never import one another, and the import graph
 //!   of top-level modules has no cycles;
 //! - within a module tree (the files of `engine`, of `sources`, …) the
-//!   submodules import one another without cycles either.
+//!   submodules import one another without cycles either;
+//! - no function in [`SHORT_FUNCTIONS`] is longer than [`MAX_FUNCTION_LINES`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -39,6 +40,13 @@ const LAYERS: &[(&str, u8)] = &[
 
 /// Files of the binary, not the library: they use `nudge::…`, never `crate::…`.
 const BINARY: &[&str] = &["main"];
+
+/// The module trees where decisions live: no function in them (tests left
+/// out) may be longer than [`MAX_FUNCTION_LINES`].
+const SHORT_FUNCTIONS: &[&str] = &["engine", "stamp"];
+
+/// The most lines a function may span, from its `fn` to its closing brace.
+const MAX_FUNCTION_LINES: usize = 80;
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -532,5 +540,131 @@ fn the_scanner_sees_imports_and_skips_comments_and_literals() {
         imports(files[1]),
         ["engine::metrics".to_owned()].into(),
         "a child naming its parent imports nothing"
+    );
+}
+
+// === function lengths ===
+
+/// Each function of `code` outside `#[cfg(test)]` items: its name, the line
+/// of its `fn` (from 1) and how many lines it spans to its closing brace.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let chars: Vec<char> = code.chars().collect();
+    let line_at = |at: usize| chars[..at].iter().filter(|c| **c == '\n').count() + 1;
+    let test_attribute: Vec<char> = "#[cfg(test)]".chars().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i..].starts_with(&test_attribute) {
+            i = item_end(&chars, i);
+            continue;
+        }
+        if !chars[i..].starts_with(&['f', 'n', ' ']) || ident_before(&chars, i) {
+            i += 1;
+            continue;
+        }
+        let mut at = i + 3;
+        let name = read_ident(&chars, &mut at);
+        let open = signature_end(&chars, at);
+        if name.is_empty() || chars.get(open) != Some(&'{') {
+            i = at;
+            continue;
+        }
+        let close = block_end(&chars, open);
+        found.push((name, line_at(i), line_at(close) - line_at(i) + 1));
+        i += 3;
+    }
+    found
+}
+
+/// The index of the `{` opening the body of the item whose signature starts
+/// at `at`, or of the `;` ending it: the first outside parentheses and
+/// brackets (`[u8; 4]` is a type).
+fn signature_end(chars: &[char], at: usize) -> usize {
+    let mut depth = 0usize;
+    for (offset, c) in chars[at..].iter().enumerate() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth = depth.saturating_sub(1),
+            '{' | ';' if depth == 0 => return at + offset,
+            _ => {}
+        }
+    }
+    chars.len()
+}
+
+/// Where the item starting at `at` ends: after its `;`, or its `{…}` block.
+fn item_end(chars: &[char], at: usize) -> usize {
+    let end = signature_end(chars, at);
+    match chars.get(end) {
+        Some('{') => block_end(chars, end) + 1,
+        _ => end + 1,
+    }
+}
+
+/// The index of the brace closing the block opened at `open`.
+fn block_end(chars: &[char], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (offset, c) in chars[open..].iter().enumerate() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + offset;
+                }
+            }
+            _ => {}
+        }
+    }
+    chars.len() - 1
+}
+
+/// The file modules declared `#[cfg(test)] mod …;`: tests, not code.
+fn test_modules(files: &[SourceFile]) -> BTreeSet<String> {
+    files
+        .iter()
+        .flat_map(|file| {
+            declarations(&file.code)
+                .filter(|(_, test)| *test)
+                .map(|(name, _)| format!("{}::{name}", file.module))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn no_function_where_decisions_live_is_longer_than_80_lines() {
+    let files = sources();
+    let tests = test_modules(&files);
+    let mut long = Vec::new();
+    for file in &files {
+        let is_test = tests
+            .iter()
+            .any(|t| *t == file.module || encloses(t, &file.module));
+        if !SHORT_FUNCTIONS.contains(&file.tree()) || is_test {
+            continue;
+        }
+        for (name, line, lines) in functions(&file.code) {
+            if lines > MAX_FUNCTION_LINES {
+                long.push(format!(
+                    "{} {name} (line {line}): {lines} lines",
+                    file.module
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them where their decisions are):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_function_scanner_counts_from_fn_to_its_closing_brace_and_skips_tests() {
+    let text = "fn short() {\n    let s = \"}\";\n}\n\ntrait T {\n    fn declared(&self) -> [u8; 2];\n}\n\npub(crate) fn longer(x: u8) -> u8 {\n    let c = '}';\n    // }\n    x\n}\n\n#[cfg(test)]\nmod tests {\n    fn in_a_test() {}\n}\n";
+    assert_eq!(
+        functions(&code_only(text)),
+        [("short".to_owned(), 1, 3), ("longer".to_owned(), 9, 5)]
     );
 }

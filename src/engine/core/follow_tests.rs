@@ -5,8 +5,9 @@ use serde_json::json;
 
 use super::harness::{CHECKSUM, Harness, batch, cron_job, job, native_deployment, reloader_auto};
 use super::*;
+use crate::fingerprint::Observation;
 use crate::model::{Controller, RolloutFailure, WorkloadKind};
-use crate::outcome::history::{Outcome, Revision};
+use crate::outcome::history::{Change, Outcome, Revision};
 
 const MARKER: &str = "nudge.dev/rollout";
 

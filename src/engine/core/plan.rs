@@ -1,23 +1,22 @@
-//! Progressive delivery (design §5d): whether a rolling stamp may go out now.
+//! The core's delivery plans (design §5d): whether a rolling stamp may go out
+//! now, and what was reported about the workloads held.
 //!
 //! [`Plans`] keeps the delivery settings of the workloads that have any and
 //! the workloads held now, with what was reported for each; nothing that must
-//! survive a restart. [`Plans::gate`] is the decision, pure: from a
-//! workload's settings, its pending fingerprint, the wall-clock time and how
-//! the earlier-wave workloads it shares inputs with stand.
+//! survive a restart. [`Plans::gate`] decides by the rules of
+//! [`crate::delivery`], from a workload's settings, its pending fingerprint,
+//! the wall-clock time and how the earlier-wave workloads it shares inputs
+//! with stand (the core judges that: it knows their stamps and rollouts).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use jiff::Timestamp;
 use tokio::time::Instant;
 
-use super::follow::Follow;
-use super::{Core, Effect, WriteState, decide};
 use crate::annotations::Delivery;
-use crate::delivery::{self, Hold, Neighbours, Progress, Standing};
+use crate::delivery::{self, Hold, Neighbours, Progress};
 use crate::events::{Notice, Reason};
 use crate::model::{Reference, WorkloadId};
-use crate::stamp::{self, DesiredStamp};
 use crate::window::{WallClock, Window};
 
 /// One held workload: why, and the note last reported for it.
@@ -112,11 +111,35 @@ impl Plans {
     }
 
     /// Records `id` as held; returns the note when it is new (to report).
-    pub(super) fn hold(&mut self, id: &WorkloadId, hold: Hold, note: String) -> Option<String> {
+    fn hold(&mut self, id: &WorkloadId, hold: Hold, note: String) -> Option<String> {
         let unchanged = self.held.get(id).is_some_and(|held| held.note == note);
         let reported = (!unchanged).then(|| note.clone());
         self.held.insert(id.clone(), Held { hold, note });
         reported
+    }
+
+    /// Records `id` as held by `hold` of its `pending` config (`approve`:
+    /// `<prefix>/approve`, which the note names); the first time with this
+    /// note, logs it and (unless it is a wait for the listing) returns its
+    /// Event: `ConfigPending` when someone must act, `ConfigWaiting` when time
+    /// or an earlier wave releases it. `changed`: what the held config carries.
+    pub(super) fn report(
+        &mut self,
+        id: &WorkloadId,
+        hold: Hold,
+        (pending, approve): (&str, &str),
+        changed: Vec<Reference>,
+    ) -> Option<Notice> {
+        let event = if hold.needs_someone() {
+            Reason::ConfigPending
+        } else {
+            Reason::ConfigWaiting
+        };
+        let (reason, announced) = (hold.reason(), hold.announced());
+        let note = hold.note(pending, approve);
+        let note = self.hold(id, hold, note)?;
+        tracing::info!(workload = %id, reason, %note, "config pending");
+        announced.then(|| Notice::new(id.clone(), event, note).with_changed(changed))
     }
 
     /// `id` is no longer held (stamped, in sync, or forgotten).
@@ -144,7 +167,7 @@ impl Plans {
     }
 
     /// The workloads held until the initial listing completes.
-    fn held_for_listing(&self) -> Vec<WorkloadId> {
+    pub(super) fn held_for_listing(&self) -> Vec<WorkloadId> {
         self.held
             .iter()
             .filter(|(_, held)| held.hold == Hold::Listing)
@@ -212,176 +235,6 @@ impl Plans {
     /// The instant of wall-clock time `at`.
     pub(super) fn instant(&self, at: Timestamp, now: Instant) -> Instant {
         self.clock.instant(at, now)
-    }
-
-    /// The wall-clock time of `now`.
-    pub(super) fn wall_time(&self, now: Instant) -> Timestamp {
-        self.clock.at(now)
-    }
-}
-
-// === impl Core ===
-
-impl Core {
-    /// Whether `id`'s rolling stamp (to `desired`) waits; when it does, the
-    /// hold is recorded, reported once per note, and a window's opening is
-    /// timed.
-    pub(super) fn held(
-        &mut self,
-        id: &WorkloadId,
-        desired: &DesiredStamp,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) -> bool {
-        let pending = desired.pending_fingerprint();
-        let neighbours = if self.plans.wave(id) > 0 {
-            self.neighbours(id)
-        } else {
-            Vec::new()
-        };
-        let hold = self
-            .plans
-            .gate(id, &pending, now, &neighbours, |other| self.progress(other));
-        let Some(hold) = hold else {
-            self.plans.release(id);
-            return false;
-        };
-        if let Hold::Window {
-            opens: Some(at), ..
-        } = &hold
-        {
-            let delay = self.plans.instant(*at, now).saturating_duration_since(now);
-            self.touch(id.clone(), now, Some(delay));
-        }
-        let changed: Vec<Reference> = self
-            .records
-            .get(id)
-            .map(|record| record.pending.iter().cloned().collect())
-            .unwrap_or_default();
-        if let Hold::Halted { failed, .. } = &hold {
-            self.report_halt(failed, &changed, out);
-        }
-        let note = hold.note(&pending, &self.scheme.approve());
-        let event = if hold.needs_someone() {
-            Reason::ConfigPending
-        } else {
-            Reason::ConfigWaiting
-        };
-        let reason = hold.reason();
-        let announced = hold.announced();
-        if let Some(note) = self.plans.hold(id, hold, note) {
-            tracing::info!(workload = %id, reason, %note, "config pending");
-            if announced {
-                let notice = Notice::new(id.clone(), event, note).with_changed(changed);
-                self.publish(out, notice);
-            }
-        }
-        true
-    }
-
-    /// Every target has delivered its initial listing: the workloads held
-    /// for it are judged against the earlier waves now.
-    pub(super) fn on_listed(&mut self, now: Instant) {
-        self.plans.set_listed();
-        let waiting = self.plans.held_for_listing();
-        if waiting.is_empty() {
-            tracing::debug!("every workload kind listed");
-        } else {
-            tracing::info!(
-                waiting = waiting.len(),
-                "every workload kind listed: the later waves waiting for it are judged"
-            );
-        }
-        for id in waiting {
-            self.evaluate(&id, now);
-        }
-    }
-
-    /// The other workloads sharing an input with `id`.
-    fn neighbours(&self, id: &WorkloadId) -> Vec<WorkloadId> {
-        let Some(specs) = self.graph.specs(id) else {
-            return Vec::new();
-        };
-        let shared: BTreeSet<&WorkloadId> = specs
-            .iter()
-            .flat_map(|spec| &spec.inputs)
-            .flat_map(|input| self.graph.dependents(&input.tracked))
-            .filter(|other| *other != id)
-            .collect();
-        shared.into_iter().cloned().collect()
-    }
-
-    /// How `id` stands for the waves after it ([`delivery::progress`]).
-    fn progress(&self, id: &WorkloadId) -> Progress {
-        let Some(record) = self.records.get(id) else {
-            return Progress::Done;
-        };
-        let writing = matches!(record.write, WriteState::InFlight(_));
-        let standing = Standing {
-            kind: &id.kind,
-            not_stamped: writing || self.plans.is_held(id) || self.rolls_pending(id),
-            rollout: record.rollout,
-            followed: Follow::followed(record.follow.as_deref()),
-            last_failed: record.last_failed,
-        };
-        delivery::progress(&standing)
-    }
-
-    /// Whether `id` has a change still to roll (its desired stamp changes its
-    /// pod template).
-    fn rolls_pending(&self, id: &WorkloadId) -> bool {
-        let (Some(record), Some(specs)) = (self.records.get(id), self.graph.specs(id)) else {
-            return false;
-        };
-        decide(record, specs, &self.store, self.engine.stamp_on_delete)
-            .1
-            .rolls
-    }
-
-    /// One `WavesHalted` per failed workload and stamped config: it names
-    /// every later-wave workload it holds and the change they wait to carry.
-    fn report_halt(&mut self, failed: &WorkloadId, changed: &[Reference], out: &mut Vec<Effect>) {
-        let Some(specs) = self.graph.specs(failed) else {
-            return;
-        };
-        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-        let fingerprint =
-            stamp::desired(specs, &*store, self.engine.stamp_on_delete).pending_fingerprint();
-        drop(store);
-        if !self.plans.report_halt(failed, &fingerprint) {
-            return;
-        }
-        let wave = self.plans.wave(failed);
-        let held: Vec<String> = self
-            .neighbours(failed)
-            .into_iter()
-            .filter(|other| self.plans.wave(other) > wave && self.rolls_pending(other))
-            .map(|other| format!("{other} (wave {})", self.plans.wave(&other)))
-            .collect();
-        let refs: Vec<String> = changed.iter().map(ToString::to_string).collect();
-        let note = format!(
-            "the rollout of config {fingerprint} (wave {wave}) failed; {} changed; held: {}",
-            if refs.is_empty() {
-                "config".to_owned()
-            } else {
-                refs.join(", ")
-            },
-            held.join(", ")
-        );
-        tracing::warn!(workload = %failed, %note, "waves halted");
-        let notice =
-            Notice::new(failed.clone(), Reason::WavesHalted, note).with_changed(changed.to_vec());
-        self.publish(out, notice);
-    }
-
-    /// An earlier wave completed or failed: the workloads it held decide again.
-    pub(super) fn reevaluate_waves(&mut self, now: Instant) {
-        if !self.plans.has_waves() {
-            return;
-        }
-        for id in self.plans.held_by_waves() {
-            self.evaluate(&id, now);
-        }
     }
 }
 
