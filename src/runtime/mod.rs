@@ -884,3 +884,6 @@ fn scope_description(namespaces: &[String]) -> String {
         namespaces.join(",")
     }
 }
+
+#[cfg(test)]
+mod delivery_tests;
