@@ -56,8 +56,10 @@
 //! `docs/design.md` §1a says what each module owns):
 //!
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
-//!    `annotations`, `discovery`, `stamp`, [`window`], plus the shared
-//!    utilities `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
+//!    `annotations`, `discovery`, `stamp`, [`window`], `outcome` (rollout
+//!    outcomes and the config history), `delivery` (holds, windows, waves),
+//!    plus the shared utilities `errors`, `health`, `rate`, `scope`, `config`,
+//!    `telemetry`.
 //! 2. Adapters: `sources`, `targets`, `webhook`, `events`; none imports
 //!    another adapter, the engine or the runtime.
 //! 3. `engine`: the synchronous core and its async driver; [`explain`]: the
