@@ -13,7 +13,7 @@
 //! - stamps (`record.rs`): one `Record` per workload, what the core knows of
 //!   its stamp, its changes, the write in flight and what was reported;
 //! - delivery plans (`plan.rs`): `Plans`, the workloads held and the delivery
-//!   settings, judged by the rules of [`crate::delivery`];
+//!   settings, judged by the rules of `crate::delivery`;
 //! - following rollouts (`follow.rs`): `Following`, the rollouts nudge started
 //!   until they end, and the deadlines and CronJob runs that end them;
 //! - who changed each input (`authors.rs`) and the namespace selection
