@@ -1117,11 +1117,6 @@ impl Core {
 // === following rollouts ===
 
 impl Core {
-    /// nudge's own progress deadline for workload `id`.
-    fn deadline_window(&self, id: &WorkloadId) -> Duration {
-        progress_deadline(&self.records, self.engine.progress_deadline, id)
-    }
-
     /// nudge's stamp of `workload` (as stored after it) starting `started`
     /// was written: its rollout is followed from now.
     fn start_following(
@@ -1132,10 +1127,10 @@ impl Core {
         out: &mut Vec<Effect>,
     ) {
         let id = &workload.id;
-        let window = self.deadline_window(id);
         let Some(record) = self.records.get_mut(id) else {
             return;
         };
+        let window = record.progress_deadline(self.engine.progress_deadline);
         if self.leader {
             let sources = follow::source_names(&started.0);
             let names: Vec<&str> = sources.iter().map(String::as_str).collect();
@@ -1149,10 +1144,10 @@ impl Core {
 
     /// A workload event, for the rollout followed on it.
     fn follow_workload(&mut self, workload: &Workload, now: Instant, out: &mut Vec<Effect>) {
-        let window = self.deadline_window(&workload.id);
         let Some(record) = self.records.get_mut(&workload.id) else {
             return;
         };
+        let window = record.progress_deadline(self.engine.progress_deadline);
         let ended = self.following.on_workload(
             workload,
             &mut record.revisions,
@@ -1225,8 +1220,7 @@ impl Core {
 fn progress_deadline(records: &Records, default: Duration, id: &WorkloadId) -> Duration {
     records
         .get(id)
-        .and_then(|record| record.timing().progress_deadline)
-        .unwrap_or(default)
+        .map_or(default, |record| record.progress_deadline(default))
 }
 
 fn count(

@@ -95,6 +95,12 @@ impl Record {
         self.timing.as_deref().copied().unwrap_or_default()
     }
 
+    /// nudge's own progress deadline for its rollouts: its annotation's, else
+    /// `default` (`engine.progress_deadline`).
+    pub(super) fn progress_deadline(&self, default: Duration) -> Duration {
+        self.timing().progress_deadline.unwrap_or(default)
+    }
+
     pub(super) fn writing(&self) -> bool {
         matches!(self.write, WriteState::InFlight(_))
     }
