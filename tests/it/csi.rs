@@ -350,7 +350,8 @@ async fn double_only_the_preset_picks_up_the_drivers_crd_installed_after_start()
     assert!(
         body.contains("not watching source csi")
             && body.contains("secrets-store.csi.x-k8s.io/v1 SecretProviderClassPodStatus")
-            && body.contains("waiting for its CRD"),
+            && body.contains("(404): is its CRD installed?")
+            && !body.contains("Failed to parse"),
         "{body}"
     );
     cluster
