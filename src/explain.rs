@@ -495,6 +495,13 @@ fn output_verdict(
     if let Some(verdict) = blocked_verdict(facts, reasons) {
         return verdict;
     }
+    if spec.inputs.is_empty() && desired.is_none() {
+        // Nothing to hash: not written (design §2), whatever it holds.
+        return Verdict {
+            state: State::InSync,
+            message: "nothing to stamp: it references no config".to_owned(),
+        };
+    }
     if desired.is_some() && desired == stamped {
         return Verdict {
             state: State::InSync,

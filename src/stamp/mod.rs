@@ -254,7 +254,7 @@ where
     L: FingerprintLookup + ?Sized,
 {
     let mut stamp = DesiredStamp::default();
-    for spec in specs {
+    for spec in specs.iter().filter(|spec| !hashes_nothing(spec)) {
         match evaluate(spec, lookup, stamp_on_delete) {
             Ok(value) => {
                 if spec.combine == Combine::ReloaderSource
@@ -273,6 +273,20 @@ where
         }
     }
     stamp
+}
+
+/// Whether `spec` combines no input into a hash (`<prefix>/auto` on a pod spec
+/// that references no ConfigMap or Secret, only Secrets Store CSI volumes say):
+/// such an output has no desired value. Written, the hash of nothing would
+/// roll the pods for no config at all; left out, the output keeps what it
+/// holds, so one an older nudge wrote stays (removing it would roll them too).
+/// A hold ([`Combine::Release`]) with no input is released at once.
+fn hashes_nothing(spec: &StampSpec) -> bool {
+    spec.inputs.is_empty()
+        && matches!(
+            spec.combine,
+            Combine::NativeHash | Combine::Wave | Combine::ReloaderSource
+        )
 }
 
 /// The value of `output` now on the workload, or `None` when it is unset or
