@@ -690,6 +690,7 @@ fn output_kind(output: &Output) -> &'static str {
         Output::RestartAt(_) => "metadata + restartAt",
         Output::SchedulingGate(_) => "scheduling gate",
         Output::WaveSchedulingDisabled => "Wave scheduler",
+        Output::ReloaderPause => "Reloader's pause",
     }
 }
 

@@ -245,6 +245,10 @@ pub enum Release {
         /// The scheduler Wave replaced.
         scheduler_name: String,
     },
+    /// Resume a Deployment Reloader left paused (`spec.paused: false`, when it
+    /// is paused) and remove its `deployment.reloader.stakater.com/paused-at`,
+    /// as Reloader's own resume does.
+    ReloaderPause,
 }
 
 /// Computes the desired value of each spec's output. With `stamp_on_delete`, an
@@ -358,7 +362,8 @@ pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
                 Output::WorkloadAnnotation(_)
                 | Output::ReloaderSource(_)
                 | Output::SchedulingGate(_)
-                | Output::WaveSchedulingDisabled => return false,
+                | Output::WaveSchedulingDisabled
+                | Output::ReloaderPause => return false,
             };
             on_template != Some(value.as_str())
         })
@@ -529,7 +534,7 @@ fn plan(
         }
         if matches!(
             output,
-            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled
+            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled | Output::ReloaderPause
         ) {
             continue;
         }
@@ -572,6 +577,10 @@ fn plan_release(workload: &Workload, output: &Output, want: Option<&str>) -> Opt
             .map(|scheduler_name| Release::WaveScheduler {
                 scheduler_name: scheduler_name.clone(),
             }),
+        Output::ReloaderPause => workload
+            .annotations
+            .contains_key(crate::model::RELOADER_PAUSED_AT)
+            .then_some(Release::ReloaderPause),
         _ => None,
     }
 }
@@ -1061,7 +1070,16 @@ fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
         {
             Observed::Consistent(RELEASED)
         }
-        Output::SchedulingGate(_) | Output::WaveSchedulingDisabled => Observed::Unset,
+        Output::ReloaderPause
+            if !workload
+                .annotations
+                .contains_key(crate::model::RELOADER_PAUSED_AT) =>
+        {
+            Observed::Consistent(RELEASED)
+        }
+        Output::SchedulingGate(_) | Output::WaveSchedulingDisabled | Output::ReloaderPause => {
+            Observed::Unset
+        }
     }
 }
 
