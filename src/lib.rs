@@ -8,39 +8,12 @@
 //! "design §N" in the code's comments refers to section N of `docs/design.md`,
 //! the design of record in the repository.
 //!
-//! # Embedding
+//! [`Controller`] runs everything `nudge run` runs; add custom sources and
+//! targets to it, and [`cli::run`] gives an embedder's binary nudge's whole
+//! command line with them. The guide below is `docs/extending.md` in the
+//! repository; its examples are compiled as this crate's doc tests.
 //!
-//! [`Controller`] runs everything `nudge run` runs; add custom sources and targets
-//! to it. [`cli::run`] gives an embedder's binary nudge's whole command line
-//! (`run`, `explain`, `check-config`, `version`) with them:
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use nudge::source::{ObserveContext, Observation, PollSource, SourceError, SourceName, Tracked, poll};
-//!
-//! struct Motd(SourceName);
-//!
-//! #[nudge::async_trait]
-//! impl PollSource for Motd {
-//!     fn name(&self) -> &SourceName { &self.0 }
-//!     fn interval(&self) -> Duration { Duration::from_secs(30) }
-//!     async fn observe(&self, tracked: &Tracked, cx: &ObserveContext)
-//!         -> Result<Observation, SourceError> {
-//!         let body = tracked.reference.name.as_bytes(); // read it from somewhere
-//!         Ok(Observation::Present(cx.fingerprint(body)))
-//!     }
-//! }
-//!
-//! #[tokio::main]
-//! async fn main() -> std::process::ExitCode {
-//!     let motd = SourceName::new("motd").expect("a valid source name");
-//!     nudge::cli::run(|controller| controller.with_source(poll(Motd(motd)))).await
-//! }
-//! ```
-//!
-//! A [`Controller`] built by hand opens no port and takes no Lease unless asked
-//! ([`Controller::admin`], [`Controller::leader_election`],
-//! [`Controller::operate_as_configured`]).
+#![doc = include_str!("../docs/extending.md")]
 //!
 //! # Public API
 //!

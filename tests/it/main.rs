@@ -23,6 +23,7 @@ mod consul_stamps;
 mod csi;
 mod custom_source;
 mod delivery;
+mod docs;
 mod explain;
 mod faults;
 mod golden;
