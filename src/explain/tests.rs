@@ -72,6 +72,9 @@ fn mk_settings() -> ExplainSettings {
         min_interval: Duration::from_secs(30),
         stamp_on_delete: false,
         namespaces: Vec::new(),
+        ignore_namespaces: Vec::new(),
+        namespace_selector: String::new(),
+        ignore_kinds: Vec::new(),
         window: None,
     }
 }
@@ -83,6 +86,7 @@ struct World {
     objects: BTreeMap<String, ObjectFacts>,
     settings: Option<ExplainSettings>,
     neighbours: Vec<super::Neighbour>,
+    namespace_selected: Option<bool>,
 }
 
 impl World {
@@ -130,6 +134,12 @@ impl World {
         self
     }
 
+    /// Whether the workload's namespace matches `namespace_selector`.
+    fn namespace_selected(mut self, selected: bool) -> Self {
+        self.namespace_selected = Some(selected);
+        self
+    }
+
     /// The report for `workload`, matching inputs and objects by reference name.
     fn report(&self, workload: &Workload) -> Report {
         let settings = self.settings.clone().unwrap_or_else(mk_settings);
@@ -159,6 +169,7 @@ impl World {
             settings: &settings,
             now: ts(NOW),
             neighbours: &self.neighbours,
+            namespace_selected: self.namespace_selected,
         })
     }
 }
@@ -380,6 +391,69 @@ fn workload_outside_the_configured_namespaces_is_not_managed() {
         .settings(settings)
         .report(&flags_workload(FLAGS_FP));
     assert_eq!(report.verdict.state, State::NotManaged);
+}
+
+#[test]
+fn a_workload_nudge_would_stamp_but_its_configuration_excludes_says_why() {
+    let in_sync = || World::default().present("flags", FLAGS_FP);
+    let verdict = |world: World| world.report(&flags_workload(FLAGS_OLD)).verdict;
+
+    let mut settings = mk_settings();
+    settings.ignore_namespaces = vec!["kube-system".into(), NS.into()];
+    let ignored = verdict(in_sync().settings(settings));
+    assert_eq!(ignored.state, State::NotManaged);
+    assert_eq!(
+        ignored.message,
+        "not managed: namespace shop is ignored (kubernetes.ignore_namespaces)"
+    );
+
+    let mut settings = mk_settings();
+    settings.namespace_selector = "team in (a,b)".into();
+    let unselected = verdict(
+        in_sync()
+            .settings(settings.clone())
+            .namespace_selected(false),
+    );
+    assert_eq!(
+        unselected.message,
+        "not managed: namespace shop does not match kubernetes.namespace_selector (team in (a,b))"
+    );
+    let selected = verdict(in_sync().settings(settings).namespace_selected(true));
+    assert_eq!(selected.state, State::OutOfSync);
+
+    let mut settings = mk_settings();
+    settings.ignore_kinds = vec!["deployments".into()];
+    let turned_off = verdict(in_sync().settings(settings));
+    assert_eq!(
+        turned_off.message,
+        "not managed: Deployment is turned off (kubernetes.ignore_kinds)"
+    );
+}
+
+#[test]
+fn a_workload_that_opts_out_is_not_managed_and_says_by_what() {
+    for (key, value) in [
+        ("nudge.dev/auto", "false"),
+        ("reloader.stakater.com/auto", "false"),
+        ("k8s-consul-mutator.io/skip", "true"),
+    ] {
+        let report = World::default().report(&mk_workload(&[(key, value)], &[]));
+        assert_eq!(report.verdict.state, State::NotManaged, "{key}");
+        assert_eq!(
+            report.verdict.message,
+            format!("not managed: opted out by {key}: {value:?}")
+        );
+    }
+}
+
+#[test]
+fn an_auto_workload_referencing_no_config_has_nothing_to_stamp() {
+    let report = World::default().report(&mk_workload(&[("nudge.dev/auto", "true")], &[]));
+    assert_eq!(report.verdict.state, State::InSync);
+    assert_eq!(
+        report.verdict.message,
+        "nothing to stamp: it references no config"
+    );
 }
 
 #[test]

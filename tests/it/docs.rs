@@ -684,7 +684,9 @@ fn reference_section(path: &str, array: bool) -> Option<String> {
                 .join("."),
         ),
         ["sources", "consul", "instances", _] => Some("sources.consul.instances.<name>".to_owned()),
-        ["sources", own, ..] if !["consul", "kubernetes"].contains(own) => None,
+        ["sources", own, ..] if !["configmap", "secret", "consul", "kubernetes"].contains(own) => {
+            None
+        }
         ["targets", ..] => None,
         _ => Some(path.to_owned()),
     }

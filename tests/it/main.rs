@@ -14,6 +14,7 @@ mod admin;
 mod adoption;
 mod batch;
 mod binary;
+mod check_config;
 mod compat;
 mod configmap_secret;
 mod configured;

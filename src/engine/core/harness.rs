@@ -445,6 +445,9 @@ pub(super) fn applied(workload: &Workload, patch: &StampPatch) -> Workload {
                 next.annotations
                     .remove(crate::model::WAVE_SCHEDULING_DISABLED);
             }
+            Release::ReloaderPause => {
+                next.annotations.remove(crate::model::RELOADER_PAUSED_AT);
+            }
         }
     }
     next
