@@ -220,6 +220,9 @@ fn explain_verdict(case: &Case, t0: Instant) -> crate::explain::Verdict {
         min_interval: EngineConfig::default().min_interval,
         stamp_on_delete: false,
         namespaces: Vec::new(),
+        ignore_namespaces: Vec::new(),
+        namespace_selector: String::new(),
+        ignore_kinds: Vec::new(),
         window: None,
     };
     let report = build_report(&Facts {
@@ -230,6 +233,7 @@ fn explain_verdict(case: &Case, t0: Instant) -> crate::explain::Verdict {
         settings: &settings,
         now: clock(t0).at(t0 + DEBOUNCE),
         neighbours: &neighbours,
+        namespace_selected: None,
     });
     report.verdict
 }
