@@ -133,11 +133,22 @@ pub struct EngineMetrics {
     rollout_duration: Family<RolloutDurationLabels, Histogram>,
     held: Family<HeldLabels, Gauge>,
     wave_rollouts: Family<WaveLabels, Gauge>,
+    /// The series of `held` and `wave_rollouts`, one per label value (in the
+    /// order of [`HELD_REASONS`] and [`WAVE_STATES`]): the core sets them after
+    /// every input, and a family's lookup hashes its labels under a lock.
+    held_series: [Gauge; HELD_REASONS.len()],
+    wave_series: [Gauge; WAVE_STATES.len()],
 }
 
 impl Default for EngineMetrics {
     /// Metrics that are kept but not exported (tests, embedders without a registry).
     fn default() -> Self {
+        let held = Family::<HeldLabels, Gauge>::default();
+        let wave_rollouts = Family::<WaveLabels, Gauge>::default();
+        let held_series =
+            HELD_REASONS.map(|reason| held.get_or_create(&HeldLabels { reason }).clone());
+        let wave_series =
+            WAVE_STATES.map(|state| wave_rollouts.get_or_create(&WaveLabels { state }).clone());
         Self {
             stamps: Family::default(),
             stamp_latency: Histogram::new(LATENCY_BUCKETS),
@@ -149,8 +160,10 @@ impl Default for EngineMetrics {
             annotation_errors: Family::default(),
             rollouts: Family::default(),
             rollout_duration: Family::new_with_constructor(|| Histogram::new(ROLLOUT_BUCKETS)),
-            held: Family::default(),
-            wave_rollouts: Family::default(),
+            held,
+            wave_rollouts,
+            held_series,
+            wave_series,
         }
     }
 }
@@ -217,20 +230,11 @@ impl EngineMetrics {
             "Workloads whose changed config waits (design §5d), by reason: notify, manual, window, wave (an earlier wave in flight), halted (an earlier wave failed), invalid",
             metrics.held.clone(),
         );
-        for reason in HELD_REASONS {
-            metrics.held.get_or_create(&HeldLabels { reason }).set(0);
-        }
         registry.register(
             "wave_rollouts",
             "Rollouts of an earlier wave that later-wave workloads wait for now (design §5d), each counted once, by state: rolling (not done yet), halted (failed: the later waves are halted until a newer change)",
             metrics.wave_rollouts.clone(),
         );
-        for state in WAVE_STATES {
-            metrics
-                .wave_rollouts
-                .get_or_create(&WaveLabels { state })
-                .set(0);
-        }
         registry.register(
             "annotation_errors",
             "Invalid workload annotations by workload kind and error category, each counted when first reported",
@@ -303,7 +307,9 @@ impl EngineMetrics {
     /// Sets how many workloads are held for `reason`.
     pub(crate) fn set_held(&self, reason: &'static str, count: usize) {
         let count = i64::try_from(count).unwrap_or(i64::MAX);
-        self.held.get_or_create(&HeldLabels { reason }).set(count);
+        if let Some(at) = HELD_REASONS.iter().position(|r| *r == reason) {
+            self.held_series[at].set(count);
+        }
     }
 
     /// Workloads held for `reason` now.
@@ -314,9 +320,9 @@ impl EngineMetrics {
     /// Sets how many earlier-wave rollouts later waves wait for, in `state`.
     pub(crate) fn set_wave_rollouts(&self, state: &'static str, count: usize) {
         let count = i64::try_from(count).unwrap_or(i64::MAX);
-        self.wave_rollouts
-            .get_or_create(&WaveLabels { state })
-            .set(count);
+        if let Some(at) = WAVE_STATES.iter().position(|s| *s == state) {
+            self.wave_series[at].set(count);
+        }
     }
 
     /// Earlier-wave rollouts later waves wait for now, in `state`.

@@ -187,18 +187,18 @@ impl Plans {
         self.halts.clear();
     }
 
-    /// Held workloads per `nudge_held_workloads` reason.
-    pub(super) fn counts(&self) -> impl Iterator<Item = (&'static str, usize)> + '_ {
-        crate::engine::metrics::HELD_REASONS
-            .into_iter()
-            .map(|reason| {
-                let count = self
-                    .held
-                    .values()
-                    .filter(|held| held.hold.reason() == reason)
-                    .count();
-                (reason, count)
-            })
+    /// Held workloads per `nudge_held_workloads` reason, counted in one pass
+    /// (the core sets the gauges after every input).
+    pub(super) fn counts(&self) -> impl Iterator<Item = (&'static str, usize)> {
+        let reasons = crate::engine::metrics::HELD_REASONS;
+        let mut counts = [0; crate::engine::metrics::HELD_REASONS.len()];
+        for held in self.held.values() {
+            let reason = held.hold.reason();
+            if let Some(at) = reasons.iter().position(|r| *r == reason) {
+                counts[at] += 1;
+            }
+        }
+        reasons.into_iter().zip(counts)
     }
 
     /// The earlier-wave workloads the held workloads wait behind, as the
