@@ -25,10 +25,10 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use tokio_util::sync::CancellationToken;
 
-use super::kube::{MetaEvent, ObjectReader, meta_streams, provenance_of, run_objects};
+use super::kube::{MetaEvent, ObjectReader, ObjectStub, meta_streams, provenance_of, run_objects};
 use super::{ObjectSourceSettings, ObserveContext, Source, SourceContext, SourceError};
 use crate::config::{KubernetesSourceConfig, KubernetesSourcePreset};
 use crate::fingerprint::{self, Algorithm, FieldSelection, Fingerprint, Observation};
@@ -458,11 +458,9 @@ impl ObjectReader for KindSource {
             .cloned()
             .unwrap_or_else(|| ApiResource::from_gvk(&self.gvk));
         meta_streams(&self.name, &self.settings, health, |ns| match ns {
-            Some(ns) => Api::<PartialObjectMeta<DynamicObject>>::namespaced_with(
-                client.clone(),
-                ns,
-                &resource,
-            ),
+            Some(ns) => {
+                Api::<ObjectStub<DynamicObject>>::namespaced_with(client.clone(), ns, &resource)
+            }
             None => Api::all_with(client.clone(), &resource),
         })
     }
