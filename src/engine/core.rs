@@ -1180,11 +1180,11 @@ impl Core {
 
     /// A newer stamp of `id`, starting revision `next`, is on its way: the
     /// rollout in progress is superseded. The driver publishes its Event and
-    /// carries it in `next`'s marker (with any it superseded in turn), so a
-    /// change while a rollout is in flight costs no extra write; `None` when
-    /// none is in progress.
+    /// carries it in `next`'s marker (with any it superseded in turn), as the
+    /// workload last showed it, so a change while a rollout is in flight
+    /// costs no extra request; `None` when none is in progress.
     fn supersede(&mut self, id: &WorkloadId, next: u32, now: Instant) -> Option<Box<Supersession>> {
-        let ended = self.following.supersede(id, next, now)?;
+        let (ended, seen) = self.following.supersede(id, next, now)?;
         if self.leader {
             self.count_ended(&ended);
         }
@@ -1192,6 +1192,7 @@ impl Core {
             conclusion: ended.conclusion,
             marker: Output::WorkloadAnnotation(self.scheme.rollout()),
             limit: self.engine.history_limit,
+            seen,
         }))
     }
 

@@ -361,13 +361,9 @@ impl Driver {
             match effect {
                 Effect::Track(tracked) => send_interest(&self.slots, Interest::Track(tracked)),
                 Effect::Untrack(tracked) => send_interest(&self.slots, Interest::Untrack(tracked)),
-                Effect::Write(write) => spawn_write(
-                    &self.targets,
-                    *write,
-                    &self.recording.rollout_key,
-                    &self.events,
-                    &mut self.tasks,
-                ),
+                Effect::Write(write) => {
+                    spawn_write(&self.targets, *write, &self.events, &mut self.tasks);
+                }
                 Effect::Publish(notice) => self.events.queue(notice),
                 Effect::WakeAt(at) => self.wake = Some(at),
                 Effect::Conclude(conclusion) => self.spawn_record(*conclusion),
@@ -565,7 +561,6 @@ fn send_interest(slots: &BTreeMap<SourceName, SourceSlot>, interest: Interest) {
 fn spawn_write(
     targets: &BTreeMap<crate::model::WorkloadKind, Arc<dyn Target>>,
     write: StampWrite,
-    rollout_key: &str,
     events: &EventQueue,
     tasks: &mut JoinSet<Done>,
 ) {
@@ -577,19 +572,14 @@ fn spawn_write(
     let id = workload.id.clone();
     let target = targets.get(&id.kind).cloned();
     let span = tracing::info_span!("stamp", workload = %id);
-    let rollout_key = rollout_key.to_owned();
-    let events = events.clone();
+    if let Some(supersedes) = supersedes {
+        let superseded = supersedes.carry(&mut patch);
+        events.queue(recording::notice(&superseded, None));
+    }
     tasks.spawn(
         async move {
             let outcome = match target {
-                Some(target) => {
-                    if let Some(supersedes) = supersedes {
-                        let marker = superseded_marker(&*target, &id, &rollout_key).await;
-                        let superseded = supersedes.carry(marker.as_deref(), &mut patch);
-                        events.queue(recording::notice(&superseded, None));
-                    }
-                    target.apply(&workload, &patch).await.into()
-                }
+                Some(target) => target.apply(&workload, &patch).await.into(),
                 None => WriteOutcome::Failed(TargetError::Rejected {
                     id: id.clone(),
                     message: "no target is registered for this kind".into(),
@@ -599,20 +589,6 @@ fn spawn_write(
         }
         .instrument(span),
     );
-}
-
-/// The rollout marker of workload `id` as stored, before a stamp that
-/// supersedes the rollout it names replaces it; `None` when the workload has
-/// none, or cannot be read (the superseded revision is then carried without
-/// its changes, and its Event says so).
-async fn superseded_marker(target: &dyn Target, id: &WorkloadId, key: &str) -> Option<String> {
-    match target.get(id).await {
-        Ok(workload) => workload.and_then(|mut w| w.annotations.remove(key)),
-        Err(error) => {
-            tracing::warn!(workload = %id, %error, "cannot read the rollout a stamp supersedes");
-            None
-        }
-    }
 }
 
 /// Events on their way to the publisher, which never makes stamping wait.
@@ -763,6 +739,7 @@ mod tests {
             revision: crate::outcome::history::Revision::parse(r#"{"revision":1}"#)
                 .expect("a revision"),
             related: None,
+            stored: None,
         }
     }
 

@@ -17,7 +17,7 @@
 pub mod history;
 mod note;
 
-use crate::model::{Output, Reference, WorkloadId};
+use crate::model::{Output, Reference, Workload, WorkloadId};
 use crate::stamp::StampPatch;
 use history::Revision;
 
@@ -32,6 +32,12 @@ pub struct Conclusion {
     pub revision: Revision,
     /// The first reference whose change it carried, when known.
     pub related: Option<Reference>,
+    /// The workload as the watch delivered it when the rollout ended,
+    /// reduced to what recording reads (its resourceVersion, marker and
+    /// history): recorded from this copy, with no read first. `None` (an
+    /// end by nudge's own deadline, a new leader's conclusions): recording
+    /// reads the workload.
+    pub stored: Option<Box<Workload>>,
 }
 
 impl Conclusion {
@@ -71,9 +77,9 @@ impl ReadBack {
     }
 }
 
-/// The rollout a stamp supersedes: the driver reads its revision from the
-/// workload's marker before the stamp replaces it, publishes its outcome and
-/// carries it in the stamp's own marker ([`Supersession::carry`]).
+/// The rollout a stamp supersedes: its revision as the workload's marker
+/// last showed it is published as superseded and carried in the stamp's own
+/// marker ([`Supersession::carry`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Supersession {
     /// The superseded rollout's end, as [`Conclusion`]s are.
@@ -82,20 +88,24 @@ pub struct Supersession {
     pub marker: Output,
     /// How many revisions a marker carries at most (the history's length).
     pub limit: usize,
+    /// The workload's `<prefix>/rollout` as the watch last delivered it
+    /// while the superseded rollout was followed (`None`: someone removed
+    /// it or replaced it).
+    pub seen: Option<String>,
 }
 
 impl Supersession {
-    /// Carries the superseded revision, its details read from `marker` (the
-    /// workload's `<prefix>/rollout` as stored before the stamp), into the
-    /// stamp's marker in `patch`, with those it carried in turn; the
-    /// superseded conclusion as read back, to publish.
-    pub fn carry(self, marker: Option<&str>, patch: &mut StampPatch) -> ReadBack {
+    /// Carries the superseded revision, its details read from the marker it
+    /// was last seen with, into the stamp's marker in `patch`, with those it
+    /// carried in turn; the superseded conclusion as read back, to publish.
+    pub fn carry(self, patch: &mut StampPatch) -> ReadBack {
         let Supersession {
             conclusion,
             marker: key,
             limit,
+            seen,
         } = self;
-        let read = conclusion.read_back(marker);
+        let read = conclusion.read_back(seen.as_deref());
         let mut ended = read.conclusion.revision.clone();
         let mut carried = std::mem::take(&mut ended.superseded);
         carried.push(ended);

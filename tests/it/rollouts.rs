@@ -125,6 +125,81 @@ async fn a_rollout_past_its_progress_deadline_fails_and_names_the_last_good_revi
     nudge.stop().await;
 }
 
+/// Deployment `name` as a list answers it (the test's own reads are lists, so
+/// that every GET of the workload in the double's log is nudge's), once
+/// `ready` holds of it.
+async fn listed_when(cluster: &TestCluster, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let params = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    wait_for(
+        &format!("Deployment {name} to be as expected"),
+        WAIT,
+        || async {
+            let list = cluster.api::<Deployment>().list(&params).await.ok()?;
+            let workload = serde_json::to_value(list.items.first()?).ok()?;
+            ready(&workload).then_some(workload)
+        },
+    )
+    .await
+}
+
+/// The revision a newer stamp supersedes, and the outcome nudge records, are
+/// read from the workload as the watch delivered it: a change while a rollout
+/// is in flight costs its PATCH and Events, and the outcome its history
+/// PATCH, with no GET of the workload (design §5c). On the double only: its
+/// request log tells nudge's requests apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn double_only_superseding_and_recording_read_no_workload() {
+    let cluster = TestCluster::start("rollout-no-read").await;
+    cluster.put_configmap("app-config", &[("a", "1")]).await;
+    // One replica, no node to run it: revision 1 stays in flight.
+    deployment(&cluster, "web", 1, 600).await;
+    let nudge = cluster.start_nudge(cluster.nudge_config());
+    let revision = |workload: &Value| {
+        marker(workload)
+            .and_then(|m| serde_json::from_str::<Value>(m).ok())
+            .and_then(|m| m["revision"].as_u64())
+    };
+    listed_when(&cluster, "web", |w| revision(w) == Some(1)).await;
+    let double = cluster.double().expect("on the double");
+    let mark = double.requests().len();
+
+    cluster.put_configmap("app-config", &[("a", "2")]).await;
+    let superseding = listed_when(&cluster, "web", |w| revision(w) == Some(2)).await;
+    let carried: Value = serde_json::from_str(marker(&superseding).unwrap()).unwrap();
+    assert_eq!(carried["superseded"][0]["revision"], 1, "{carried}");
+    assert!(
+        carried["superseded"][0]["stamp"][0]["after"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("sha256-")),
+        "revision 1 carried with its values: {carried}"
+    );
+    // No replica to wait for: revision 2 completes and is recorded.
+    cluster
+        .merge_patch::<Deployment>("web", json!({"spec": {"replicas": 0}}))
+        .await;
+    let recorded = listed_when(&cluster, "web", |w| {
+        marker(w).is_none() && recorded_history(w).is_some_and(|h| h.len() == 2)
+    })
+    .await;
+    let history = recorded_history(&recorded).unwrap();
+    assert_eq!(history[0]["outcome"], "superseded");
+    assert_eq!(history[1]["outcome"], "complete");
+
+    let path = format!(
+        "/apis/apps/v1/namespaces/{}/deployments/web",
+        cluster.namespace()
+    );
+    let reads: Vec<String> = double
+        .requests()
+        .iter()
+        .skip(mark)
+        .filter(|r| r.method == "GET" && r.path == path)
+        .map(|r| format!("GET {}?{}", r.path, r.query.clone().unwrap_or_default()))
+        .collect();
+    assert!(reads.is_empty(), "nudge read the workload: {reads:?}");
+    nudge.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_whose_marker_someone_removed_is_reported_without_its_changes() {
     let cluster = TestCluster::start("rollout-unmarked").await;

@@ -43,12 +43,12 @@ use crate::outcome::history::{self, Outcome, Revision};
 use crate::window::WallClock;
 
 /// A rollout being followed: what judging, concluding and explaining it
-/// need, not the revision itself. The revision (its changes, who made them,
-/// the values before and after) stays in the workload's `<prefix>/rollout`
-/// marker, where the driver reads it when it publishes and records the
-/// outcome (`engine/driver/recording.rs`) or carries it into a newer marker
-/// (`outcome::Supersession`). At the benchmark's large scale ~1,000 rollouts are in
-/// flight: their revisions took 1.25 MB as structs, 0.63 MB as JSON.
+/// need, and its revision (its changes, who made them, the values before and
+/// after) as the JSON text of the workload's `<prefix>/rollout` marker last
+/// seen, so that a stamp superseding it carries it into its own marker
+/// (`outcome::Supersession`) without reading the workload first. Text, not
+/// structs: at the benchmark's large scale ~1,000 rollouts are in flight,
+/// and their revisions took 1.25 MB as structs, 0.63 MB as JSON.
 #[derive(Debug)]
 pub(super) struct Follow {
     /// The number of the revision it rolls out.
@@ -67,6 +67,9 @@ pub(super) struct Follow {
     /// How it ended, once it has (the revision's number, outcome, reason,
     /// time and duration); kept until the marker leaves the workload.
     ended: Option<Box<Revision>>,
+    /// The workload's marker naming this revision, as last seen; `None` once
+    /// someone removed it or replaced it (its changes are then not known).
+    marker: Option<Box<str>>,
 }
 
 impl Follow {
@@ -285,6 +288,33 @@ impl Following {
         self.judge_runs(id, window, now)
     }
 
+    /// `workload`'s marker when it names revision `number`.
+    fn marker_of(&self, workload: &Workload, number: u32) -> Option<Box<str>> {
+        let marker = workload.annotations.get(&self.rollout_key)?;
+        let names = Revision::parse(marker).is_some_and(|m| m.revision == number);
+        names.then(|| marker.as_str().into())
+    }
+
+    /// `workload` reduced to what recording an outcome reads of it: its
+    /// resourceVersion (the write is guarded by it), marker and history.
+    fn as_recorded(&self, workload: &Workload) -> Box<Workload> {
+        let kept = [&self.rollout_key, &self.history_key];
+        Box::new(Workload {
+            id: workload.id.clone(),
+            annotations: workload
+                .annotations
+                .iter()
+                .filter(|(key, _)| kept.contains(key))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+            template: Default::default(),
+            rollout: workload.rollout,
+            ordered_pods: workload.ordered_pods,
+            resource_version: workload.resource_version.clone(),
+            controller: None,
+        })
+    }
+
     /// A workload event: its history read into `revisions`, then following
     /// resumed from its marker, or the rollout followed judged by its status.
     /// `written`: the revision nudge's last write left; `window`: its
@@ -324,11 +354,16 @@ impl Following {
                 if !fresh {
                     return None;
                 }
-                if follow.template != template_digest(workload) {
-                    let reason = "the pod template was changed by someone else".to_owned();
-                    return self.end(id, Outcome::Superseded, Some(reason), now);
+                let superseded = follow.template != template_digest(workload);
+                let marker = self.marker_of(workload, follow.number);
+                if let Some(follow) = self.follows.get_mut(id) {
+                    follow.marker = marker;
                 }
-                self.judge(id, workload.rollout, now)
+                if superseded {
+                    let reason = "the pod template was changed by someone else".to_owned();
+                    return self.end(id, (Outcome::Superseded, Some(reason)), now, Some(workload));
+                }
+                self.judge(workload, now)
             }
             None => {
                 let revision = self.unrecorded(workload, marker?, recorded)?;
@@ -363,9 +398,8 @@ impl Following {
     ) -> Option<Ended> {
         tracing::info!(workload = %workload.id, revision = revision.revision, "following the rollout in flight");
         self.follow(workload, revisions, revision, None, window, now);
-        let id = &workload.id;
-        self.judge(id, workload.rollout, now)
-            .or_else(|| self.judge_runs(id, window, now))
+        self.judge(workload, now)
+            .or_else(|| self.judge_runs(&workload.id, window, now))
     }
 
     /// A Job event: a Job a CronJob controls is one of its runs. Kept (a few
@@ -432,7 +466,7 @@ impl Following {
         }
         let starts_deadline = running && follow.deadline.is_none();
         if let Some((outcome, reason)) = ended {
-            return self.end(id, outcome, Some(reason), now);
+            return self.end(id, (outcome, Some(reason)), now, None);
         }
         if starts_deadline {
             let at = crate::rate::saturating_add(now, window);
@@ -465,6 +499,7 @@ impl Following {
             deadline: deadline_for(&id.kind, window, now),
             template: template_digest(workload),
             ended: None,
+            marker: self.marker_of(workload, revision.revision),
         };
         self.forget_follow(id);
         if let Some(at) = follow.deadline {
@@ -474,28 +509,36 @@ impl Following {
     }
 
     /// A newer stamp of `id`, starting revision `next`, is on its way: the
-    /// rollout followed so far is superseded (and no longer followed); `None`
-    /// when none is in progress.
-    pub(super) fn supersede(&mut self, id: &WorkloadId, next: u32, now: Instant) -> Option<Ended> {
+    /// rollout followed so far is superseded (and no longer followed), with
+    /// its marker as last seen (what the stamp carries); `None` when none is
+    /// in progress.
+    pub(super) fn supersede(
+        &mut self,
+        id: &WorkloadId,
+        next: u32,
+        now: Instant,
+    ) -> Option<(Ended, Option<String>)> {
         let reason = format!("superseded by config revision {next}");
-        let ended = self.end(id, Outcome::Superseded, Some(reason), now)?;
+        let ended = self.end(id, (Outcome::Superseded, Some(reason)), now, None)?;
+        let marker = self.follows.get_mut(id).and_then(|f| f.marker.take());
         self.forget_follow(id);
-        Some(ended)
+        Some((ended, marker.map(String::from)))
     }
 
-    /// Ends the rollout of `id` when its status says it has.
-    fn judge(&mut self, id: &WorkloadId, rollout: Rollout, now: Instant) -> Option<Ended> {
-        match rollout {
-            Rollout::Complete => self.end(id, Outcome::Complete, None, now),
+    /// Ends the rollout followed on `workload` when its status says it has.
+    fn judge(&mut self, workload: &Workload, now: Instant) -> Option<Ended> {
+        let ended = match workload.rollout {
+            Rollout::Complete => (Outcome::Complete, None),
             Rollout::Failed { reason } => {
                 let reason = match reason {
                     RolloutFailure::JobFailed => "the Job failed".to_owned(),
                     other => other.as_str().to_owned(),
                 };
-                self.end(id, Outcome::Failed, Some(reason), now)
+                (Outcome::Failed, Some(reason))
             }
-            _ => None,
-        }
+            _ => return None,
+        };
+        self.end(&workload.id, ended, now, Some(workload))
     }
 
     /// Rollouts past nudge's own deadline fail; `window`: each one's deadline
@@ -520,7 +563,7 @@ impl Following {
                     "not complete within its progress deadline ({})",
                     humantime::format_duration(round_seconds(window(&id)))
                 );
-                ended.extend(self.end(&id, Outcome::Failed, Some(reason), now));
+                ended.extend(self.end(&id, (Outcome::Failed, Some(reason)), now, None));
             }
         }
         ended
@@ -551,16 +594,18 @@ impl Following {
         }
     }
 
-    /// Marks the rollout of `id` ended (`outcome`); how it ended (without its
-    /// changes and values: they are in the marker), `None` when none was in
-    /// progress.
+    /// Marks the rollout of `id` ended (`outcome`, for `reason`); how it ended
+    /// (without its changes and values: they are in the marker), `None` when
+    /// none was in progress. `stored`: the workload event that ended it, which
+    /// recording reads instead of the workload.
     fn end(
         &mut self,
         id: &WorkloadId,
-        outcome: Outcome,
-        reason: Option<String>,
+        (outcome, reason): (Outcome, Option<String>),
         now: Instant,
+        stored: Option<&Workload>,
     ) -> Option<Ended> {
+        let stored = stored.map(|workload| self.as_recorded(workload));
         let follow = self.follows.get_mut(id).filter(|f| f.ended.is_none())?;
         let took = now.saturating_duration_since(follow.started);
         let revision = Revision {
@@ -585,6 +630,7 @@ impl Following {
                 workload: id.clone(),
                 revision,
                 related: follow.related.as_ref().map(|r| r.reference().clone()),
+                stored,
             },
             outcome,
             sources: follow.sources.clone(),
@@ -601,6 +647,7 @@ impl Following {
                 workload: id.clone(),
                 revision: ended.clone(),
                 related: follow.related.as_ref().map(|r| r.reference().clone()),
+                stored: None,
             })
         })
     }

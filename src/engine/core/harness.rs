@@ -291,12 +291,10 @@ impl Harness {
                     newly_tracked.push(tracked);
                 }
                 Effect::Write(mut write) => {
-                    // The driver's part: the rollout it supersedes, read from
-                    // the stored marker, published and carried.
+                    // The driver's part: the rollout it supersedes, as the
+                    // core last saw its marker, published and carried.
                     if let Some(supersedes) = write.supersedes.take() {
-                        let key = AnnotationScheme::default().rollout();
-                        let marker = self.workload.annotations.get(&key).cloned();
-                        let superseded = supersedes.carry(marker.as_deref(), &mut write.patch);
+                        let superseded = supersedes.carry(&mut write.patch);
                         self.notes.push(superseded.note(None));
                     }
                     let epoch = self.epoch;

@@ -1,19 +1,23 @@
 //! Publishing and recording how a rollout nudge started ended (design §5c):
 //! the driver's I/O around the pure [`crate::outcome`].
 //!
-//! For each [`Conclusion`] of the core, one task: read the workload, and unless
-//! its history already records the outcome (another replica did), publish the
-//! `RolloutComplete` / `RolloutFailed` Event (and so the notification), then
-//! record the revision in `<prefix>/history` and remove `<prefix>/rollout` in
-//! one merge patch guarded by the resourceVersion read. Publishing comes first:
-//! a crash in between publishes once more after a failover, never zero times.
+//! For each [`Conclusion`] of the core, one task: take the workload as the
+//! watch delivered it when the rollout ended (read it only when the core had
+//! no such copy: an end by nudge's own deadline, a new leader's conclusions),
+//! and unless its history already records the outcome (another replica did),
+//! publish the `RolloutComplete` / `RolloutFailed` Event (and so the
+//! notification), then record the revision in `<prefix>/history` and remove
+//! `<prefix>/rollout` in one merge patch guarded by that copy's
+//! resourceVersion; when the workload moved on since (409), read it and try
+//! again. Publishing comes first: a crash in between publishes once more
+//! after a failover, never zero times.
 //!
-//! The core keeps only a rollout's number and how it ended; what the revision
-//! carried (the changes, who made them, the values) is read from the marker
-//! read here. When the marker no longer names the revision (someone removed
-//! it, or a newer stamp replaced it before the outcome was recorded), the
-//! outcome is still published and recorded, saying that its changes are not
-//! known, and the history records it without them.
+//! The conclusion carries only a rollout's number and how it ended; what the
+//! revision carried (the changes, who made them, the values) is read from the
+//! copy's marker. When the marker no longer names the revision (someone
+//! removed it, or a newer stamp replaced it before the outcome was recorded),
+//! the outcome is still published and recorded, saying that its changes are
+//! not known, and the history records it without them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,20 +59,24 @@ impl Recording {
 /// Publishes `conclusion` (through `publish`) and records it on the workload.
 pub(super) async fn record(
     target: Arc<dyn Target>,
-    conclusion: Conclusion,
+    mut conclusion: Conclusion,
     recording: Recording,
     publish: impl Fn(Notice),
 ) {
     let id = conclusion.workload.clone();
     let mut published = false;
+    let mut stored = conclusion.stored.take();
     for _ in 0..ATTEMPTS {
-        let workload = match target.get(&id).await {
-            Ok(Some(workload)) => workload,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(workload = %id, %error, "cannot read the workload to record a rollout's outcome");
-                continue;
-            }
+        let workload = match stored.take() {
+            Some(workload) => *workload,
+            None => match target.get(&id).await {
+                Ok(Some(workload)) => workload,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(workload = %id, %error, "cannot read the workload to record a rollout's outcome");
+                    continue;
+                }
+            },
         };
         let history = workload.annotations.get(&recording.history_key);
         if history::has_outcome(history.map(String::as_str), conclusion.revision.revision) {
