@@ -22,7 +22,7 @@ pub(super) struct Parser<'a> {
     /// `<prefix>/scheduling-gate`, when set and valid.
     pub(super) gate_choice: Option<bool>,
     /// Whether Wave manages the workload.
-    pub(super) wave: bool,
+    pub(super) pusher_wave: bool,
 }
 
 pub(super) type Annotations<'a> = BTreeMap<&'a str, &'a str>;
@@ -41,14 +41,14 @@ impl<'a> Parser<'a> {
             stamps: Stamps::default(),
             deps: Dependencies::default(),
             gate_choice: None,
-            wave: false,
+            pusher_wave: false,
         }
     }
 
     pub(super) fn finish(mut self) -> Dependencies {
         self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
         self.drop_unconfigured();
-        self.holds();
+        self.scheduling_gates();
         if self.workload.id.kind.adopts_first_stamp() {
             // A CronJob runs, a Job is recreated, when its template changes: the
             // first stamp is adopted into metadata, never written there.

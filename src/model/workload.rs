@@ -77,13 +77,13 @@ pub struct Workload {
     /// reached nudge late (older than nudge's own write) from a newer one.
     pub resource_version: Option<String>,
     /// The object that controls it (a Job's CronJob), when it has one.
-    pub controller: Option<Controller>,
+    pub controller: Option<ControllerRef>,
 }
 
 /// The controlling owner of an object: its `metadata.ownerReferences` entry
 /// with `controller: true`, in the object's namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Controller {
+pub struct ControllerRef {
     /// The owner's `apiVersion` (`batch/v1`).
     pub api_version: String,
     /// The owner's kind (`CronJob`).
@@ -92,7 +92,7 @@ pub struct Controller {
     pub name: String,
 }
 
-impl Controller {
+impl ControllerRef {
     /// Whether the owner is of `kind`.
     pub fn is(&self, kind: &WorkloadKind) -> bool {
         self.kind == kind.as_str() && self.api_version == kind.api_version()
@@ -197,13 +197,13 @@ fn ordered_pods(kind: &WorkloadKind, object: &Value) -> bool {
 }
 
 /// The owner reference of `object` with `controller: true`.
-fn controller_of(object: &Value) -> Option<Controller> {
+fn controller_of(object: &Value) -> Option<ControllerRef> {
     let owners = object.pointer("/metadata/ownerReferences")?.as_array()?;
     let owner = owners
         .iter()
         .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?;
     let field = |name: &str| owner.get(name).and_then(Value::as_str).map(str::to_owned);
-    Some(Controller {
+    Some(ControllerRef {
         api_version: field("apiVersion")?,
         kind: field("kind")?,
         name: field("name")?,
