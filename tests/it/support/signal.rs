@@ -30,8 +30,9 @@
 //!   the other tests say what proves their events processed.
 //! - A write legitimately held for long (`min_interval` pacing, a pause-period)
 //!   keeps the gauge above 0: those tests measure durations instead.
-//! - Kubernetes Events and notifications are published after the write, by one
-//!   task in order: [`Sentinel::flush_events`] proves the earlier ones out.
+//! - Kubernetes Events and notifications are published after the write, those
+//!   of one namespace by one task in order: [`Sentinel::flush_events`] (the
+//!   sentinel shares the test's namespace) proves the earlier ones out.
 //! - Objects of a `[sources.kubernetes.<name>]` kind come through a watch of
 //!   their own: [`SourceSentinel`] is that watch's sentinel, and its
 //!   [`quiesce`](SourceSentinel::quiesce) waits for the fetches too.
@@ -456,8 +457,9 @@ impl Sentinel {
 
     /// Like [`quiesce`](Self::quiesce), and then every Kubernetes Event and
     /// notification nudge decided on before the call has been published: one
-    /// task publishes them in order, and a new sentinel Deployment's
-    /// `ConfigChanged` Event, decided after them, has arrived.
+    /// task publishes a namespace's in order, and a new sentinel Deployment's
+    /// `ConfigChanged` Event, decided after them in the same namespace, has
+    /// arrived.
     pub async fn flush_events(&self, nudge: &impl Running) {
         self.quiesce(nudge).await;
         let name = self.add_workload().await;
