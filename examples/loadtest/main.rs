@@ -39,6 +39,7 @@
 #[path = "../../tests/it/support/consul.rs"]
 mod consul_support;
 
+mod analysis;
 mod binaries;
 mod consul_proxy;
 mod double;
