@@ -8,10 +8,14 @@
 //! `http_max_conns_per_client`) are nudge's, one for one. HTTP/1.1 carries one
 //! exchange at a time per connection, so the timestamps of an exchange are
 //! those of that request alone. What the proxy itself adds to a request is
-//! measured by [`overhead`] and reported beside the figures.
+//! measured by [`overhead`] and reported beside the figures. The proxy also
+//! counts nudge's connections to Consul as they open and close (rather than
+//! sampling `/proc/net/tcp`, whose thousands of lines on a busy machine cost
+//! the benchmark more CPU than nudge used).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -85,10 +89,35 @@ fn lock(log: &Log) -> MutexGuard<'_, Vec<Exchange>> {
     log.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// nudge's connections through the proxy: open now, and the most at once.
+#[derive(Debug, Default)]
+struct Connections {
+    open: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Connections {
+    fn opened(self: &Arc<Self>) -> OpenConnection {
+        let open = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(open, Ordering::SeqCst);
+        OpenConnection(self.clone())
+    }
+}
+
+/// One open connection of nudge's; counted as closed when dropped.
+struct OpenConnection(Arc<Connections>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The running proxy.
 pub struct ConsulProxy {
     port: u16,
     log: Log,
+    connections: Arc<Connections>,
     task: JoinHandle<()>,
 }
 
@@ -98,12 +127,14 @@ impl ConsulProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let log: Log = Arc::default();
-        let task = tokio::spawn(accept(listener, upstream, log.clone()));
-        Ok(Self { port, log, task })
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
+        let connections = Arc::<Connections>::default();
+        let task = tokio::spawn(accept(listener, upstream, log.clone(), connections.clone()));
+        Ok(Self {
+            port,
+            log,
+            connections,
+            task,
+        })
     }
 
     /// `http://127.0.0.1:<port>`, the address nudge is given for Consul.
@@ -120,6 +151,22 @@ impl ConsulProxy {
     pub fn clear(&self) {
         lock(&self.log).clear();
     }
+
+    /// Waits (up to 5 s) until no connection is open, so that a count taken
+    /// next is nudge's alone.
+    pub async fn wait_closed(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.connections.open.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The most connections nudge held at once since the last call (or the
+    /// start); the count starts again from those open now.
+    pub fn take_peak_connections(&self) -> u64 {
+        let open = self.connections.open.load(Ordering::SeqCst);
+        self.connections.peak.swap(open, Ordering::SeqCst)
+    }
 }
 
 impl Drop for ConsulProxy {
@@ -128,13 +175,23 @@ impl Drop for ConsulProxy {
     }
 }
 
-async fn accept(listener: TcpListener, upstream: SocketAddr, log: Log) {
+async fn accept(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    log: Log,
+    connections: Arc<Connections>,
+) {
     loop {
         let Ok((downstream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        tokio::spawn(connection(downstream, upstream, log.clone()));
+        let open = connections.opened();
+        let log = log.clone();
+        tokio::spawn(async move {
+            connection(downstream, upstream, log).await;
+            drop(open);
+        });
     }
 }
 

@@ -14,7 +14,6 @@ use super::double::{Double, Request};
 use super::model::{Model, NUDGE_NAMESPACE, SourceKind};
 use super::nudge::Nudge;
 use super::phases::{Mark, Meter, Phase};
-use super::procfs::ConnectionSampler;
 use super::requests::{USER_AGENT, stamps_since, wait_for_stamps};
 use super::scale::{Layout, Scale};
 use super::stats::mib;
@@ -195,7 +194,6 @@ struct Bench<'a> {
 /// A nudge just started and ready.
 struct Started {
     nudge: Nudge,
-    sampler: ConnectionSampler,
     start: Mark,
     ready: Duration,
     ready_mark: Mark,
@@ -248,6 +246,7 @@ impl<'a> Bench<'a> {
             consul_proxy::overhead(&consul.addr(), &proxy.addr(), probe_key, OVERHEAD_SAMPLES)
                 .await
                 .context("measure the Consul proxy's overhead")?;
+        proxy.wait_closed().await;
         proxy.clear();
         let bench = Self {
             env: nudge_env(options, &double, &proxy),
@@ -293,7 +292,6 @@ impl<'a> Bench<'a> {
         let mut phases = Vec::new();
         let Started {
             mut nudge,
-            sampler,
             start,
             ready,
             ready_mark,
@@ -320,7 +318,7 @@ impl<'a> Bench<'a> {
         phases.extend(changes.phases.iter().map(|(_, phase)| phase.clone()));
         let (rss_after_changes, peak_run1) = nudge.memory()?;
         nudge.stop().await?;
-        let consul_peak_run1 = sampler.finish();
+        let consul_peak_run1 = self.proxy.take_peak_connections();
 
         let secrets_before = self.scale.namespaces * self.scale.secrets_per_namespace;
         let (restart, consul_peak_run2) =
@@ -387,7 +385,7 @@ impl<'a> Bench<'a> {
     async fn start_nudge(&self, phases: &mut Vec<Phase>, name: &str) -> Result<Started> {
         let start = self.meter.mark(None)?;
         let mut nudge = Nudge::spawn(&self.nudge_binary, &self.env, &self.paths.log)?;
-        let sampler = ConnectionSampler::start(nudge.pid, self.proxy.port());
+        self.proxy.take_peak_connections();
         let ready = nudge
             .wait_ready(&self.http, self.options.ready_within)
             .await?;
@@ -395,7 +393,6 @@ impl<'a> Bench<'a> {
         phases.push(Phase::new(format!("{name} → ready"), start, ready_mark));
         Ok(Started {
             nudge,
-            sampler,
             start,
             ready,
             ready_mark,
@@ -517,7 +514,6 @@ impl<'a> Bench<'a> {
     ) -> Result<(Restart, u64)> {
         let Started {
             mut nudge,
-            sampler,
             start,
             ready,
             ready_mark,
@@ -547,7 +543,7 @@ impl<'a> Bench<'a> {
             "{name}: ready in {ready:.2?}, {patches} PATCHes, RSS {:.1} MiB",
             mib(rss)
         ));
-        Ok((restart, sampler.finish()))
+        Ok((restart, self.proxy.take_peak_connections()))
     }
 }
 
