@@ -11,7 +11,7 @@ use super::stamps::Stamps;
 use super::{AnnotationError, AnnotationScheme, Dependencies};
 use crate::discovery::{Discovered, DiscoveredObject};
 use crate::fingerprint::ObjectKind;
-use crate::model::{Output, PodSpecRule, Reference, SourceCatalog, SourceName, Workload};
+use crate::model::{Combine, Output, PodSpecRule, Reference, SourceCatalog, SourceName, Workload};
 
 pub(super) struct Parser<'a> {
     pub(super) workload: &'a Workload,
@@ -47,6 +47,7 @@ impl<'a> Parser<'a> {
 
     pub(super) fn finish(mut self) -> Dependencies {
         self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
+        self.drop_unconfigured();
         self.holds();
         if self.workload.id.kind.adopts_first_stamp() {
             // A CronJob runs, a Job is recreated, when its template changes: the
@@ -60,6 +61,25 @@ impl<'a> Parser<'a> {
         // Last: adoption changes outputs, and with them their order.
         self.deps.stamps.sort_by(|a, b| a.output.cmp(&b.output));
         self.deps
+    }
+
+    /// References of sources that are not configured (ConfigMaps or Secrets
+    /// turned off, `[sources.configmap]`) track nothing: discovery and the
+    /// other tools' schemes found them, and they roll nothing. A single-value
+    /// output left without its input goes; a hash keeps its spec (and with no
+    /// input left, is not written: `stamp::desired`). An annotation naming such a
+    /// source was reported already.
+    fn drop_unconfigured(&mut self) {
+        let catalog = self.catalog;
+        let configured = |reference: &Reference| catalog.scope(&reference.source).is_some();
+        for spec in &mut self.deps.stamps {
+            spec.inputs
+                .retain(|input| configured(&input.tracked.reference));
+            spec.origins.retain(|(reference, _)| configured(reference));
+        }
+        self.deps
+            .stamps
+            .retain(|spec| !(spec.inputs.is_empty() && spec.combine == Combine::Single));
     }
 
     pub(super) fn report(&mut self, result: Result<(), AnnotationError>) {

@@ -20,6 +20,11 @@
 //!   overlays, and the components added to one, are checked as installs.
 //! - **Helm**: `helm lint --strict` and `helm template` with every documented
 //!   values combination; the defaults and each setting are checked as installs.
+//!   The values schema rejects a misspelt or mistyped value, a secret written
+//!   into `config` is refused, the notes name commands the binary accepts.
+//! - **Prometheus**: the ServiceMonitor, metrics Service and alerts fit
+//!   together, are the same from the chart and the `prometheus` component, and
+//!   every metric an alert names is one nudge registers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
@@ -44,7 +49,7 @@ fn deploy_dir() -> PathBuf {
 /// One parsed Kubernetes object (not every kind is inspected further).
 #[derive(Debug, Clone)]
 #[allow(dead_code)]
-enum Object {
+pub(crate) enum Object {
     Namespace(Box<Namespace>),
     ServiceAccount(Box<ServiceAccount>),
     ConfigMap(Box<ConfigMap>),
@@ -57,10 +62,13 @@ enum Object {
     ClusterRole(Box<ClusterRole>),
     ClusterRoleBinding(Box<ClusterRoleBinding>),
     MutatingWebhookConfiguration(Box<MutatingWebhookConfiguration>),
-    /// A custom resource of a known CRD (cert-manager), checked for shape only.
+    /// A custom resource of a known CRD (cert-manager, the Prometheus
+    /// Operator), checked for shape only.
     Custom {
         kind: String,
         name: String,
+        labels: BTreeMap<String, String>,
+        spec: Json,
     },
 }
 
@@ -68,10 +76,12 @@ enum Object {
 const KNOWN_CUSTOM_KINDS: &[(&str, &str)] = &[
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
 ];
 
 /// Deserializes `doc` into `T` and checks that serializing it back gives `doc`.
-fn typed<T: DeserializeOwned + Serialize>(doc: &Json, origin: &str) -> Box<T> {
+pub(crate) fn typed<T: DeserializeOwned + Serialize>(doc: &Json, origin: &str) -> Box<T> {
     let object: T = serde_json::from_value(doc.clone())
         .unwrap_or_else(|e| panic!("{origin}: does not parse as its kind: {e}\n{doc:#}"));
     let back = serde_json::to_value(&object).unwrap();
@@ -116,9 +126,14 @@ fn parse_object(doc: &Yaml, origin: &str) -> Object {
                 json["spec"].is_object(),
                 "{origin}: {kind} {name} without spec"
             );
+            let labels: Option<BTreeMap<String, String>> =
+                serde_json::from_value(json["metadata"]["labels"].clone())
+                    .unwrap_or_else(|e| panic!("{origin}: {kind} {name}: labels: {e}"));
             Object::Custom {
                 kind: kind.to_owned(),
                 name: name.to_owned(),
+                labels: labels.unwrap_or_default(),
+                spec: json["spec"].clone(),
             }
         }
         (api_version, kind) => panic!(
@@ -129,7 +144,7 @@ fn parse_object(doc: &Yaml, origin: &str) -> Object {
 }
 
 /// Every non-empty document of a multi-document YAML text.
-fn documents(text: &str, origin: &str) -> Vec<Yaml> {
+pub(crate) fn documents(text: &str, origin: &str) -> Vec<Yaml> {
     serde_yaml::Deserializer::from_str(text)
         .map(|doc| Yaml::deserialize(doc).unwrap_or_else(|e| panic!("{origin}: invalid YAML: {e}")))
         .filter(|doc| !doc.is_null())
@@ -300,6 +315,24 @@ fn tool(name: &str, var: &str) -> PathBuf {
 
 /// Runs `name` (see [`tool`]) with `args`; its stdout, or a panic with its output.
 fn run<S: AsRef<OsStr>>(name: &str, var: &str, args: impl IntoIterator<Item = S>) -> String {
+    let (shown, output) = invoke(name, var, args);
+    assert!(
+        output.status.success(),
+        "{shown}: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs `name` (see [`tool`]) with `args`: the command line as shown, and
+/// what it did.
+fn invoke<S: AsRef<OsStr>>(
+    name: &str,
+    var: &str,
+    args: impl IntoIterator<Item = S>,
+) -> (String, std::process::Output) {
     let program = tool(name, var);
     let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
     let shown = format!(
@@ -313,14 +346,7 @@ fn run<S: AsRef<OsStr>>(name: &str, var: &str, args: impl IntoIterator<Item = S>
         .args(&args)
         .output()
         .unwrap_or_else(|e| panic!("{shown}: cannot run {}: {e}", program.display()));
-    assert!(
-        output.status.success(),
-        "{shown}: {}\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
+    (shown, output)
 }
 
 fn kubectl<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
@@ -329,6 +355,25 @@ fn kubectl<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
 
 fn helm<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
     run("helm", "NUDGE_HELM", args)
+}
+
+/// How a tool run ended: its exit status, and its stdout and stderr together.
+struct Ran {
+    status: std::process::ExitStatus,
+    text: String,
+}
+
+/// Runs helm with `args`, whether it succeeds or not.
+fn helm_output<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Ran {
+    let (_, output) = invoke("helm", "NUDGE_HELM", args);
+    Ran {
+        status: output.status,
+        text: format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
 }
 
 /// A directory of this test's own under the system's temporary directory,
@@ -372,10 +417,15 @@ fn render_overlay(overlay: &str) -> Vec<Object> {
     )
 }
 
-/// `overlay` with `component` added, as a user's one-line change does. The
-/// kustomization is written to a scratch directory and reaches `deploy/` by a
-/// relative path (kustomize takes no absolute one).
+/// `overlay` with `component` added, as a user's one-line change does.
 fn render_with_component(overlay: &str, component: &str) -> Vec<Object> {
+    render_with_components(overlay, &[component])
+}
+
+/// `overlay` with `components` added. The kustomization is written to a
+/// scratch directory and reaches `deploy/` by a relative path (kustomize
+/// takes no absolute one).
+fn render_with_components(overlay: &str, components: &[&str]) -> Vec<Object> {
     let scratch = Scratch::new();
     let deploy = deploy_dir().canonicalize().unwrap();
     let mut relative = PathBuf::new();
@@ -383,15 +433,22 @@ fn render_with_component(overlay: &str, component: &str) -> Vec<Object> {
         relative.push("..");
     }
     let deploy = relative.join(deploy.strip_prefix("/").unwrap());
+    let components: Vec<String> = components
+        .iter()
+        .map(|c| deploy.join("components").join(c).display().to_string())
+        .collect();
     scratch.file(
         "kustomization.yaml",
         &format!(
             "resources: [{}]\ncomponents: [{}]\n",
             deploy.join("overlays").join(overlay).display(),
-            deploy.join("components").join(component).display()
+            components.join(", ")
         ),
     );
-    kustomize(&scratch.0, &format!("{overlay} with component {component}"))
+    kustomize(
+        &scratch.0,
+        &format!("{overlay} with components {components:?}"),
+    )
 }
 
 #[test]
@@ -453,9 +510,8 @@ const NAMESPACES: &str = "config: {kubernetes: {namespaces: [team-a, team-b]}}\n
 const WEBHOOK_OFF: &str = "webhook: {enabled: false}";
 const CERT_MANAGER: &str =
     "webhook: {selfManagedCertificate: false, caInjectFrom: nudge-system/nudge-webhook}";
-const NOTIFY: &str = "notify: {urlSecretName: slack-hook, urlSecretKey: webhook}\n\
-                      config: {notify: {enabled: true, format: slack}}";
-const NO_RBAC: &str = "rbac: {create: false}";
+const NO_RBAC: &str = "rbac: {create: false}\n\
+                       serviceAccount: {create: false, name: platform-nudge}";
 const NO_PDB: &str = "podDisruptionBudget: {enabled: false}";
 const RENAMED: &str = "webhook: {tlsSecretName: my-webhook-tls, configurationName: my-nudge}\n\
                        resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 128Mi}}";
@@ -472,12 +528,81 @@ const PRESETS: &str = "config: {sources: {kubernetes: {csi: {preset: secrets-sto
                          targets: [{group: apps.openshift.io, version: v1, kind: DeploymentConfig}]}\n\
                        rbac: {targetKinds: [{apiGroup: apps.openshift.io, resources: [deploymentconfigs]}]}";
 
+/// What a platform team sets first, in one values file: names and labels, the
+/// image from a private registry, pod metadata and placement, security-context
+/// additions, extra env and volumes, workload identity, the ServiceMonitor and
+/// the PrometheusRule.
+const PLATFORM: &str = r#"
+fullnameOverride: platform-nudge
+commonLabels: {team: platform}
+image:
+  registry: registry.example.com
+  repository: tools/nudge
+  tag: v9
+  digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+  pullPolicy: Always
+imagePullSecrets: [{name: regcred}]
+serviceAccount: {annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::123456789012:role/nudge"}}
+podAnnotations: {example.com/owner: platform}
+podLabels: {azure.workload.identity/use: "true"}
+priorityClassName: system-cluster-critical
+nodeSelector: {node-role.kubernetes.io/system: ""}
+tolerations: [{key: dedicated, operator: Equal, value: system, effect: NoSchedule}]
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]}]
+topologySpreadConstraints:
+  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway,
+     labelSelector: {matchLabels: {app.kubernetes.io/name: nudge}}}
+podSecurityContext: {fsGroup: 65532}
+securityContext: {privileged: false}
+extraEnv:
+  - {name: NUDGE_LOG__FILTER, value: debug}
+  - {name: HTTPS_PROXY, valueFrom: {secretKeyRef: {name: proxy, key: url}}}
+envFrom: [{configMapRef: {name: nudge-extra-env}}]
+extraVolumes: [{name: corporate-ca, configMap: {name: corporate-ca}}]
+extraVolumeMounts: [{name: corporate-ca, mountPath: /etc/ssl/corporate, readOnly: true}]
+serviceMonitor:
+  enabled: true
+  labels: {release: kube-prometheus-stack}
+  interval: 15s
+  relabelings: [{action: replace, targetLabel: cluster, replacement: prod}]
+prometheusRule:
+  enabled: true
+  labels: {release: kube-prometheus-stack}
+  alertLabels: {team: platform}
+  alerts: {NudgeNotReady: {enabled: false}, NudgeDown: {severity: page}}
+"#;
+
+/// Every secret-bearing setting from an existing Secret: the Consul token and
+/// TLS material of the default cluster and of an extra instance, and the
+/// notification URL.
+const SECRETS: &str = r#"
+consul:
+  token: {existingSecret: consul-token, key: acl}
+  tls: {existingSecret: consul-tls, caKey: ca.pem, certKey: tls.crt, keyKey: tls.key}
+  instances:
+    eu:
+      token: {existingSecret: consul-eu-token}
+      tls: {existingSecret: consul-eu-tls}
+notify: {url: {existingSecret: slack-hook, key: webhook}}
+config:
+  sources:
+    consul:
+      enabled: true
+      address: https://consul.example.com:8501
+      instances: {eu: {address: "https://consul.eu.example.com:8501"}}
+  notify: {enabled: true, format: slack}
+"#;
+
 const VALUES: &[&str] = &[
     DEFAULTS,
     NAMESPACES,
     WEBHOOK_OFF,
     CERT_MANAGER,
-    NOTIFY,
+    PLATFORM,
+    SECRETS,
     NO_RBAC,
     NO_PDB,
     RENAMED,
@@ -487,7 +612,7 @@ const VALUES: &[&str] = &[
 
 /// `helm template` of the chart as release `nudge` in `nudge-system` with
 /// `values`, parsed.
-fn render_chart(values: &str) -> Vec<Object> {
+pub(crate) fn render_chart(values: &str) -> Vec<Object> {
     let scratch = Scratch::new();
     let values_file = scratch.file("values.yaml", values);
     let text = helm([
@@ -502,6 +627,29 @@ fn render_chart(values: &str) -> Vec<Object> {
         values_file.as_os_str(),
     ]);
     parse_text(&text, &format!("helm template with {values:?}"))
+}
+
+/// `helm template` as [`render_chart`] does, which must fail: its output.
+fn helm_rejects(values: &str) -> String {
+    let scratch = Scratch::new();
+    let values_file = scratch.file("values.yaml", values);
+    let ran = helm_output([
+        OsStr::new("template"),
+        OsStr::new("nudge"),
+        chart_dir().as_os_str(),
+        OsStr::new("--namespace"),
+        OsStr::new("nudge-system"),
+        OsStr::new("--kube-version"),
+        OsStr::new(KUBE_VERSION),
+        OsStr::new("--values"),
+        values_file.as_os_str(),
+    ]);
+    assert!(
+        !ran.status.success(),
+        "helm template accepted {values:?}:\n{}",
+        ran.text
+    );
+    ran.text
 }
 
 /// `helm lint --strict` (a warning fails) and `helm template` with each
@@ -585,32 +733,170 @@ fn helm_chart_turns_the_webhook_off_or_to_cert_manager_with_one_value() {
     );
 }
 
+/// Each secret-bearing setting is a Secret mounted read-only, and the
+/// configuration holds the path of its file: nudge's own redaction finds no
+/// secret in the ConfigMap or the container's literal env.
 #[test]
-fn helm_chart_mounts_the_notification_url_from_a_secret() {
-    let objects = render_chart(NOTIFY);
+fn helm_chart_mounts_every_secret_and_writes_only_its_path_into_the_config() {
+    let objects = render_chart(SECRETS);
+    let config = check_config(&objects);
+    assert_eq!(
+        config,
+        config.redacted(),
+        "a secret in the ConfigMap or the container's env"
+    );
     let deployment = deployment(&objects);
-    let path = env_value(&deployment, "NUDGE_NOTIFY__URL_FILE").expect("url_file set");
-    let pod = deployment.spec.unwrap().template.spec.unwrap();
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "notify-url")
-        .expect("the Secret's volume");
-    let secret = volume.secret.as_ref().unwrap();
-    assert_eq!(secret.secret_name.as_deref(), Some("slack-hook"));
-    let item = &secret.items.as_ref().unwrap()[0];
-    assert_eq!((item.key.as_str(), item.path.as_str()), ("webhook", "url"));
-    let mount = pod.containers[0]
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == "notify-url")
-        .expect("mounted");
-    assert_eq!(format!("{}/{}", mount.mount_path, item.path), path);
-    // Without the Secret nothing is mounted.
-    let plain = self::deployment(&render_chart(DEFAULTS));
-    assert!(env_value(&plain, "NUDGE_NOTIFY__URL_FILE").is_none());
+    let consul = &config.sources.consul;
+    let eu = &consul.instances["eu"];
+    for (setting, path, secret) in [
+        ("consul token", &consul.token_file, ("consul-token", "acl")),
+        ("consul CA", &consul.tls.ca_file, ("consul-tls", "ca.pem")),
+        (
+            "consul cert",
+            &consul.tls.cert_file,
+            ("consul-tls", "tls.crt"),
+        ),
+        (
+            "consul key",
+            &consul.tls.key_file,
+            ("consul-tls", "tls.key"),
+        ),
+        ("eu token", &eu.token_file, ("consul-eu-token", "token")),
+        ("eu CA", &eu.tls.ca_file, ("consul-eu-tls", "ca.crt")),
+        (
+            "notify URL",
+            &config.notify.url_file,
+            ("slack-hook", "webhook"),
+        ),
+    ] {
+        let (name, key) = secret;
+        assert_eq!(
+            secret_behind(&deployment, path),
+            Some((name.to_owned(), key.to_owned())),
+            "the {setting}'s file {path:?}"
+        );
+    }
+    assert!(
+        eu.tls.cert_file.is_empty(),
+        "no client certificate asked for"
+    );
+    for object in &objects {
+        if let Object::ConfigMap(map) = object {
+            let text = serde_json::to_string(&map.data).unwrap();
+            assert!(!text.contains("-----BEGIN"), "PEM in a ConfigMap: {text}");
+        }
+    }
+    // Without them nothing is mounted and no file is named.
+    let plain = render_chart(DEFAULTS);
+    assert!(secret_mounts(&plain).is_empty());
+    let config = check_config(&plain);
+    assert!(config.sources.consul.token_file.is_empty() && config.notify.url_file.is_empty());
+}
+
+/// A secret written into `config` would be rendered into the ConfigMap: the
+/// chart refuses it, naming the value and what to set instead, without
+/// repeating the secret.
+#[test]
+fn helm_chart_refuses_a_secret_written_into_config() {
+    const SECRET: &str = "c0ffee-5ecret-70ken";
+    for (values, named, instead) in [
+        (
+            format!("config: {{sources: {{consul: {{token: {SECRET}}}}}}}"),
+            "config.sources.consul.token",
+            "consul.token.existingSecret",
+        ),
+        (
+            format!(
+                "config: {{sources: {{consul: {{instances: {{eu: {{address: \"https://consul.eu:8501\", \
+                 token: {SECRET}}}}}}}}}}}"
+            ),
+            "config.sources.consul.instances.eu.token",
+            "consul.instances.eu.token.existingSecret",
+        ),
+        (
+            format!(
+                "config: {{notify: {{enabled: true, url: \"https://hooks.example.com/{SECRET}\"}}}}"
+            ),
+            "config.notify.url",
+            "notify.url.existingSecret",
+        ),
+    ] {
+        let error = helm_rejects(&values);
+        assert!(
+            error.contains(named) && error.contains(instead),
+            "{values}: {error}"
+        );
+        assert!(
+            !error.contains(SECRET),
+            "the error repeats the secret: {error}"
+        );
+    }
+}
+
+/// The path of a file under a Secret volume the container mounts: that
+/// Secret's name and key, the mount read-only.
+fn secret_behind(deployment: &Deployment, path: &str) -> Option<(String, String)> {
+    secret_mounts_of(deployment)
+        .into_iter()
+        .find_map(|(dir, secret, items)| {
+            let file = path.strip_prefix(&dir)?.strip_prefix('/')?;
+            let key = match items {
+                Some(items) => items.get(file)?.clone(),
+                None => file.to_owned(),
+            };
+            Some((secret, key))
+        })
+}
+
+/// Every Secret volume the container mounts, by mount path: the Secret's
+/// name and its items (path to key; `None`: every key), each mount read-only.
+fn secret_mounts_of(deployment: &Deployment) -> Vec<SecretMount> {
+    let pod = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let mut out = Vec::new();
+    for mount in pod.containers[0].volume_mounts.iter().flatten() {
+        let Some(volume) = pod.volumes.iter().flatten().find(|v| v.name == mount.name) else {
+            panic!("{}: no such volume", mount.name);
+        };
+        let Some(secret) = &volume.secret else {
+            continue;
+        };
+        if secret.optional == Some(true) {
+            continue; // the webhook's certificate, made by nudge or cert-manager
+        }
+        assert_eq!(
+            mount.read_only,
+            Some(true),
+            "{} is mounted read-only",
+            mount.name
+        );
+        let items = secret.items.as_ref().map(|items| {
+            items
+                .iter()
+                .map(|i| (i.path.clone(), i.key.clone()))
+                .collect()
+        });
+        out.push((
+            mount.mount_path.clone(),
+            secret.secret_name.clone().unwrap_or_default(),
+            items,
+        ));
+    }
+    out
+}
+
+/// A mounted Secret: where, which, and its items (path to key).
+type SecretMount = (String, String, Option<BTreeMap<String, String>>);
+
+/// The Secrets an install mounts, comparable between installs.
+fn secret_mounts(objects: &[Object]) -> BTreeSet<SecretMount> {
+    secret_mounts_of(&deployment(objects)).into_iter().collect()
 }
 
 #[test]
@@ -629,10 +915,333 @@ fn helm_chart_without_rbac_leaves_the_service_account_and_roles_to_the_user() {
             )
         })
         .collect();
-    assert!(rbac.is_empty(), "rbac.create false: {rbac:#?}");
+    assert!(
+        rbac.is_empty(),
+        "rbac.create and serviceAccount.create false: {rbac:#?}"
+    );
     let deployment = deployment(&objects);
     let pod = deployment.spec.unwrap().template.spec.unwrap();
-    assert_eq!(pod.service_account_name.as_deref(), Some("nudge"));
+    assert_eq!(pod.service_account_name.as_deref(), Some("platform-nudge"));
+}
+
+/// Every value of [`PLATFORM`] lands where Kubernetes reads it, the hardened
+/// security contexts stay hardened with additions, and the renamed objects
+/// still find each other (Service, webhook, ServiceAccount and bindings,
+/// ServiceMonitor, alerts).
+#[test]
+fn helm_chart_takes_the_values_platform_teams_set() {
+    let objects = render_chart(PLATFORM);
+    check_install(
+        &objects,
+        "nudge-system",
+        Scope::Cluster,
+        Webhook::SelfManaged,
+    );
+    for object in &objects {
+        let labels = labels_of(object);
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some("platform"),
+            "commonLabels on {object:?}"
+        );
+    }
+    let deployment = deployment(&objects);
+    assert_eq!(deployment.metadata.name.as_deref(), Some("platform-nudge"));
+    let template = deployment.spec.as_ref().unwrap().template.clone();
+    let metadata = template.metadata.unwrap();
+    let pod_labels = metadata.labels.unwrap();
+    assert_eq!(pod_labels["team"], "platform");
+    assert_eq!(pod_labels["azure.workload.identity/use"], "true");
+    let pod_annotations = metadata.annotations.unwrap();
+    assert_eq!(pod_annotations["example.com/owner"], "platform");
+    assert!(pod_annotations.contains_key("checksum/config"));
+    let pod = template.spec.unwrap();
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some(
+            "registry.example.com/tools/nudge:v9@sha256:\
+             0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        )
+    );
+    assert_eq!(container.image_pull_policy.as_deref(), Some("Always"));
+    let pull_secrets: Vec<&str> = pod
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(pull_secrets, ["regcred"]);
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    assert_eq!(
+        pod.node_selector.as_ref().unwrap()["node-role.kubernetes.io/system"],
+        ""
+    );
+    assert_eq!(
+        pod.tolerations.as_ref().unwrap()[0].key.as_deref(),
+        Some("dedicated")
+    );
+    let affinity = pod.affinity.as_ref().unwrap();
+    assert!(
+        affinity.node_affinity.is_some() && affinity.pod_anti_affinity.is_none(),
+        "affinity replaces the default anti-affinity: {affinity:?}"
+    );
+    let spread = pod.topology_spread_constraints.as_ref().unwrap();
+    assert_eq!(spread[0].topology_key, "topology.kubernetes.io/zone");
+    let pod_security = pod.security_context.as_ref().unwrap();
+    assert_eq!(pod_security.fs_group, Some(65532), "added to the defaults");
+    assert_eq!(
+        container.security_context.as_ref().unwrap().privileged,
+        Some(false)
+    );
+    let env: BTreeSet<&str> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert!(env.is_superset(&["NUDGE_LOG__FILTER", "HTTPS_PROXY", "NUDGE_CONFIG"].into()));
+    let env_from = container.env_from.as_ref().unwrap();
+    assert_eq!(
+        env_from[0].config_map_ref.as_ref().map(|r| r.name.as_str()),
+        Some("nudge-extra-env")
+    );
+    assert!(
+        pod.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "corporate-ca")
+    );
+    assert!(
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "corporate-ca" && m.mount_path == "/etc/ssl/corporate")
+    );
+
+    let account = pod.service_account_name.clone().unwrap();
+    assert_eq!(account, "platform-nudge");
+    let service_account = objects
+        .iter()
+        .find_map(|o| match o {
+            Object::ServiceAccount(a) => Some(a),
+            _ => None,
+        })
+        .expect("a ServiceAccount");
+    assert_eq!(
+        service_account.metadata.name.as_deref(),
+        Some(account.as_str())
+    );
+    assert_eq!(
+        service_account.metadata.annotations.as_ref().unwrap()["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::123456789012:role/nudge"
+    );
+    for entry in rbac(&objects).values() {
+        if let Rbac::Binding { subjects, .. } = entry {
+            assert!(
+                subjects.iter().all(|(_, name, _)| *name == account),
+                "bindings name the pod's ServiceAccount: {subjects:?}"
+            );
+        }
+    }
+
+    let monitoring = monitoring(&objects).expect("a ServiceMonitor and a PrometheusRule");
+    assert_eq!(monitoring.job, "platform-nudge-metrics");
+    let endpoint = &monitoring.endpoints[0];
+    assert_eq!(endpoint["interval"], "15s");
+    assert_eq!(endpoint["relabelings"][0]["targetLabel"], "cluster");
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        let labels = objects
+            .iter()
+            .find_map(|o| match o {
+                Object::Custom {
+                    kind: k, labels, ..
+                } if k == kind => Some(labels),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(labels["release"], "kube-prometheus-stack", "{kind}");
+    }
+    let alerts = alerts(&monitoring.groups);
+    assert!(!alerts.contains_key("NudgeNotReady"), "turned off");
+    assert_eq!(alerts["NudgeDown"]["labels"]["severity"], "page");
+    assert_eq!(alerts["NudgeNoLeader"]["labels"]["severity"], "critical");
+    assert!(
+        alerts.values().all(|a| a["labels"]["team"] == "platform"),
+        "alertLabels on every alert"
+    );
+}
+
+/// `docs/helm-values.md` names every value of `values.yaml` (the alerts by
+/// name), and the values it shows a team setting first render into an install.
+#[test]
+fn helm_values_reference_names_every_value_and_its_first_values_render() {
+    let reference = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs")
+            .join("helm-values.md"),
+    )
+    .unwrap();
+    let values: Yaml =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap())
+            .unwrap();
+    let mut paths = Vec::new();
+    value_paths(&values, "", &mut paths);
+    assert!(paths.len() > 40, "{paths:?}");
+    for path in paths {
+        let documented = match path.strip_prefix("prometheusRule.alerts.") {
+            Some(alert) => {
+                let (name, setting) = alert.split_once('.').unwrap();
+                reference.contains(&format!("| `{name}` |"))
+                    && reference.contains(&format!("`prometheusRule.alerts.<alert>.{setting}`"))
+            }
+            None => reference.contains(&format!("| `{path}` |")),
+        };
+        assert!(documented, "docs/helm-values.md does not list `{path}`");
+    }
+    let first = reference
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a yaml block of the values a team sets first");
+    let objects = render_chart(first);
+    check_install(
+        &objects,
+        "nudge-system",
+        Scope::Cluster,
+        Webhook::SelfManaged,
+    );
+    assert!(monitoring(&objects).is_some());
+}
+
+/// The dotted paths of the values under `node`: a mapping's keys, down to
+/// values that are not mappings, empty mappings, and the values that hold
+/// Kubernetes' or nudge's own structures (documented as one).
+fn value_paths(node: &Yaml, prefix: &str, out: &mut Vec<String>) {
+    const WHOLE: &[&str] = &[
+        "config",
+        "resources",
+        "podSecurityContext",
+        "securityContext",
+    ];
+    match node.as_mapping() {
+        Some(map) if !map.is_empty() && !WHOLE.contains(&prefix) => {
+            for (key, value) in map {
+                let key = key.as_str().unwrap();
+                let path = if prefix.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                value_paths(value, &path, out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+/// The labels of any object.
+fn labels_of(object: &Object) -> BTreeMap<String, String> {
+    let metadata = match object {
+        Object::Namespace(o) => &o.metadata,
+        Object::ServiceAccount(o) => &o.metadata,
+        Object::ConfigMap(o) => &o.metadata,
+        Object::Secret(o) => &o.metadata,
+        Object::Service(o) => &o.metadata,
+        Object::Deployment(o) => &o.metadata,
+        Object::PodDisruptionBudget(o) => &o.metadata,
+        Object::Role(o) => &o.metadata,
+        Object::RoleBinding(o) => &o.metadata,
+        Object::ClusterRole(o) => &o.metadata,
+        Object::ClusterRoleBinding(o) => &o.metadata,
+        Object::MutatingWebhookConfiguration(o) => &o.metadata,
+        Object::Custom { labels, .. } => return labels.clone(),
+    };
+    metadata.labels.clone().unwrap_or_default()
+}
+
+/// A misspelt value (the schema has no such key) or a mistyped one fails
+/// `helm template` and `helm lint --strict`, naming it.
+#[test]
+fn helm_chart_rejects_a_misspelt_or_mistyped_value() {
+    for (values, named) in [
+        ("imagePullSecret: [{name: regcred}]", "imagePullSecret"),
+        ("serviceMonitor: {enabeld: true}", "enabeld"),
+        ("replicaCount: two", "replicaCount"),
+        ("image: {pullPolicy: Sometimes}", "pullPolicy"),
+        (
+            "prometheusRule: {alerts: {NudgeDown: {for: 5 minutes}}}",
+            "for",
+        ),
+        // The notification URL's Secret before it became notify.url.
+        ("notify: {urlSecretName: slack-hook}", "urlSecretName"),
+    ] {
+        let error = helm_rejects(values);
+        assert!(error.contains(named), "{values}: {error}");
+    }
+    let scratch = Scratch::new();
+    let values_file = scratch.file("values.yaml", "tolerations: {key: dedicated}");
+    let lint = helm_output([
+        OsStr::new("lint"),
+        OsStr::new("--strict"),
+        chart_dir().as_os_str(),
+        OsStr::new("--values"),
+        values_file.as_os_str(),
+    ]);
+    assert!(
+        !lint.status.success() && lint.text.contains("tolerations"),
+        "helm lint: {}",
+        lint.text
+    );
+}
+
+/// The notes `helm install` prints say how to check nudge is ready and how
+/// to run `nudge explain` in its pod, in a command line the binary accepts.
+#[test]
+fn helm_notes_tell_how_to_check_readiness_and_run_explain_in_the_pod() {
+    let out = helm([
+        OsStr::new("install"),
+        OsStr::new("nudge"),
+        chart_dir().as_os_str(),
+        OsStr::new("--namespace"),
+        OsStr::new("nudge-system"),
+        OsStr::new("--dry-run=client"),
+    ]);
+    let notes = &out[out.find("NOTES:").expect("notes")..];
+    assert!(
+        notes.contains("kubectl -n nudge-system rollout status deployment/nudge"),
+        "{notes}"
+    );
+    assert!(notes.contains("curl -s localhost:9090/ready"), "{notes}");
+    let exec = "kubectl exec -n nudge-system deploy/nudge -- nudge ";
+    let line = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(exec))
+        .unwrap_or_else(|| panic!("no `{exec}…` in {notes}"));
+    let args: Vec<String> = line
+        .replace("<name>", "web")
+        .replace("<its namespace>", "shop")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(args[0], "explain", "{line}");
+    // With no cluster to reach, the binary gets past its arguments and
+    // stops at the client.
+    let output = Command::new(env!("CARGO_BIN_EXE_nudge"))
+        .args(&args)
+        .env_clear()
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot configure the Kubernetes client"),
+        "nudge {args:?}: {stderr}"
+    );
 }
 
 #[test]
@@ -791,6 +1400,21 @@ fn chart_and_overlays_grant_the_same_rbac_and_run_nudge_alike() {
             "cluster-wide with cert-manager",
             render_with_component("cluster-wide", "cert-manager"),
         ),
+        (
+            "consul: {token: {existingSecret: nudge-consul-token}, tls: {existingSecret: nudge-consul-tls}}\n\
+             notify: {url: {existingSecret: nudge-notify}}\n\
+             config: {notify: {enabled: true}}",
+            "cluster-wide with consul-token, consul-tls and notify-url",
+            render_with_components(
+                "cluster-wide",
+                &["consul-token", "consul-tls", "notify-url"],
+            ),
+        ),
+        (
+            "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}",
+            "cluster-wide with prometheus",
+            render_with_component("cluster-wide", "prometheus"),
+        ),
     ];
     for (values, overlay, kustomized) in pairs {
         let chart = render_chart(values);
@@ -827,7 +1451,271 @@ fn chart_and_overlays_grant_the_same_rbac_and_run_nudge_alike() {
             webhooks(&kustomized),
             "the admission webhooks of {what}"
         );
+        assert_eq!(
+            secret_mounts(&chart),
+            secret_mounts(&kustomized),
+            "the Secrets mounted for secret settings in {what}"
+        );
+        assert_same_monitoring(&chart, &kustomized, &what);
     }
+}
+
+/// The chart's and kustomize's [`Monitoring`] are the same, alert by alert.
+fn assert_same_monitoring(chart: &[Object], kustomized: &[Object], what: &str) {
+    let (chart, kustomized) = match (monitoring(chart), monitoring(kustomized)) {
+        (None, None) => return,
+        (Some(chart), Some(kustomized)) => (chart, kustomized),
+        (chart, kustomized) => panic!("Prometheus objects of {what}: {chart:?} / {kustomized:?}"),
+    };
+    assert_eq!(chart.job, kustomized.job, "the scraped job of {what}");
+    assert_eq!(
+        chart.endpoints, kustomized.endpoints,
+        "the ServiceMonitor endpoints of {what}"
+    );
+    let (chart, kustomized) = (alerts(&chart.groups), alerts(&kustomized.groups));
+    for name in chart.keys().chain(kustomized.keys()) {
+        assert_eq!(
+            chart.get(name),
+            kustomized.get(name),
+            "alert {name} of {what} (chart / kustomize)"
+        );
+    }
+}
+
+// === Prometheus ===
+
+/// What an install gives the Prometheus Operator, checked to fit together:
+/// the ServiceMonitor selects one Service in nudge's namespace, which selects
+/// nudge's pods and leads to the admin port's `/metrics`, and the alerts
+/// select the job that Service's scrapes are named after.
+#[derive(Debug, PartialEq)]
+struct Monitoring {
+    /// The job label of nudge's series: the scraped Service's name.
+    job: String,
+    /// The ServiceMonitor's endpoints.
+    endpoints: Vec<Json>,
+    /// The PrometheusRule's groups.
+    groups: Json,
+}
+
+/// The install's [`Monitoring`], if it has a ServiceMonitor (and then a
+/// PrometheusRule too).
+fn monitoring(objects: &[Object]) -> Option<Monitoring> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let specs = |wanted: &str| -> Vec<&Json> {
+        objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Custom { kind, spec, .. } if kind == wanted => Some(spec),
+                _ => None,
+            })
+            .collect()
+    };
+    let (monitors, rules) = (specs("ServiceMonitor"), specs("PrometheusRule"));
+    if monitors.is_empty() && rules.is_empty() {
+        return None;
+    }
+    assert_eq!(
+        (monitors.len(), rules.len()),
+        (1, 1),
+        "one ServiceMonitor and one PrometheusRule"
+    );
+    let monitor = monitors[0];
+    let deployment = deployment(objects);
+    let namespace = deployment.metadata.namespace.clone().unwrap();
+    assert_eq!(
+        monitor["namespaceSelector"]["matchNames"],
+        serde_json::json!([namespace])
+    );
+    let selector: BTreeMap<String, String> =
+        serde_json::from_value(monitor["selector"]["matchLabels"].clone()).unwrap();
+    let services: Vec<&Service> = objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::Service(s) => Some(&**s),
+            _ => None,
+        })
+        .filter(|s| {
+            let labels = s.metadata.labels.clone().unwrap_or_default();
+            selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        })
+        .collect();
+    assert_eq!(services.len(), 1, "the ServiceMonitor selects one Service");
+    let service = services[0];
+    let spec = service.spec.as_ref().unwrap();
+    let pod_labels = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    assert!(
+        spec.selector
+            .iter()
+            .flatten()
+            .all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "the metrics Service selects nudge's pods"
+    );
+    let endpoints = monitor["endpoints"].as_array().cloned().unwrap_or_default();
+    assert!(!endpoints.is_empty());
+    for endpoint in &endpoints {
+        assert_eq!(endpoint["path"], "/metrics");
+        let port = spec
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| Some(p.name.as_deref().unwrap_or_default()) == endpoint["port"].as_str())
+            .unwrap_or_else(|| panic!("the Service has no port {}", endpoint["port"]));
+        assert_eq!(
+            port.target_port,
+            Some(IntOrString::String("admin".into())),
+            "/metrics is on the admin port"
+        );
+    }
+    let job = service.metadata.name.clone().unwrap();
+    let groups = rules[0]["groups"].clone();
+    for (alert, rule) in alerts(&groups) {
+        let expr = rule["expr"].as_str().unwrap();
+        if expr.contains("nudge_") || expr.contains("up{") {
+            assert!(
+                expr.contains(&format!("job=\"{job}\"")),
+                "{alert} selects the scraped job {job}: {expr}"
+            );
+        }
+    }
+    Some(Monitoring {
+        job,
+        endpoints,
+        groups,
+    })
+}
+
+/// The alerting rules of PrometheusRule groups, by alert name.
+fn alerts(groups: &Json) -> BTreeMap<String, Json> {
+    groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .map(|rule| (rule["alert"].as_str().unwrap().to_owned(), rule))
+        .collect()
+}
+
+/// Metrics alerts may name that nudge does not register.
+const EXTERNAL_METRICS: &[&str] = &[
+    // Prometheus' own, per scraped target.
+    "up",
+    // kube-state-metrics (NudgeNotReady).
+    "kube_deployment_status_replicas_available",
+    "kube_deployment_spec_replicas",
+];
+
+/// Every metric an alert names is one nudge registers, as its registry
+/// exposes it (the `# TYPE` lines), or one of [`EXTERNAL_METRICS`]. The alerts are the kustomize component's, which
+/// the chart's equal (`chart_and_overlays_grant_the_same_rbac_and_run_nudge_alike`).
+#[test]
+fn every_metric_an_alert_names_is_one_nudge_registers() {
+    let registered = registered_metric_names();
+    let path = deploy_dir()
+        .join("components")
+        .join("prometheus")
+        .join("prometheusrule.yaml");
+    let objects = parse_text(
+        &std::fs::read_to_string(&path).unwrap(),
+        &path.display().to_string(),
+    );
+    let Some(Object::Custom { spec, .. }) = objects.first() else {
+        panic!("{}: a PrometheusRule", path.display());
+    };
+    let alerts = alerts(&spec["groups"]);
+    assert!(alerts.len() >= 8, "{alerts:?}");
+    for (alert, rule) in &alerts {
+        let expr = rule["expr"].as_str().unwrap();
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "{alert}: no metric in {expr}");
+        for name in names {
+            assert!(
+                registered.contains(&name) || EXTERNAL_METRICS.contains(&name.as_str()),
+                "{alert} names {name}, which nudge does not register: {expr}"
+            );
+        }
+    }
+}
+
+/// The names of the series nudge's registry exposes: each family of a `# TYPE`
+/// line, with the suffixes of its type. prometheus-client leaves a family
+/// with no sample out, `# TYPE` line and all, so each gets one first, as the
+/// components that own them record it.
+fn registered_metric_names() -> BTreeSet<String> {
+    use nudge::__private::engine::StampResult;
+    use nudge::__private::events::notify::NotifyResult;
+    use nudge::__private::model::{SourceName, WorkloadKind};
+    use nudge::__private::webhook::ReviewResult;
+    use std::time::Duration;
+    let metrics = nudge::__private::runtime::metrics::Metrics::new();
+    let (kind, configmap) = (WorkloadKind::deployment(), SourceName::configmap());
+    let engine = metrics.engine();
+    engine.stamp(&kind, &configmap, StampResult::Failed);
+    engine.rollout(&kind, &["configmap"], "failed");
+    engine.rollout_ended(&kind, "failed", Duration::from_secs(60));
+    engine.annotation_error(&kind, "syntax");
+    let watches = metrics.watches();
+    watches.restarted("configmap");
+    let sources = watches.sources();
+    sources.register_source("configmap");
+    sources.failed("configmap", "backend");
+    sources.observe_took("configmap", Duration::from_millis(3));
+    metrics.consul().query_failed(&SourceName::consul());
+    metrics.webhook().record(ReviewResult::Timeout);
+    metrics
+        .notify()
+        .record(nudge::config::NotifyFormat::Slack, NotifyResult::Failed);
+    let text = metrics.encode().unwrap();
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let Some(described) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (family, kind) = described.split_once(' ').unwrap();
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            _ => &[""],
+        };
+        names.extend(suffixes.iter().map(|suffix| format!("{family}{suffix}")));
+    }
+    assert!(names.contains("nudge_stamps_total"), "{text}");
+    names
+}
+
+/// The metric names of a PromQL expression: each name right before a `{`
+/// selector, and each `nudge_` name wherever it is; quoted strings skipped.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in expr.chars().chain([' ']) {
+        if quoted {
+            quoted = c != '"';
+            continue;
+        }
+        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            word.push(c);
+            continue;
+        }
+        if c == '{' || word.starts_with("nudge_") {
+            names.insert(word.clone());
+        }
+        word.clear();
+        quoted = c == '"';
+    }
+    names.remove("");
+    names
 }
 
 /// One RBAC object, as far as what it grants and to whom.
@@ -927,7 +1815,7 @@ fn rbac_differences(
 /// The configuration nudge runs with, as one TOML text: the ConfigMap's
 /// config.toml with the literal `NUDGE_<SECTION>__<KEY>` env of its container on
 /// top, each value parsed as `Config::load` parses the environment's.
-fn effective_config_text(objects: &[Object]) -> String {
+pub(crate) fn effective_config_text(objects: &[Object]) -> String {
     use figment::Figment;
     use figment::providers::{Format, Serialized, Toml};
     let mut figment = Figment::from(Toml::string(&config_text(objects)));
@@ -1015,7 +1903,9 @@ fn check_install(objects: &[Object], namespace: &str, scope: Scope, webhook: Web
     let service = objects
         .iter()
         .find_map(|o| match o {
-            Object::Service(s) => Some(s),
+            Object::Service(s) if s.metadata.name.as_deref().unwrap().ends_with("-webhook") => {
+                Some(s)
+            }
             _ => None,
         })
         .expect("a webhook Service");
