@@ -137,7 +137,7 @@ pub async fn run(options: &Options) -> Result<Measured> {
     let _ = std::fs::remove_file(&paths.log);
     let nudge_binary = match &options.nudge {
         Some(path) => path.clone(),
-        None => binaries::build(&target, "nudge", "nudge")?,
+        None => binaries::build(&target, env!("CARGO_PKG_NAME"), "nudge")?,
     };
     let double_binary = match &options.double {
         Some(path) => path.clone(),
