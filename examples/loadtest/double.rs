@@ -24,6 +24,11 @@ const START_WITHIN: Duration = Duration::from_secs(60);
 const STOP_WITHIN: Duration = Duration::from_secs(60);
 /// How long one batch of objects may take (a few hundred objects).
 const BATCH_WITHIN: Duration = Duration::from_secs(120);
+/// How long without a write means the double's imitated
+/// kube-controller-manager is done: it acts within milliseconds of each write.
+const SETTLED_AFTER: Duration = Duration::from_secs(1);
+/// How long it may take to get there (20,000 new workloads at 10×).
+const SETTLE_WITHIN: Duration = Duration::from_secs(600);
 
 /// One request from the double's log (without body).
 #[derive(Debug, Clone)]
@@ -217,6 +222,30 @@ impl Double {
         }
         drop(tx);
         sender.await?
+    }
+
+    /// Waits until the double's resourceVersion has stood still for a second:
+    /// its imitated kube-controller-manager has done what seeding gave it (a
+    /// ReplicaSet or ControllerRevision and status for each new workload) and
+    /// will not compete with the nudge started next. Returns how long that took.
+    pub async fn settle(&self) -> Result<Duration> {
+        let began = Instant::now();
+        let url = format!("{}/_double/state", self.url);
+        let mut last = Value::Null;
+        let mut still_since = Instant::now();
+        loop {
+            let version = get_json(&self.admin, &url).await?["resourceVersion"].take();
+            if version != last {
+                last = version;
+                still_since = Instant::now();
+            } else if still_since.elapsed() >= SETTLED_AFTER {
+                return Ok(began.elapsed());
+            }
+            if began.elapsed() > SETTLE_WITHIN {
+                bail!("the double's controllers still wrote after {SETTLE_WITHIN:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits until this process's copy of the request log holds every request

@@ -14,6 +14,7 @@ use super::double::{Double, Request};
 use super::model::{Model, NUDGE_NAMESPACE, SourceKind};
 use super::nudge::Nudge;
 use super::phases::{Mark, Meter, Phase};
+use super::procfs::{clock_ticks, cpu_time};
 use super::requests::{USER_AGENT, stamps_since, wait_for_stamps};
 use super::scale::{Layout, Scale};
 use super::stats::mib;
@@ -59,6 +60,10 @@ pub struct Measured {
     /// Seeding: the objects through the double's bulk endpoint, then Consul.
     pub seeded_objects: u64,
     pub seeded_kubernetes: Duration,
+    /// From the end of seeding until the double's controllers were done with
+    /// the seeded workloads, and the double's CPU time in it.
+    pub double_settled: Duration,
+    pub double_settle_cpu: Duration,
     pub seeded_consul: Duration,
     pub seeded_unreferenced: Duration,
     pub double_after_seeding: Memory,
@@ -168,6 +173,10 @@ pub async fn run(options: &Options) -> Result<Measured> {
 struct Seeding {
     objects: u64,
     kubernetes: Duration,
+    /// Until the double's controllers were done with the seeded workloads, and
+    /// the CPU time that took the double.
+    settled: Duration,
+    settle_cpu: Duration,
     consul: Duration,
     double_after: Memory,
 }
@@ -226,6 +235,10 @@ impl<'a> Bench<'a> {
             .await
             .context("seed the double")?;
         let kubernetes = seeding.elapsed();
+        let ticks = clock_ticks();
+        let cpu_before = cpu_time(double.pid, ticks)?;
+        let settled = double.settle().await?;
+        let settle_cpu = cpu_time(double.pid, ticks)?.saturating_sub(cpu_before);
         let (rss, peak) = double.memory()?;
         let seeding = Instant::now();
         let consul = tokio::task::block_in_place(ConsulAgent::start).context("start consul")?;
@@ -236,6 +249,8 @@ impl<'a> Bench<'a> {
         let seeding = Seeding {
             objects,
             kubernetes,
+            settled,
+            settle_cpu,
             consul: seeding.elapsed(),
             double_after: Memory { rss, peak },
         };
@@ -268,12 +283,14 @@ impl<'a> Bench<'a> {
             nudge_binary,
         };
         bench.progress(&format!(
-            "seeded {} objects ({} ConfigMaps, {} Secrets, {} workloads) in {:.1?}, double RSS {:.0} MiB; {} Consul keys in {:.1?}",
+            "seeded {} objects ({} ConfigMaps, {} Secrets, {} workloads) in {:.1?}, the double's controllers done {:.1?} later ({:.1?} CPU), double RSS {:.0} MiB; {} Consul keys in {:.1?}",
             bench.seeding.objects,
             scale.namespaces * scale.configmaps_per_namespace,
             scale.namespaces * scale.secrets_per_namespace,
             bench.model.workloads.len(),
             bench.seeding.kubernetes,
+            bench.seeding.settled,
+            bench.seeding.settle_cpu,
             mib(rss),
             bench.model.consul_keys.len(),
             bench.seeding.consul,
@@ -328,6 +345,7 @@ impl<'a> Bench<'a> {
             .create_all(self.model.unreferenced_secrets(self.scale, rng))
             .await
             .context("seed the unreferenced Secrets")?;
+        self.double.settle().await?;
         let seeded_unreferenced = seeding.elapsed();
         let secrets_after =
             secrets_before + self.scale.namespaces * self.scale.extra_secrets_per_namespace;
@@ -350,6 +368,8 @@ impl<'a> Bench<'a> {
             double_log: self.paths.double_log.clone(),
             seeded_objects: self.seeding.objects,
             seeded_kubernetes: self.seeding.kubernetes,
+            double_settled: self.seeding.settled,
+            double_settle_cpu: self.seeding.settle_cpu,
             seeded_consul: self.seeding.consul,
             seeded_unreferenced,
             double_after_seeding: self.seeding.double_after,

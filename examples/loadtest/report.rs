@@ -154,6 +154,8 @@ impl Analysis<'_> {
             "seeding": {
                 "api_objects": m.seeded_objects,
                 "api_objects_seconds": m.seeded_kubernetes.as_secs_f64(),
+                "double_settled_seconds": m.double_settled.as_secs_f64(),
+                "double_settle_cpu_seconds": m.double_settle_cpu.as_secs_f64(),
                 "consul_keys_seconds": m.seeded_consul.as_secs_f64(),
                 "unreferenced_secrets": secrets_after - secrets_before,
                 "unreferenced_secrets_seconds": m.seeded_unreferenced.as_secs_f64(),
@@ -262,9 +264,11 @@ impl Analysis<'_> {
         row(
             "seeding",
             format!(
-                "{} objects in {} (later {} Secrets in {}), Consul keys in {}; double RSS {:.0} MiB, peak {:.0} MiB",
+                "{} objects in {}, the double's controllers done {} later ({} CPU); later {} Secrets in {}; Consul keys in {}; double RSS {:.0} MiB, peak {:.0} MiB",
                 m.seeded_objects,
                 seconds(m.seeded_kubernetes),
+                seconds(m.double_settled),
+                seconds(m.double_settle_cpu),
                 secrets_after - secrets_before,
                 seconds(m.seeded_unreferenced),
                 seconds(m.seeded_consul),

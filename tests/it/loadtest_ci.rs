@@ -29,7 +29,7 @@ async fn ci_scale_counts_hold() {
         log: None,
         verbose: true,
         nudge_env: Vec::new(),
-        ready_within: std::time::Duration::from_secs(120),
+        ready_within: loadtest::READY_WITHIN,
     })
     .await
     .expect("the CI load test runs");
