@@ -45,7 +45,7 @@ fn figment(toml: &str) -> Figment {
 
 fn controller(toml: &str, seen: &Arc<std::sync::Mutex<Vec<String>>>) -> Controller {
     let controller =
-        Controller::from_figment(figment(toml), nudge::cli::offline_client()).expect("loads");
+        Controller::from_figment(figment(toml), nudge::testing::offline_client()).expect("loads");
     let client = controller.client().clone();
     let settings = TargetSettings::from_config(controller.config());
     let gadgets = seen.clone();
@@ -171,7 +171,7 @@ async fn kubernetes_sources_are_checked_and_their_section_is_not_for_custom_sour
     let mut flags = nudge::config::KubernetesSourceConfig::new("example.com", "v1", "Flags");
     flags.fields = vec!["spec".to_owned()];
     config.sources.kubernetes.insert("flags".to_owned(), flags);
-    let error = Controller::from_config(config, nudge::cli::offline_client())
+    let error = Controller::from_config(config, nudge::testing::offline_client())
         .check()
         .unwrap_err()
         .to_string();
