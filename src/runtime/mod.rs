@@ -374,6 +374,9 @@ impl Controller {
     /// `[sources.<key>]` and `[targets.<key>]` sections nothing is registered
     /// for.
     pub fn check(&self) -> Result<(), ConfigError> {
+        // A section nothing is registered for comes first: a misspelt section
+        // leaves the one meant empty, whose own problem would hide the typo.
+        self.unregistered_section()?;
         if let Some(problem) = self.problems.first() {
             return Err(problem.clone());
         }
@@ -389,6 +392,12 @@ impl Controller {
                 origin: crate::config::origin_of(&self.figment, key),
             });
         }
+        Ok(())
+    }
+
+    /// The first `[sources.<key>]` or `[targets.<key>]` section nothing is
+    /// registered for, naming the known section closest to it.
+    fn unregistered_section(&self) -> Result<(), ConfigError> {
         let sections: [(_, _, _, &[&str]); 2] = [
             (
                 "sources",
@@ -412,14 +421,18 @@ impl Controller {
                 .copied()
                 .chain(registered.iter().map(String::as_str))
                 .collect();
+            let mut problem = format!(
+                "nothing is configured under this key (configured: {})",
+                known.join(", ")
+            );
+            if let Some(meant) = closest(key, &known) {
+                problem.push_str(&format!("; did you mean {table}.{meant}?"));
+            }
             let path = format!("{table}.{key}");
             return Err(ConfigError::Load {
                 origin: crate::config::origin_of(&self.figment, &path),
                 key: path,
-                problem: format!(
-                    "nothing is configured under this key (configured: {})",
-                    known.join(", ")
-                ),
+                problem,
             });
         }
         Ok(())
@@ -840,6 +853,17 @@ async fn start_webhook(
     )
     .await
     .map_err(failed(RunError::Webhook))
+}
+
+/// The name in `known` that `key` is most likely a misspelling of, if any is
+/// close (Jaro-Winkler similarity above 0.8, as `envfil` is to `envfile`).
+fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|name| (strsim::jaro_winkler(key, name), *name))
+        .filter(|(similarity, _)| *similarity > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
 }
 
 /// Replaces the values of fields whose names say they hold secrets.
