@@ -4,7 +4,7 @@
 //! file here and name it below. `cargo nextest run --test it <module>::` runs
 //! one file's tests.
 
-// examples/loadtest.rs (the benchmark, run here as `loadtest_ci`) brings its own
+// examples/loadtest/ (the benchmark, run here as `loadtest_ci`) brings its own
 // copy of support/consul.rs: it is an example of its own, without this crate.
 #![allow(clippy::duplicate_mod)]
 
