@@ -56,7 +56,7 @@
 //! `docs/design.md` §1a says what each module owns):
 //!
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
-//!    `annotations`, `discovery`, `stamp`, [`window`], plus the shared
+//!    `annotations`, `discovery`, `snapshot`, `stamp`, [`window`], plus the shared
 //!    utilities `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
 //! 2. Adapters: `sources`, `targets`, `webhook`, `events`; none imports
 //!    another adapter, the engine or the runtime.
@@ -80,6 +80,7 @@ mod rate;
 mod runtime;
 mod scope;
 mod small;
+mod snapshot;
 mod sources;
 mod stamp;
 mod targets;
@@ -196,6 +197,9 @@ pub mod __private {
     }
     pub mod scope {
         pub use crate::scope::*;
+    }
+    pub mod snapshot {
+        pub use crate::snapshot::*;
     }
     pub mod sources {
         pub use crate::sources::*;

@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("discovery", 1),
     ("annotations", 1),
     ("stamp", 1),
+    ("snapshot", 1),
     ("window", 1),
     ("sources", 2),
     ("targets", 2),
