@@ -12,6 +12,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::{Figment, Metadata};
 use serde::{Deserialize, Serialize};
 
+pub use crate::snapshot::SnapshotMode;
+
 /// Prefix of the environment variables that configure nudge.
 pub(crate) const ENV_PREFIX: &str = "NUDGE_";
 
@@ -242,6 +244,11 @@ pub struct EngineConfig {
     /// always open. Override per workload: `<prefix>/window`.
     #[serde(with = "crate::window::optional")]
     pub window: Option<crate::window::Window>,
+    /// Which workloads take snapshots (design §5e): immutable copies of the
+    /// ConfigMaps and Secrets their pod template references, one per config
+    /// revision, so pods that start later still get their revision's config
+    /// and a rollback takes the config back with the pods.
+    pub snapshots: SnapshotMode,
 }
 
 impl Default for EngineConfig {
@@ -256,6 +263,7 @@ impl Default for EngineConfig {
             progress_deadline: Duration::from_secs(600),
             history_limit: 10,
             window: None,
+            snapshots: SnapshotMode::Off,
         }
     }
 }
@@ -1063,6 +1071,15 @@ impl Overrides {
 const REDACTED: &str = "<redacted>";
 
 impl Config {
+    /// The annotation scheme: the names of `[annotations]`, and which
+    /// workloads take snapshots (`engine.snapshots`), which decides how their
+    /// annotations read.
+    pub(crate) fn scheme(&self) -> crate::annotations::AnnotationScheme {
+        self.annotations
+            .scheme()
+            .with_snapshots(self.engine.snapshots)
+    }
+
     /// The same configuration with every secret value (Consul tokens, the
     /// notification URL, which carries its token) replaced by `<redacted>`,
     /// for printing. Empty values stay empty.

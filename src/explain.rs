@@ -280,7 +280,7 @@ impl ExplainSettings {
     /// The settings of `config`.
     pub(crate) fn from_config(config: &Config) -> Self {
         Self {
-            scheme: config.annotations.scheme(),
+            scheme: config.scheme(),
             debounce: config.engine.debounce,
             max_delay: config.engine.max_delay,
             min_interval: config.engine.min_interval,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PodSpec;
 
 use super::grammar::{excerpt, invalid_reference, parse_bool};
+use super::snapshot::SnapshotAnnotations;
 use super::stamps::Stamps;
 use super::{AnnotationError, AnnotationScheme, Dependencies};
 use crate::discovery::{Discovered, DiscoveredObject};
@@ -23,6 +24,8 @@ pub(super) struct Parser<'a> {
     pub(super) gate_choice: Option<bool>,
     /// Whether Wave manages the workload.
     pub(super) wave: bool,
+    /// The snapshot annotations, decided on in `finish`.
+    pub(super) snapshot: SnapshotAnnotations,
 }
 
 pub(super) type Annotations<'a> = BTreeMap<&'a str, &'a str>;
@@ -42,12 +45,14 @@ impl<'a> Parser<'a> {
             deps: Dependencies::default(),
             gate_choice: None,
             wave: false,
+            snapshot: SnapshotAnnotations::default(),
         }
     }
 
     pub(super) fn finish(mut self) -> Dependencies {
         self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
         self.holds();
+        self.snapshot_choice();
         if self.workload.id.kind.adopts_first_stamp() {
             // A CronJob runs, a Job is recreated, when its template changes: the
             // first stamp is adopted into metadata, never written there.

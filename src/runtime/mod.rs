@@ -606,7 +606,7 @@ impl Controller {
                 .await?
             }
         };
-        let scheme = annotations.scheme();
+        let scheme = annotations.scheme().with_snapshots(engine_config.snapshots);
         let scope = NamespaceScope {
             namespaces: kubernetes.namespaces.clone(),
             ignore: kubernetes.ignore_namespaces.clone(),

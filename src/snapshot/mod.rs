@@ -70,6 +70,26 @@ pub struct SnapshotNames {
     pub bytes: String,
 }
 
+/// `engine.snapshots`: which workloads take snapshots. Copies need `create`,
+/// `patch` and `delete` on ConfigMaps and Secrets, which the chart and the
+/// overlays grant only with snapshots on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum SnapshotMode {
+    /// No workload (the default): a workload asking for snapshots is told
+    /// they are off, and one that has copies is pointed back at the live
+    /// objects.
+    #[default]
+    Off,
+    /// Workloads annotated `<prefix>/snapshot: "true"`.
+    OptIn,
+    /// Every workload nudge stamps, unless annotated `<prefix>/snapshot:
+    /// "false"` (never a Job: nudge recreates a Job to change its template,
+    /// and its copies would go with the old one).
+    All,
+}
+
 /// The label every tool reads for "who manages this object".
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 

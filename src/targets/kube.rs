@@ -52,7 +52,7 @@ impl TargetSettings {
     pub fn from_config(config: &crate::config::Config) -> Self {
         Self {
             field_manager: config.kubernetes.field_manager.clone(),
-            scheme: config.annotations.scheme(),
+            scheme: config.scheme(),
             scope: NamespaceScope {
                 namespaces: config.kubernetes.namespaces.clone(),
                 ignore: config.kubernetes.ignore_namespaces.clone(),

@@ -26,6 +26,7 @@ mod mutator;
 mod native;
 mod reloader;
 mod scheme;
+mod snapshot;
 mod wave;
 
 // --- builders ---
