@@ -58,7 +58,7 @@
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
 //!    `annotations`, `discovery`, `snapshot`, `stamp`, [`window`], plus the shared
 //!    utilities `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
-//! 2. Adapters: `sources`, `targets`, `webhook`, `events`; none imports
+//! 2. Adapters: `sources`, `targets`, `webhook`, `events`, `copies`; none imports
 //!    another adapter, the engine or the runtime.
 //! 3. `engine`: the synchronous core and its async driver; [`explain`]: the
 //!    same decisions, read once for one workload.
@@ -69,6 +69,7 @@
 
 // Internals: crate-private, so they can change without breaking embedders.
 mod annotations;
+mod copies;
 mod discovery;
 mod engine;
 mod errors;
@@ -170,6 +171,9 @@ pub mod __private {
     #![allow(missing_docs)]
     pub mod annotations {
         pub use crate::annotations::*;
+    }
+    pub mod copies {
+        pub use crate::copies::*;
     }
     pub mod discovery {
         pub use crate::discovery::*;

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("targets", 2),
     ("webhook", 2),
     ("events", 2),
+    ("copies", 2),
     ("engine", 3),
     ("runtime", 4),
     ("explain", 3),

@@ -36,5 +36,6 @@ mod pacing;
 mod reloader;
 mod rollouts;
 mod scoping;
+mod snapshots;
 mod targets;
 mod webhook;

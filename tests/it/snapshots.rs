@@ -1,0 +1,428 @@
+//! Snapshots (design §5e): the copies nudge makes of the ConfigMaps and
+//! Secrets a workload's pod template references, as kube-apiserver and
+//! kube-controller-manager treat them (immutable, collected with their
+//! workload), and what nudge does with them.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use nudge::__private::copies::{Copier, CopyError, CopyMetrics, Operation};
+use nudge::__private::fingerprint::{FingerprintKey, ObjectData, ObjectKind, native_object};
+use nudge::__private::model::{KeySelection, WorkloadId, WorkloadKind};
+use nudge::__private::snapshot::{CopyPlan, Owner, SnapshotKey, SnapshotNames};
+
+use crate::support::*;
+
+fn mk_names() -> SnapshotNames {
+    nudge::__private::annotations::AnnotationScheme::default().snapshot_names()
+}
+
+fn mk_key() -> FingerprintKey {
+    FingerprintKey::new(vec![7; 32]).unwrap()
+}
+
+fn mk_copier(cluster: &TestCluster) -> (Copier, Arc<CopyMetrics>) {
+    let metrics = Arc::new(CopyMetrics::default());
+    let copier = Copier::new(
+        cluster.client(),
+        mk_key(),
+        mk_names(),
+        "nudge",
+        metrics.clone(),
+    );
+    (copier, metrics)
+}
+
+/// Deployment `name` (with nothing for nudge to do) and its owner reference.
+async fn mk_owner(cluster: &TestCluster, name: &str) -> (WorkloadId, Owner) {
+    cluster
+        .create_workload("Deployment", name, &[], &[], plain_pod())
+        .await;
+    let deployment = cluster.api::<Deployment>().get(name).await.unwrap();
+    let owner = Owner {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: name.into(),
+        uid: deployment.uid().unwrap(),
+    };
+    let id = WorkloadId::new(WorkloadKind::deployment(), cluster.namespace(), name);
+    (id, owner)
+}
+
+async fn config_map_data(cluster: &TestCluster, name: &str) -> ObjectData {
+    ObjectData::from_config_map(&cluster.api::<ConfigMap>().get(name).await.unwrap())
+}
+
+/// The plan copying ConfigMap `name` as it is now, narrowed to `keys`.
+async fn plan_config_map(
+    cluster: &TestCluster,
+    id: &WorkloadId,
+    name: &str,
+    keys: KeySelection,
+) -> CopyPlan {
+    let data = config_map_data(cluster, name).await.narrowed(&keys);
+    let fingerprint = native_object(ObjectKind::ConfigMap, &data, &mk_key());
+    let key = SnapshotKey::new(ObjectKind::ConfigMap, name, keys);
+    CopyPlan::new(id, key, fingerprint.as_digest().unwrap().into_owned())
+}
+
+#[tokio::test]
+async fn a_copy_is_made_once_immutable_owned_by_its_workload_and_reused_after() {
+    let cluster = TestCluster::start("snap-copy").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug"), ("size", "3")])
+        .await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (copier, metrics) = mk_copier(&cluster);
+    let plan = plan_config_map(&cluster, &id, "app-config", KeySelection::All).await;
+
+    let ensured = copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap();
+    assert_eq!(
+        ensured.created,
+        [(ObjectKind::ConfigMap, plan.name.clone())]
+    );
+    let copy = cluster.api::<ConfigMap>().get(&plan.name).await.unwrap();
+    assert_eq!(copy.immutable, Some(true));
+    assert_eq!(
+        ObjectData::from_config_map(&copy),
+        config_map_data(&cluster, "app-config").await
+    );
+    let owners = copy.owner_references();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (owners[0].kind.as_str(), owners[0].uid.as_str()),
+        ("Deployment", owner.uid.as_str())
+    );
+    assert_eq!(copy.labels()["app.kubernetes.io/managed-by"], "nudge");
+    assert_eq!(copy.labels()["nudge.dev/snapshot-copy"], "true");
+    assert_eq!(
+        copy.annotations()["nudge.dev/snapshot-of"],
+        "configmap/app-config"
+    );
+    assert_eq!(copy.annotations()["nudge.dev/snapshot-bytes"], "6");
+
+    // A restart, a failover, a retry: the same plan finds its copy.
+    let again = copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap();
+    assert!(again.created.is_empty());
+    assert_eq!(
+        metrics.operations(ObjectKind::ConfigMap, Operation::Created),
+        1
+    );
+    assert_eq!(
+        metrics.operations(ObjectKind::ConfigMap, Operation::Reused),
+        1
+    );
+
+    // The API server keeps the copy's content as it is.
+    let change = json!({"data": {"level": "info"}});
+    let refused = cluster
+        .api::<ConfigMap>()
+        .patch(&plan.name, &PatchParams::default(), &Patch::Merge(&change))
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_source_that_changed_since_the_stamp_was_decided_is_not_copied() {
+    let cluster = TestCluster::start("snap-moved").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (copier, _) = mk_copier(&cluster);
+    let plan = plan_config_map(&cluster, &id, "app-config", KeySelection::All).await;
+    cluster
+        .put_configmap("app-config", &[("level", "info")])
+        .await;
+
+    let error = copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CopyError::Moved { .. }), "{error:?}");
+    assert!(error.is_retryable() && !error.is_news());
+    assert!(
+        cluster
+            .api::<ConfigMap>()
+            .get_opt(&plan.name)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    cluster.delete::<ConfigMap>("app-config").await;
+    let error = copier
+        .ensure(cluster.namespace(), &owner, &[plan])
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CopyError::Moved { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn a_secret_copy_holds_only_the_keys_the_template_uses() {
+    let cluster = TestCluster::start("snap-secret").await;
+    cluster
+        .put_secret("db", &[("password", "hunter2"), ("user", "app")])
+        .await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (copier, _) = mk_copier(&cluster);
+    let keys = KeySelection::Only(["password".to_owned()].into());
+    let source = cluster.api::<Secret>().get("db").await.unwrap();
+    let data = ObjectData::from_secret(&source).narrowed(&keys);
+    let fingerprint = native_object(ObjectKind::Secret, &data, &mk_key());
+    let fingerprint = fingerprint.as_digest().unwrap().into_owned();
+    assert!(fingerprint.starts_with("hmac-sha256-"));
+    let plan = CopyPlan::new(
+        &id,
+        SnapshotKey::new(ObjectKind::Secret, "db", keys),
+        fingerprint,
+    );
+
+    copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap();
+    let copy = cluster.api::<Secret>().get(&plan.name).await.unwrap();
+    assert_eq!(ObjectData::from_secret(&copy), data);
+    assert_eq!(copy.type_.as_deref(), Some("Opaque"));
+    assert_eq!(copy.immutable, Some(true));
+    assert!(!plan.name.contains("hunter2"));
+    // The value is in the copy's data only.
+    let metadata = serde_json::to_string(&copy.metadata).unwrap();
+    assert!(
+        !metadata.contains("hunter2") && !metadata.contains("aHVudGVyMg"),
+        "{metadata}"
+    );
+}
+
+#[tokio::test]
+async fn deleting_the_workload_deletes_its_copies() {
+    let cluster = TestCluster::start("snap-gc").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (copier, _) = mk_copier(&cluster);
+    let plan = plan_config_map(&cluster, &id, "app-config", KeySelection::All).await;
+    copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap();
+
+    cluster.delete::<Deployment>("web").await;
+    // kube-controller-manager's garbage collector deletes dependents in the
+    // background; the double at once.
+    wait_for(
+        "the copy to be collected with its workload",
+        WAIT,
+        || async {
+            let gone = cluster
+                .api::<ConfigMap>()
+                .get_opt(&plan.name)
+                .await
+                .unwrap()
+                .is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert!(
+        cluster
+            .api::<ConfigMap>()
+            .get_opt("app-config")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_name_another_object_holds_is_not_taken_and_an_orphaned_copy_is_adopted() {
+    let cluster = TestCluster::start("snap-taken").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (_, other) = mk_owner(&cluster, "other").await;
+    let (copier, metrics) = mk_copier(&cluster);
+    let plan = plan_config_map(&cluster, &id, "app-config", KeySelection::All).await;
+    let data = json!({"level": "debug"});
+    let create = |owners: Value, immutable: bool| {
+        let object: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": plan.name, "ownerReferences": owners},
+            "data": data, "immutable": immutable,
+        }))
+        .unwrap();
+        let api = cluster.api::<ConfigMap>();
+        async move { api.create(&PostParams::default(), &object).await.unwrap() }
+    };
+
+    // Owned by another (live) object: never used, never changed.
+    create(json!([other.reference()]), true).await;
+    let error = copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CopyError::Taken { .. }), "{error:?}");
+    assert!(error.is_retryable() && error.is_news());
+    cluster.delete::<ConfigMap>(&plan.name).await;
+
+    // Mutable: not a snapshot, whoever made it.
+    create(json!([]), false).await;
+    let error = copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CopyError::Taken { .. }), "{error:?}");
+    cluster.delete::<ConfigMap>(&plan.name).await;
+
+    // Orphaned (its workload deleted with --cascade=orphan): adopted.
+    create(json!([]), true).await;
+    copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap();
+    let copy = cluster.api::<ConfigMap>().get(&plan.name).await.unwrap();
+    assert_eq!(copy.owner_references()[0].uid, owner.uid);
+    assert_eq!(
+        metrics.operations(ObjectKind::ConfigMap, Operation::Adopted),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_rollbacks_copies_are_checked_and_pruned_copies_deleted() {
+    let cluster = TestCluster::start("snap-check").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (copier, metrics) = mk_copier(&cluster);
+    let plan = plan_config_map(&cluster, &id, "app-config", KeySelection::All).await;
+    copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap();
+    copier
+        .check(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap();
+
+    let copy = [(ObjectKind::ConfigMap, plan.name.clone())];
+    copier.delete(cluster.namespace(), &copy).await.unwrap();
+    // Deleted already: still done.
+    copier.delete(cluster.namespace(), &copy).await.unwrap();
+    assert_eq!(
+        metrics.operations(ObjectKind::ConfigMap, Operation::Deleted),
+        2
+    );
+    let error = copier
+        .check(cluster.namespace(), &owner, &[plan])
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CopyError::Missing { .. }), "{error:?}");
+    assert!(!error.is_retryable());
+}
+
+#[tokio::test]
+async fn the_gauge_counts_the_copies_that_exist_and_their_bytes() {
+    let cluster = TestCluster::start("snap-gauge").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (copier, metrics) = mk_copier(&cluster);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let scope = nudge::__private::scope::NamespaceScope {
+        namespaces: vec![cluster.namespace().to_owned()],
+        ignore: Vec::new(),
+    };
+    let gauge = tokio::spawn(nudge::__private::copies::run_gauge(
+        cluster.client(),
+        scope,
+        mk_names(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let plan = plan_config_map(&cluster, &id, "app-config", KeySelection::All).await;
+    let source = cluster.api::<Secret>().get("db").await.unwrap();
+    let secret_data = ObjectData::from_secret(&source);
+    let fingerprint = native_object(ObjectKind::Secret, &secret_data, &mk_key());
+    let secret_plan = CopyPlan::new(
+        &id,
+        SnapshotKey::new(ObjectKind::Secret, "db", KeySelection::All),
+        fingerprint.as_digest().unwrap().into_owned(),
+    );
+    copier
+        .ensure(cluster.namespace(), &owner, &[plan.clone(), secret_plan])
+        .await
+        .unwrap();
+    wait_for("both copies counted", WAIT, || async {
+        let kept = (
+            metrics.kept(ObjectKind::ConfigMap),
+            metrics.kept(ObjectKind::Secret),
+        );
+        (kept == ((1, 5), (1, 7))).then_some(())
+    })
+    .await;
+    copier
+        .delete(cluster.namespace(), &[(ObjectKind::ConfigMap, plan.name)])
+        .await
+        .unwrap();
+    wait_for("the deleted copy uncounted", WAIT, || async {
+        (metrics.kept(ObjectKind::ConfigMap) == (0, 0)).then_some(())
+    })
+    .await;
+    assert_eq!(metrics.kept(ObjectKind::Secret), (1, 7));
+    shutdown.cancel();
+    gauge.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_to_make_a_copy_mutable_or_change_its_content() {
+    // What kube-apiserver's ValidateConfigMapUpdate / ValidateSecretUpdate
+    // enforce once `immutable: true` is set, and what nudge relies on.
+    let cluster = TestCluster::start("snap-immutable").await;
+    let copy: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "frozen", "labels": {"a": "b"}},
+        "stringData": {"k": "v"}, "immutable": true,
+    }))
+    .unwrap();
+    let api: Api<Secret> = cluster.api();
+    api.create(&PostParams::default(), &copy).await.unwrap();
+    for change in [
+        json!({"immutable": false}),
+        json!({"data": {"k": "dzI="}}),
+        json!({"stringData": {"k": "w2"}}),
+    ] {
+        let result = api
+            .patch("frozen", &PatchParams::default(), &Patch::Merge(&change))
+            .await;
+        assert!(
+            matches!(&result, Err(kube::Error::Api(s)) if s.code == 422),
+            "{change}: {result:?}"
+        );
+    }
+    // Its metadata stays writable: labels, owners.
+    let relabel = json!({"metadata": {"labels": {"a": "c"}}});
+    let relabelled = api
+        .patch("frozen", &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+        .unwrap();
+    assert_eq!(relabelled.labels()["a"], "c");
+}
