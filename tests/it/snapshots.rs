@@ -426,3 +426,68 @@ async fn the_api_server_refuses_to_make_a_copy_mutable_or_change_its_content() {
         .unwrap();
     assert_eq!(relabelled.labels()["a"], "c");
 }
+
+/// A Secret quota with no room left: nudge is refused its copy, and says why.
+/// On a real cluster the quota controller counts the namespace first.
+pub async fn fill_secret_quota(cluster: &TestCluster) {
+    let secrets = cluster
+        .api::<Secret>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let used = secrets.items.len().to_string();
+    let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-more-secrets"},
+        "spec": {"hard": {"secrets": used}},
+    }))
+    .unwrap();
+    let quotas = cluster.api::<k8s_openapi::api::core::v1::ResourceQuota>();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    wait_for("the quota's usage counted", WAIT, || async {
+        let quota = quotas.get("no-more-secrets").await.ok()?;
+        let counted = quota.status?.used?.get("secrets")?.0.clone();
+        (counted == used).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_copy_a_quota_has_no_room_for_is_refused_and_says_why() {
+    let cluster = TestCluster::start("snap-quota").await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    let (id, owner) = mk_owner(&cluster, "web").await;
+    let (copier, metrics) = mk_copier(&cluster);
+    fill_secret_quota(&cluster).await;
+    let source = cluster.api::<Secret>().get("db").await.unwrap();
+    let fingerprint = native_object(
+        ObjectKind::Secret,
+        &ObjectData::from_secret(&source),
+        &mk_key(),
+    );
+    let plan = CopyPlan::new(
+        &id,
+        SnapshotKey::new(ObjectKind::Secret, "db", KeySelection::All),
+        fingerprint.as_digest().unwrap().into_owned(),
+    );
+    let error = copier
+        .ensure(cluster.namespace(), &owner, std::slice::from_ref(&plan))
+        .await
+        .unwrap_err();
+    assert_eq!(error.category(), "quota", "{error}");
+    assert!(!error.is_retryable() && error.is_news());
+    let text = error.to_string();
+    assert!(
+        text.contains(&plan.name) && text.contains("exceeded quota"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"));
+    assert_eq!(metrics.operations(ObjectKind::Secret, Operation::Failed), 1);
+    assert!(
+        cluster
+            .api::<Secret>()
+            .get_opt(&plan.name)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
