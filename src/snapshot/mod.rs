@@ -35,10 +35,12 @@ use crate::fingerprint::{DataValue, ObjectData, ObjectKind};
 use crate::model::{KeySelection, Name, WorkloadId};
 
 mod rewrite;
+mod rollback;
 mod template;
 
 pub use rewrite::{Replacement, rewrite};
-pub use template::TemplateSnapshot;
+pub use rollback::{RecordedRevision, RollbackError, Verdict, choose, judge};
+pub use template::{TemplateSnapshot, admitted};
 
 /// Hex digits of a copy name's suffix (as kustomize's generated names, 10).
 pub const SUFFIX_LEN: usize = 10;

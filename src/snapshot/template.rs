@@ -119,6 +119,34 @@ impl TemplateSnapshot {
     }
 }
 
+/// The snapshot an admitted pod template uses (design §5e, admission): the
+/// copies the incoming template uses itself, and, for a workload that takes
+/// snapshots, each copy the stored template used of an object the incoming
+/// one references directly with the same keys: a re-apply of the original
+/// manifest is pointed back at the copies it had, and rolls nothing. A
+/// workload that takes none keeps what the request says (the controller
+/// pointing it back at the live objects).
+pub fn admitted(
+    incoming: &TemplateSnapshot,
+    stored: Option<&TemplateSnapshot>,
+    wanted: bool,
+) -> Snapshot {
+    let mut snapshot = incoming.current.clone();
+    let Some(stored) = stored.filter(|_| wanted) else {
+        return snapshot;
+    };
+    for source in &incoming.sources {
+        let key = SnapshotKey::new(source.kind, source.name.as_str(), source.keys.clone());
+        if snapshot.get(&key).is_some() {
+            continue;
+        }
+        if let Some(fingerprint) = stored.current.get(&key) {
+            snapshot.insert(key, fingerprint);
+        }
+    }
+    snapshot
+}
+
 /// The claimed entries whose copies the template uses, with their keys, and
 /// whose objects it does not reference directly.
 fn in_use(

@@ -457,3 +457,46 @@ fn every_reference_discovery_reads_is_rewritten() {
     }
     assert_eq!(read(&copied).current(), &to);
 }
+
+#[test]
+fn a_reapplied_manifest_is_pointed_back_at_the_copies_the_stored_template_used() {
+    let owner = mk_owner();
+    let live = mk_template("app-config", "db");
+    let to = wanted("sha256-aa", "hmac-sha256-bb");
+    let stored = applied(&live, &rewrite(&live, &owner, &Snapshot::new(), &to), &to);
+    let stored = read(&stored);
+    // The original manifest again: live references, no annotation.
+    let reapplied = read(&live);
+    assert_eq!(admitted(&reapplied, Some(&stored), true), to);
+    let replacements = rewrite(&live, &owner, reapplied.claimed(), &to);
+    assert_eq!(read(&applied(&live, &replacements, &to)).current(), &to);
+    // One reference now takes a single key of the Secret: its whole copy
+    // still fits the merged use; a new object stays live.
+    let mut edited = live.clone();
+    edited["spec"]["volumes"][3]["configMap"]["name"] = json!("brand-new");
+    let edited = read(&edited);
+    assert_eq!(admitted(&edited, Some(&stored), true), to);
+    // A template that uses fewer keys of an object than its copy holds is
+    // left live for that object (the controller copies the new keys).
+    let mut narrowed = live.clone();
+    let level = json!([{"key": "level", "path": "level"}]);
+    narrowed["spec"]["volumes"][0]["configMap"]["items"] = level.clone();
+    narrowed["spec"]["volumes"][2]["projected"]["sources"][0]["configMap"]["items"] = level;
+    narrowed["spec"]["containers"][0]["envFrom"] = json!([]);
+    narrowed["spec"]["initContainers"][0]["envFrom"] = json!([]);
+    let narrowed = read(&narrowed);
+    let kept = admitted(&narrowed, Some(&stored), true);
+    assert!(kept.get(&cm("app-config")).is_none(), "{kept:?}");
+    // A workload that no longer takes snapshots keeps what it is sent; a
+    // CREATE has nothing stored.
+    assert!(admitted(&reapplied, Some(&stored), false).is_empty());
+    assert!(admitted(&reapplied, None, true).is_empty());
+    // An undo (copies of another revision) is left as it comes.
+    let other = wanted("sha256-00", "hmac-sha256-bb");
+    let undone = applied(
+        &live,
+        &rewrite(&live, &owner, &Snapshot::new(), &other),
+        &other,
+    );
+    assert_eq!(admitted(&read(&undone), Some(&stored), true), other);
+}
