@@ -7,11 +7,13 @@
 
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
-# The workspace manifest lists the test-only apiserver-double crate, so its
-# sources come along; they are not compiled into the binary.
-COPY Cargo.toml Cargo.lock ./
-COPY apiserver-double apiserver-double
-COPY src src
+# The whole build context (.dockerignore leaves out only what no build reads):
+# cargo loads every workspace member's manifest (apiserver-double,
+# examples/embedder) before it builds anything, and the crate may include
+# files from anywhere in the repository (docs pages into its rustdoc). A list
+# of directories here broke each time one was added. scripts/docker-context-check
+# builds from exactly this context in CI.
+COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin nudge \

@@ -12,6 +12,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::{Figment, Metadata};
 use serde::{Deserialize, Serialize};
 
+mod duration;
+mod selector;
+
 pub use crate::snapshot::SnapshotMode;
 
 /// Prefix of the environment variables that configure nudge.
@@ -214,18 +217,18 @@ impl AnnotationsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
     /// Changes to a workload's references within this window produce one stamp.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub debounce: Duration,
     /// A workload whose references keep changing is still stamped this long after
     /// the first unstamped change.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub max_delay: Duration,
     /// Global rate of stamps (token bucket refill per second).
     pub stamps_per_second: f64,
     /// Global burst of stamps (token bucket size).
     pub burst: u32,
     /// Minimum time between two stamps of the same workload.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub min_interval: Duration,
     /// Stamp a deleted required reference as `absent` instead of keeping the
     /// current stamp.
@@ -235,7 +238,7 @@ pub struct EngineConfig {
     /// Deployment, whose `progressDeadlineSeconds` kube-controller-manager
     /// enforces); a CronJob's counts from the start of its run. Override per
     /// workload: `<prefix>/progress-deadline`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub progress_deadline: Duration,
     /// Config revisions kept in each workload's `<prefix>/history` annotation.
     pub history_limit: usize,
@@ -278,11 +281,18 @@ pub struct KubernetesConfig {
     /// Namespaces never watched (left out server-side).
     pub ignore_namespaces: Vec<String>,
     /// Label selector on Namespace objects: only workloads in matching namespaces
-    /// are stamped (empty: no such restriction). Followed live.
+    /// are stamped (empty: no such restriction). Followed live. Reloader's
+    /// `key:value` form is read as `key=value` (`key:*`: has the label).
     pub namespace_selector: String,
     /// Server-side label selector for the ConfigMap and Secret watches (empty:
     /// every object). Objects outside it are never fetched nor fingerprinted.
+    /// Reloader's `key:value` form is read as for `namespace_selector`.
     pub source_label_selector: String,
+    /// Built-in workload kinds never stamped, by kind or plural, any case:
+    /// `Deployment`, `StatefulSet`, `DaemonSet`, `CronJob`, `Job`, `Rollout`
+    /// (Argo). Reloader's `--ignored-workload-types=jobs,cronjobs` is
+    /// `["jobs", "cronjobs"]`.
+    pub ignore_kinds: Vec<String>,
     /// Field manager of nudge's server-side applies.
     pub field_manager: String,
     /// The namespace nudge runs in (its key Secret, Lease and webhook Secret live
@@ -298,6 +308,7 @@ impl Default for KubernetesConfig {
             ignore_namespaces: Vec::new(),
             namespace_selector: String::new(),
             source_label_selector: String::new(),
+            ignore_kinds: Vec::new(),
             field_manager: "nudge".to_owned(),
             namespace: String::new(),
         }
@@ -370,14 +381,14 @@ pub struct LeaderElectionConfig {
     pub lease_name: String,
     /// How long a lease is valid after its last renewal; a follower takes over an
     /// expired lease. Whole seconds (rounded up).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub lease_duration: Duration,
     /// A leader that could not renew for this long steps down (shorter than
     /// `lease_duration`, so it stops before anyone may take over).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub renew_deadline: Duration,
     /// Interval between attempts to acquire or renew the lease.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub retry_period: Duration,
 }
 
@@ -421,15 +432,15 @@ pub struct WebhookConfig {
     /// More names (DNS names or IP addresses) for the self-managed certificate.
     pub extra_names: Vec<String>,
     /// Lifetime of a self-managed serving certificate.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub certificate_validity: Duration,
     /// Renew the self-managed certificate this long before it expires.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub renew_before: Duration,
     /// Total time a review may spend reading inputs nudge has not observed yet;
     /// outputs whose inputs are not read in time are left as they are. Keep it
     /// below the configuration's `timeoutSeconds`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub observe_timeout: Duration,
 }
 
@@ -467,7 +478,7 @@ pub struct NotifyConfig {
     /// The payload: `slack`, `teams`, `gchat` or `json`.
     pub format: NotifyFormat,
     /// Deadline of one POST, connection included. Failed POSTs are not retried.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub timeout: Duration,
     /// Text put before every message as `<additional_info> : <message>` (e.g. the
     /// cluster's name), like Reloader's `ALERT_ADDITIONAL_INFO`. Empty: none.
@@ -593,6 +604,10 @@ pub enum LogFormat {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct SourcesConfig {
+    /// `[sources.configmap]`: the built-in ConfigMap source (`configmap`).
+    pub configmap: BuiltinSourceConfig,
+    /// `[sources.secret]`: the built-in Secret source (`secret`).
+    pub secret: BuiltinSourceConfig,
     /// `[sources.consul]`: the default Consul cluster (source name `consul`), and extra
     /// clusters under `[sources.consul.instances.<name>]` (source name `consul.<name>`).
     pub consul: ConsulConfig,
@@ -610,7 +625,27 @@ pub struct SourcesConfig {
 
 /// Section names under `[sources]` that nudge's own sources take; a custom
 /// source cannot be configured under them.
-pub(crate) const BUILTIN_SOURCE_SECTIONS: [&str; 2] = ["consul", "kubernetes"];
+pub(crate) const BUILTIN_SOURCE_SECTIONS: [&str; 4] =
+    ["configmap", "secret", "consul", "kubernetes"];
+
+/// `[sources.configmap]` and `[sources.secret]`: a built-in source of
+/// Kubernetes objects. Turned off (Reloader's `--resources-to-ignore`), it is
+/// not watched, its objects are not tracked (`<prefix>/auto` and the other
+/// schemes leave them out, so they roll nothing), and an annotation naming it
+/// is an unknown source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct BuiltinSourceConfig {
+    /// Whether the source runs.
+    pub enabled: bool,
+}
+
+impl Default for BuiltinSourceConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
 
 /// `[sources.kubernetes.<name>]`: Kubernetes objects of one namespaced kind as
 /// a config source. Watched metadata-only; an object some workload references
@@ -894,7 +929,7 @@ pub struct ConsulConfig {
     /// TLS towards Consul.
     pub tls: ConsulTlsConfig,
     /// Longest time one blocking query waits for a change (Consul caps it at 10m).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub wait: Duration,
     /// Most blocking queries (and so HTTP connections) in flight at once. When more
     /// keys are tracked, keys under common prefixes share one recursive query.
@@ -903,16 +938,16 @@ pub struct ConsulConfig {
     /// that keeps changing must not spin the loop). Changes of different keys
     /// under one prefix query are not churn: they may run `query_burst` queries
     /// per interval. `0s`: no limit.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub min_query_interval: Duration,
     /// Queries one watch may run back to back after a quiet period, so that a few
     /// changes in a row under one prefix are each read at once.
     pub query_burst: u32,
     /// Longest pause between retries while Consul is unreachable or failing.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub max_retry_interval: Duration,
     /// Deadline of one non-blocking read.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub timeout: Duration,
     /// Further Consul clusters, by name; `eu` becomes the source `consul.eu`. Only
     /// valid under `[sources.consul]`.
@@ -964,7 +999,7 @@ impl ConsulConfig {
                 "wait",
                 format!(
                     "must be between 1s and 10m (Consul's limit), got {}",
-                    humantime::format_duration(self.wait)
+                    duration::human(self.wait)
                 ),
             ));
         }
@@ -1123,7 +1158,23 @@ impl Config {
     pub fn from_figment(figment: &Figment) -> Result<Self, ConfigError> {
         let config: Config = figment.extract().map_err(load_error)?;
         config.validate(figment)?;
-        Ok(config)
+        Ok(config.normalized())
+    }
+
+    /// The same configuration as nudge acts on it: label selectors in
+    /// Kubernetes' form (Reloader's `key:value` items translated). A selector
+    /// that does not parse is left as it is (validation reports it).
+    pub(crate) fn normalized(mut self) -> Self {
+        let kubernetes = &mut self.kubernetes;
+        for selector in [
+            &mut kubernetes.namespace_selector,
+            &mut kubernetes.source_label_selector,
+        ] {
+            if let Ok(translated) = selector::label_selector(selector) {
+                *selector = translated;
+            }
+        }
+        self
     }
 
     fn figment(file: Option<&Path>, overrides: &Overrides) -> Figment {
@@ -1145,6 +1196,8 @@ impl Config {
             .problem()
             .or_else(|| self.engine.problem())
             .or_else(|| self.kubernetes.namespaces_problem())
+            .or_else(|| self.kubernetes.selectors_problem())
+            .or_else(|| self.kubernetes.kinds_problem())
             .or_else(|| targets_problem(&self.targets.kinds))
             .or_else(|| self.kubernetes.field_manager_problem())
             .or_else(|| self.fingerprint.problem())
@@ -1220,8 +1273,8 @@ impl EngineConfig {
                 "engine.max_delay",
                 format!(
                     "({}) must not be shorter than engine.debounce ({})",
-                    humantime::format_duration(self.max_delay),
-                    humantime::format_duration(self.debounce)
+                    duration::human(self.max_delay),
+                    duration::human(self.debounce)
                 ),
             ));
         }
@@ -1254,6 +1307,47 @@ impl KubernetesConfig {
         None
     }
 
+    /// The label selectors, each as kube-apiserver would parse it.
+    pub(crate) fn selectors_problem(&self) -> Problem {
+        let selectors = [
+            ("kubernetes.namespace_selector", &self.namespace_selector),
+            (
+                "kubernetes.source_label_selector",
+                &self.source_label_selector,
+            ),
+        ];
+        selectors.into_iter().find_map(|(key, text)| {
+            selector::label_selector(text).err().map(|problem| {
+                (
+                    key,
+                    format!("({text:?}) is not a label selector: {problem}"),
+                )
+            })
+        })
+    }
+
+    /// Every `ignore_kinds` entry names a built-in kind.
+    pub(crate) fn kinds_problem(&self) -> Problem {
+        let unknown = self
+            .ignore_kinds
+            .iter()
+            .find(|name| builtin_kind(name).is_none())?;
+        let known: Vec<&str> = BUILTIN_KINDS.iter().map(|(kind, _)| *kind).collect();
+        Some((
+            "kubernetes.ignore_kinds",
+            format!(
+                "{unknown:?} is not a built-in kind ({}; a [[targets]] kind is turned off by removing its entry)",
+                known.join(", ")
+            ),
+        ))
+    }
+
+    /// Whether the built-in kind `kind` (`CronJob`, …) is turned off by
+    /// `ignore_kinds`.
+    pub fn ignores_kind(&self, kind: &str) -> bool {
+        ignores_kind(&self.ignore_kinds, kind)
+    }
+
     /// Checked after `[[targets]]`, as it always was.
     fn field_manager_problem(&self) -> Problem {
         if self.field_manager.is_empty() {
@@ -1261,6 +1355,34 @@ impl KubernetesConfig {
         }
         None
     }
+}
+
+/// The built-in workload kinds `kubernetes.ignore_kinds` turns off: each kind
+/// and its plural (Reloader's `--ignored-workload-types` takes `jobs` and
+/// `cronjobs`).
+const BUILTIN_KINDS: [(&str, &str); 6] = [
+    ("Deployment", "deployments"),
+    ("StatefulSet", "statefulsets"),
+    ("DaemonSet", "daemonsets"),
+    ("CronJob", "cronjobs"),
+    ("Job", "jobs"),
+    ("Rollout", "rollouts"),
+];
+
+/// Whether `ignore_kinds` (`kubernetes.ignore_kinds`) names the built-in kind
+/// `kind`.
+pub(crate) fn ignores_kind(ignore_kinds: &[String], kind: &str) -> bool {
+    ignore_kinds
+        .iter()
+        .any(|name| builtin_kind(name).is_some_and(|k| k.eq_ignore_ascii_case(kind)))
+}
+
+/// The built-in kind `name` names, by kind or plural, in any case.
+fn builtin_kind(name: &str) -> Option<&'static str> {
+    BUILTIN_KINDS
+        .iter()
+        .find(|(kind, plural)| name.eq_ignore_ascii_case(kind) || name.eq_ignore_ascii_case(plural))
+        .map(|(kind, _)| *kind)
 }
 
 fn targets_problem(targets: &[TargetConfig]) -> Problem {
@@ -1352,8 +1474,8 @@ impl LeaderElectionConfig {
                 "leader_election.renew_deadline",
                 format!(
                     "({}) must be longer than leader_election.retry_period ({})",
-                    humantime::format_duration(self.renew_deadline),
-                    humantime::format_duration(self.retry_period)
+                    duration::human(self.renew_deadline),
+                    duration::human(self.retry_period)
                 ),
             ));
         }
@@ -1362,8 +1484,8 @@ impl LeaderElectionConfig {
                 "leader_election.lease_duration",
                 format!(
                     "({}) must be longer than leader_election.renew_deadline ({})",
-                    humantime::format_duration(self.lease_duration),
-                    humantime::format_duration(self.renew_deadline)
+                    duration::human(self.lease_duration),
+                    duration::human(self.renew_deadline)
                 ),
             ));
         }
@@ -1723,6 +1845,86 @@ mod tests {
             assert!(err.contains("Team_B"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_selector_that_does_not_parse_names_its_key_and_where_it_came_from() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "nudge.toml",
+                "[kubernetes]\nnamespace_selector = \"team in (a,b\"\n",
+            )?;
+            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("kubernetes.namespace_selector"), "{err}");
+            assert!(err.contains("expected ',' or ')'"), "{err}");
+            assert!(err.contains("nudge.toml"), "{err}");
+            jail.set_env("NUDGE_KUBERNETES__SOURCE_LABEL_SELECTOR", "app=web)");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("kubernetes.source_label_selector"), "{err}");
+            assert!(
+                err.contains("NUDGE_KUBERNETES__SOURCE_LABEL_SELECTOR"),
+                "{err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn reloaders_key_value_selectors_are_read_in_kubernetes_form() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_KUBERNETES__SOURCE_LABEL_SELECTOR", "app:web,tier:*");
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            assert_eq!(config.kubernetes.source_label_selector, "app=web,tier");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn ignore_kinds_takes_built_in_kinds_and_plurals_and_names_a_wrong_one() {
+        Jail::expect_with(|jail| {
+            jail.set_env("NUDGE_KUBERNETES__IGNORE_KINDS", "[jobs, CronJob, rollout]");
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            for kind in ["Job", "CronJob", "Rollout"] {
+                assert!(config.kubernetes.ignores_kind(kind), "{kind}");
+            }
+            assert!(!config.kubernetes.ignores_kind("Deployment"));
+            jail.set_env("NUDGE_KUBERNETES__IGNORE_KINDS", "[jobs, Widget]");
+            let err = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("kubernetes.ignore_kinds"), "{err}");
+            assert!(err.contains("\"Widget\" is not a built-in kind"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn configmaps_and_secrets_are_on_unless_turned_off() {
+        Jail::expect_with(|jail| {
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            assert!(config.sources.configmap.enabled && config.sources.secret.enabled);
+            jail.set_env("NUDGE_SOURCES__CONFIGMAP__ENABLED", "false");
+            let config = Config::load(None, &Overrides::default()).unwrap();
+            assert!(!config.sources.configmap.enabled && config.sources.secret.enabled);
+            assert!(config.sources.custom.is_empty());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn durations_print_as_written_and_read_back_to_the_same_configuration() {
+        let mut config = Config::default();
+        config.webhook.certificate_validity = Duration::from_secs(365 * 86_400);
+        config.engine.max_delay = Duration::from_secs(90 * 60);
+        let text = toml::to_string(&config).unwrap();
+        assert!(text.contains("certificate_validity = \"365d\""), "{text}");
+        assert!(text.contains("max_delay = \"1h 30m\""), "{text}");
+        let read: Config = Figment::from(Toml::string(&text)).extract().unwrap();
+        assert_eq!(read, config);
     }
 
     #[test]

@@ -49,12 +49,12 @@ use crate::model::{
     Input, KeySelection, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked,
     Workload, WorkloadId,
 };
+use crate::outcome::history;
+pub use crate::outcome::history::{Change, Outcome, Revision, ValueChange};
 use crate::scope::NamespaceScope;
 use crate::sources::consul::ConsulMetrics;
 use crate::sources::secret::read_installation_key;
 use crate::sources::{ObjectSourceSettings, ObserveContext, Source, SourceError};
-use crate::stamp::history;
-pub use crate::stamp::history::{Change, Outcome, Revision, ValueChange};
 use crate::stamp::{self, BlockReason, FingerprintLookup};
 use crate::targets::{
     KubeTarget, Target, TargetError, TargetSettings, TargetSetupError, builtin_kinds,
@@ -126,7 +126,9 @@ pub enum State {
     MissingConfig,
     /// The workload carries no annotation nudge acts on.
     NotTracked,
-    /// The workload's namespace is outside `kubernetes.namespaces`.
+    /// The configuration leaves the workload alone: its namespace is outside
+    /// `kubernetes.namespaces`, ignored or not selected, its kind is turned
+    /// off, or it opts out by annotation.
     NotManaged,
 }
 
@@ -272,6 +274,12 @@ pub(crate) struct ExplainSettings {
     pub stamp_on_delete: bool,
     /// `kubernetes.namespaces` (empty: all).
     pub namespaces: Vec<String>,
+    /// `kubernetes.ignore_namespaces`.
+    pub ignore_namespaces: Vec<String>,
+    /// `kubernetes.namespace_selector` (empty: none).
+    pub namespace_selector: String,
+    /// `kubernetes.ignore_kinds`.
+    pub ignore_kinds: Vec<String>,
     /// `engine.window`.
     pub window: Option<crate::window::Window>,
 }
@@ -286,6 +294,9 @@ impl ExplainSettings {
             min_interval: config.engine.min_interval,
             stamp_on_delete: config.engine.stamp_on_delete,
             namespaces: config.kubernetes.namespaces.clone(),
+            ignore_namespaces: config.kubernetes.ignore_namespaces.clone(),
+            namespace_selector: config.kubernetes.namespace_selector.clone(),
+            ignore_kinds: config.kubernetes.ignore_kinds.clone(),
             window: config.engine.window.clone(),
         }
     }
@@ -309,6 +320,9 @@ pub(crate) struct Facts<'a> {
     /// The workloads sharing an input with it (read only for a workload in a
     /// wave after the first).
     pub neighbours: &'a [Neighbour],
+    /// Whether its namespace matches `kubernetes.namespace_selector`; `None`
+    /// without a selector, or when the namespace could not be read.
+    pub namespace_selected: Option<bool>,
 }
 
 // === build_report ===
@@ -335,7 +349,14 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
         now,
         ..
     } = *facts;
-    let desired = stamp::desired(&deps.stamps, &Observed(inputs), settings.stamp_on_delete);
+    let decision = stamp::decide(
+        workload,
+        &deps.stamps,
+        &Observed(inputs),
+        &BTreeMap::new(),
+        settings.stamp_on_delete,
+    );
+    let desired = &decision.desired;
     let last_stamped = last_stamped(workload, &settings.scheme);
     let timing = Timing {
         now: now.to_string(),
@@ -389,19 +410,12 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
     let pending_change = outputs
         .iter()
         .any(|output| output.desired.is_some() && output.desired != output.stamped);
-    let plan = wave_plan(
-        workload,
-        deps,
+    let delivery = delivery_report(
+        (workload, deps, &decision),
+        pending_change,
         facts.neighbours,
         &Observed(inputs),
-        (settings.stamp_on_delete, &settings.scheme),
-    );
-    let delivery = delivery_report(
-        deps,
-        &desired,
-        pending_change,
-        plan,
-        (settings.window.as_ref(), &settings.scheme.approve()),
+        settings,
         now,
     );
     let verdict = held_verdict(
@@ -435,15 +449,10 @@ fn workload_verdict(
     outputs: &[OutputReport],
     errors: &[AnnotationProblem],
 ) -> Verdict {
-    let namespaces = &facts.settings.namespaces;
-    let namespace = &facts.workload.id.namespace;
-    if !namespaces.is_empty() && !namespaces.iter().any(|n| n == namespace) {
+    if let Some(why) = excluded(facts) {
         return Verdict {
             state: State::NotManaged,
-            message: format!(
-                "not managed: namespace {namespace} is outside kubernetes.namespaces ({})",
-                namespaces.join(", ")
-            ),
+            message: format!("not managed: {why}"),
         };
     }
     let invalid = errors.first().map(|first| Verdict {
@@ -455,10 +464,17 @@ fn workload_verdict(
         ),
     });
     let Some(worst) = outputs.iter().map(|o| &o.verdict).max_by_key(|v| v.state) else {
-        return invalid.unwrap_or_else(|| Verdict {
-            state: State::NotTracked,
-            message: "not tracked: no nudge, Wave, Reloader or k8s-consul-mutator annotation"
-                .to_owned(),
+        let opted_out = annotations::opted_out_by(facts.workload, &facts.settings.scheme);
+        return invalid.unwrap_or_else(|| match opted_out {
+            Some(annotation) => Verdict {
+                state: State::NotManaged,
+                message: format!("not managed: opted out by {annotation}"),
+            },
+            None => Verdict {
+                state: State::NotTracked,
+                message: "not tracked: no nudge, Wave, Reloader or k8s-consul-mutator annotation"
+                    .to_owned(),
+            },
         });
     };
     if let Some(invalid) = invalid.filter(|_| worst.state < State::InvalidAnnotation) {
@@ -473,6 +489,46 @@ fn workload_verdict(
         state: worst.state,
         message: format!("{}{}", worst.message, more(others, "output")),
     }
+}
+
+/// Why the configuration leaves the workload alone, whatever its annotations
+/// say: its namespace is outside `kubernetes.namespaces`, in
+/// `ignore_namespaces` or not selected by `namespace_selector`, or its kind
+/// is turned off (`ignore_kinds`).
+fn excluded(facts: &Facts<'_>) -> Option<String> {
+    let settings = facts.settings;
+    let id = &facts.workload.id;
+    let namespace = &id.namespace;
+    let namespaces = &settings.namespaces;
+    if !namespaces.is_empty() && !namespaces.iter().any(|n| n == namespace) {
+        return Some(format!(
+            "namespace {namespace} is outside kubernetes.namespaces ({})",
+            namespaces.join(", ")
+        ));
+    }
+    if settings.ignore_namespaces.iter().any(|n| n == namespace) {
+        return Some(format!(
+            "namespace {namespace} is ignored (kubernetes.ignore_namespaces)"
+        ));
+    }
+    if facts.namespace_selected == Some(false) {
+        return Some(format!(
+            "namespace {namespace} does not match kubernetes.namespace_selector ({})",
+            settings.namespace_selector
+        ));
+    }
+    let kind = &id.kind;
+    if is_builtin_kind(kind) && crate::config::ignores_kind(&settings.ignore_kinds, kind.as_str()) {
+        return Some(format!("{kind} is turned off (kubernetes.ignore_kinds)"));
+    }
+    None
+}
+
+/// Whether `kind` is one nudge stamps without configuration (the kinds
+/// `kubernetes.ignore_kinds` can turn off).
+fn is_builtin_kind(kind: &crate::model::WorkloadKind) -> bool {
+    let (group, kind) = (kind.group(), kind.as_str());
+    matches!(group, "apps" | "batch") || (group == "argoproj.io" && kind == "Rollout")
 }
 
 /// ` (and 2 more outputs)`, or nothing.
@@ -494,6 +550,13 @@ fn output_verdict(
 ) -> Verdict {
     if let Some(verdict) = blocked_verdict(facts, reasons) {
         return verdict;
+    }
+    if spec.inputs.is_empty() && desired.is_none() {
+        // Nothing to hash: not written (design §2), whatever it holds.
+        return Verdict {
+            state: State::InSync,
+            message: "nothing to stamp: it references no config".to_owned(),
+        };
     }
     if desired.is_some() && desired == stamped {
         return Verdict {
@@ -683,6 +746,7 @@ fn output_kind(output: &Output) -> &'static str {
         Output::RestartAt(_) => "metadata + restartAt",
         Output::SchedulingGate(_) => "scheduling gate",
         Output::WaveSchedulingDisabled => "Wave scheduler",
+        Output::ReloaderPause => "Reloader's pause",
     }
 }
 
@@ -1055,9 +1119,10 @@ pub(crate) async fn explain_with(
         .filter_map(|t| ObjectRef::of(&t.reference))
         .collect();
     let kinds = configured_kinds(config);
-    let (inputs, objects) = futures::join!(
+    let (inputs, objects, namespace_selected) = futures::join!(
         observe_inputs(tracked, &sources, &observe_cx, &key, timeout),
         read_objects(&client, objects, (&settings.scheme, &kinds), timeout),
+        namespace_selected(&client, namespace, &settings.namespace_selector, timeout),
     );
     Ok(build_report(&Facts {
         workload: &workload,
@@ -1067,7 +1132,28 @@ pub(crate) async fn explain_with(
         settings: &settings,
         now: Timestamp::now(),
         neighbours: &neighbours,
+        namespace_selected,
     }))
+}
+
+/// Whether `namespace` matches the label selector `selector`, as the API
+/// server judges it (as nudge's namespace feed does); `None` without a
+/// selector or when it cannot be told within `timeout`.
+async fn namespace_selected(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &str,
+    timeout: Duration,
+) -> Option<bool> {
+    if selector.is_empty() {
+        return None;
+    }
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let params = kube::api::ListParams::default()
+        .labels(selector)
+        .fields(&format!("metadata.name={namespace}"));
+    let listed = tokio::time::timeout(timeout, api.list_metadata(&params)).await;
+    Some(!listed.ok()?.ok()?.items.is_empty())
 }
 
 /// The built-in kinds nudge stamps, with their plurals: the workload kinds
@@ -1348,7 +1434,7 @@ mod neighbours;
 
 pub(crate) use delivery::Neighbour;
 pub use delivery::{DeliveryReport, WaveMember};
-use delivery::{delivery_report, held_verdict, wave_plan};
+use delivery::{delivery_report, held_verdict};
 
 #[cfg(test)]
 mod tests;

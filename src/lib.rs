@@ -8,39 +8,12 @@
 //! "design §N" in the code's comments refers to section N of `docs/design.md`,
 //! the design of record in the repository.
 //!
-//! # Embedding
+//! [`Controller`] runs everything `nudge run` runs; add custom sources and
+//! targets to it, and [`cli::run`] gives an embedder's binary nudge's whole
+//! command line with them. The guide below is `docs/extending.md` in the
+//! repository; its examples are compiled as this crate's doc tests.
 //!
-//! [`Controller`] runs everything `nudge run` runs; add custom sources and targets
-//! to it. [`cli::run`] gives an embedder's binary nudge's whole command line
-//! (`run`, `explain`, `check-config`, `version`) with them:
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use nudge::source::{ObserveContext, Observation, PollSource, SourceError, SourceName, Tracked, poll};
-//!
-//! struct Motd(SourceName);
-//!
-//! #[nudge::async_trait]
-//! impl PollSource for Motd {
-//!     fn name(&self) -> &SourceName { &self.0 }
-//!     fn interval(&self) -> Duration { Duration::from_secs(30) }
-//!     async fn observe(&self, tracked: &Tracked, cx: &ObserveContext)
-//!         -> Result<Observation, SourceError> {
-//!         let body = tracked.reference.name.as_bytes(); // read it from somewhere
-//!         Ok(Observation::Present(cx.fingerprint(body)))
-//!     }
-//! }
-//!
-//! #[tokio::main]
-//! async fn main() -> std::process::ExitCode {
-//!     let motd = SourceName::new("motd").expect("a valid source name");
-//!     nudge::cli::run(|controller| controller.with_source(poll(Motd(motd)))).await
-//! }
-//! ```
-//!
-//! A [`Controller`] built by hand opens no port and takes no Lease unless asked
-//! ([`Controller::admin`], [`Controller::leader_election`],
-//! [`Controller::operate_as_configured`]).
+#![doc = include_str!("../docs/extending.md")]
 //!
 //! # Public API
 //!
@@ -56,8 +29,10 @@
 //! `docs/design.md` §1a says what each module owns):
 //!
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
-//!    `annotations`, `discovery`, `snapshot`, `stamp`, [`window`], plus the shared
-//!    utilities `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
+//!    `annotations`, `discovery`, `stamp`, [`window`], `outcome` (rollout
+//!    outcomes and the config history), `delivery` (holds, windows, waves),
+//!    `snapshot` (copies of a revision's config), plus the shared utilities
+//!    `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
 //! 2. Adapters: `sources`, `targets`, `webhook`, `events`, `copies`; none imports
 //!    another adapter, the engine or the runtime.
 //! 3. `engine`: the synchronous core and its async driver; [`explain`]: the
@@ -70,6 +45,7 @@
 // Internals: crate-private, so they can change without breaking embedders.
 mod annotations;
 mod copies;
+mod delivery;
 mod discovery;
 mod engine;
 mod errors;
@@ -77,6 +53,7 @@ mod events;
 mod fingerprint;
 mod health;
 mod model;
+mod outcome;
 mod rate;
 mod runtime;
 mod scope;

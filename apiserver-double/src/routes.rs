@@ -29,7 +29,14 @@ pub(crate) enum Route {
         name: String,
         subresource: Option<String>,
     },
-    /// Anything else.
+    /// A path kube-apiserver routes to no API at all: a group or group
+    /// version it does not serve (a CRD not installed), a path of a custom
+    /// resource group version naming no resource of it (apiextensions-apiserver
+    /// hands those on), or no API path. Answered as Go's `http.NotFound`
+    /// answers, in plain text, not with a `Status`.
+    NotServed,
+    /// A path under a served built-in group version that names nothing in it
+    /// (a `Status` NotFound).
     Unknown,
 }
 
@@ -46,26 +53,35 @@ pub(crate) fn parse(registry: &Registry, path: &str) -> Route {
             version: "v1".into(),
         },
         ["api", "v1", rest @ ..] => resource_route(registry, "", "v1", rest),
-        ["apis", g] => {
-            if registry.groups().iter().any(|x| x == g) {
-                Route::Group((*g).to_string())
-            } else {
-                Route::Unknown
+        ["apis", g] if registry.groups().iter().any(|x| x == g) => Route::Group((*g).to_string()),
+        ["apis", g, v] if serves(registry, g, v) => Route::ResourceList {
+            group: (*g).to_string(),
+            version: (*v).to_string(),
+        },
+        ["apis", g, v, rest @ ..] if serves(registry, g, v) => {
+            match resource_route(registry, g, v, rest) {
+                Route::Unknown if custom_only(registry, g, v) => Route::NotServed,
+                route => route,
             }
         }
-        ["apis", g, v] => {
-            if registry.versions(g).iter().any(|x| x == v) {
-                Route::ResourceList {
-                    group: (*g).to_string(),
-                    version: (*v).to_string(),
-                }
-            } else {
-                Route::Unknown
-            }
-        }
-        ["apis", g, v, rest @ ..] => resource_route(registry, g, v, rest),
-        _ => Route::Unknown,
+        [] => Route::Unknown,
+        _ => Route::NotServed,
     }
+}
+
+/// Whether `group/version` is served.
+fn serves(registry: &Registry, group: &str, version: &str) -> bool {
+    registry.versions(group).iter().any(|v| v == version)
+}
+
+/// Whether every resource of `group/version` is a custom resource (served by
+/// apiextensions-apiserver, which hands paths it does not know on).
+fn custom_only(registry: &Registry, group: &str, version: &str) -> bool {
+    registry
+        .all()
+        .iter()
+        .filter(|(_, t)| t.group == group && t.version == version)
+        .all(|(_, t)| t.is_custom())
 }
 
 fn resource_route(registry: &Registry, group: &str, version: &str, rest: &[&str]) -> Route {
@@ -180,7 +196,13 @@ mod tests {
             }
         );
         assert_eq!(parse("/api/v1/configmaps/x"), Route::Unknown);
-        assert_eq!(parse("/apis/nope/v1/things"), Route::Unknown);
+        assert_eq!(parse("/apis/apps/v1/things"), Route::Unknown);
+        assert_eq!(parse("/apis/nope/v1/things"), Route::NotServed);
+        assert_eq!(parse("/apis/nope/v1"), Route::NotServed);
+        assert_eq!(parse("/apis/nope"), Route::NotServed);
+        assert_eq!(parse("/apis/apps/v2/deployments"), Route::NotServed);
+        assert_eq!(parse("/api/v2/configmaps"), Route::NotServed);
+        assert_eq!(parse("/metrics-of-nothing"), Route::NotServed);
         assert_eq!(parse("/apis/apps"), Route::Group("apps".into()));
     }
 }

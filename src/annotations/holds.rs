@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 
 use super::AnnotationError;
 use super::parser::Parser;
-use crate::model::{Combine, Input, Output, StampSpec, Tracked, WAVE_SCHEDULING_DISABLED};
+use crate::model::{
+    Combine, Input, Output, RELOADER_PAUSED_AT, StampSpec, Tracked, WAVE_SCHEDULING_DISABLED,
+};
 
 impl Parser<'_> {
     /// Adds the release specs: the scheduling gate (opted in, or a Wave workload
@@ -25,7 +27,20 @@ impl Parser<'_> {
         {
             holds.push(release(Output::WaveSchedulingDisabled, &required));
         }
+        if self.reloader_left_paused() {
+            // Waits for no config: only for the workload's debounce, which
+            // Reloader's pause-period sets (design §4).
+            holds.push(release(Output::ReloaderPause, &BTreeSet::new()));
+        }
         self.deps.stamps.extend(holds);
+    }
+
+    /// Whether Reloader paused this Deployment (its `paused-at` is there; only
+    /// Reloader writes it, and only with `spec.paused: true`, which the write
+    /// checks on the object as read).
+    fn reloader_left_paused(&self) -> bool {
+        self.workload.id.kind == crate::model::WorkloadKind::deployment()
+            && self.workload.annotations.contains_key(RELOADER_PAUSED_AT)
     }
 
     /// Every input of every stamp that is not optional.

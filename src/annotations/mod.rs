@@ -30,8 +30,10 @@
 //!   object (keys union, optional only if every occurrence is), so Reloader's
 //!   fallback and `<prefix>/auto` share one `<prefix>/config-hash`.
 //! - `<prefix>/auto: "true"` and Wave's `update-on-config-change: "true"` always
-//!   yield their spec, even with no inputs (the stamp is then the hash of nothing),
-//!   so a workload whose last reference is removed is still kept in sync.
+//!   yield their spec, even with no inputs; an output with no inputs is not
+//!   written (`stamp::desired`), and one already there is left as it is.
+//! - References of a source that is not configured (ConfigMaps or Secrets
+//!   turned off) are dropped from every spec: they track nothing.
 //! - `<prefix>/exclude` narrows `<prefix>/auto` only, not Reloader's `auto`.
 //! - Yes/no annotations of every scheme accept exactly `"true"` and `"false"`;
 //!   anything else is reported and counts as `"false"`.
@@ -133,6 +135,36 @@ pub fn dependencies(
     parser.mutator(&annotations);
     parser.reloader(&annotations);
     parser.finish()
+}
+
+/// The annotation by which `workload` opts out of a scheme, as `key: "value"`
+/// for people: `<prefix>/auto: "false"`, Reloader's `auto: "false"` (any of its
+/// three), Wave's `update-on-config-change: "false"`, or k8s-consul-mutator's
+/// `skip` (any value). For `nudge explain`, when nothing manages the workload.
+pub fn opted_out_by(workload: &Workload, scheme: &AnnotationScheme) -> Option<String> {
+    let annotations = merged_annotations(workload);
+    let native_auto = scheme.key(scheme::AUTO);
+    let off = [
+        native_auto.as_str(),
+        RELOADER_AUTO,
+        RELOADER_CONFIGMAP_AUTO,
+        RELOADER_SECRET_AUTO,
+        WAVE_UPDATE_ON_CONFIG_CHANGE,
+    ];
+    let said_false = off.into_iter().find(|key| {
+        annotations
+            .get(key)
+            .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+    });
+    let key = said_false.or_else(|| {
+        annotations
+            .contains_key(MUTATOR_SKIP)
+            .then_some(MUTATOR_SKIP)
+    })?;
+    Some(format!(
+        "{key}: {:?}",
+        annotations.get(key).copied().unwrap_or_default()
+    ))
 }
 
 /// Pod-template annotations overlaid with the workload's own (which win).

@@ -5,16 +5,13 @@ use super::AnnotationError;
 use super::grammar::check_name_len;
 use super::parser::{Annotations, Parser};
 use super::scheme::{CHECKSUM_PREFIX, MAX_SLOT_LEN};
+pub use super::scheme::{MUTATOR_LAST_UPDATED, MUTATOR_PREFIX};
 use super::stamps::Contribution;
 use crate::fingerprint::Algorithm;
 use crate::model::{Combine, Origin, Output, Reference, Slot, SourceName, Tracked};
 
-/// k8s-consul-mutator: the annotation prefix.
-pub const MUTATOR_PREFIX: &str = "k8s-consul-mutator.io/";
 /// k8s-consul-mutator: present (any value) opts the workload out.
 pub const MUTATOR_SKIP: &str = "k8s-consul-mutator.io/skip";
-/// k8s-consul-mutator: the workload-metadata timestamp nudge writes.
-pub const MUTATOR_LAST_UPDATED: &str = "k8s-consul-mutator.io/last-updated";
 const MUTATOR_KEY_PREFIX: &str = "key-";
 
 /// `k8s-consul-mutator.io/checksum-<name>`, written for `k8s-consul-mutator.io/key-<name>`.

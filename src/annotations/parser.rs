@@ -7,12 +7,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PodSpec;
 
 use super::grammar::{excerpt, invalid_reference, parse_bool};
-use super::snapshot::SnapshotAnnotations;
 use super::stamps::Stamps;
 use super::{AnnotationError, AnnotationScheme, Dependencies};
 use crate::discovery::{Discovered, DiscoveredObject};
 use crate::fingerprint::ObjectKind;
-use crate::model::{Output, PodSpecRule, Reference, SourceCatalog, SourceName, Workload};
+use crate::model::{Combine, Output, PodSpecRule, Reference, SourceCatalog, SourceName, Workload};
 
 pub(super) struct Parser<'a> {
     pub(super) workload: &'a Workload,
@@ -29,6 +28,15 @@ pub(super) struct Parser<'a> {
 }
 
 pub(super) type Annotations<'a> = BTreeMap<&'a str, &'a str>;
+
+/// The snapshot annotations as read (`snapshot.rs`), before `finish` decides.
+#[derive(Debug, Default)]
+pub(super) struct SnapshotAnnotations {
+    /// `<prefix>/snapshot`: its key and value, when set and valid.
+    pub(super) asked: Option<(String, bool)>,
+    /// `<prefix>/rollback-to`: its key and revision, when set and valid.
+    pub(super) rollback_to: Option<(String, u32)>,
+}
 
 impl<'a> Parser<'a> {
     /// A parser with nothing read yet.
@@ -51,6 +59,7 @@ impl<'a> Parser<'a> {
 
     pub(super) fn finish(mut self) -> Dependencies {
         self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
+        self.drop_unconfigured();
         self.holds();
         self.snapshot_choice();
         if self.workload.id.kind.adopts_first_stamp() {
@@ -65,6 +74,25 @@ impl<'a> Parser<'a> {
         // Last: adoption changes outputs, and with them their order.
         self.deps.stamps.sort_by(|a, b| a.output.cmp(&b.output));
         self.deps
+    }
+
+    /// References of sources that are not configured (ConfigMaps or Secrets
+    /// turned off, `[sources.configmap]`) track nothing: discovery and the
+    /// other tools' schemes found them, and they roll nothing. A single-value
+    /// output left without its input goes; a hash keeps its spec (and with no
+    /// input left, is not written: `stamp::desired`). An annotation naming such a
+    /// source was reported already.
+    fn drop_unconfigured(&mut self) {
+        let catalog = self.catalog;
+        let configured = |reference: &Reference| catalog.scope(&reference.source).is_some();
+        for spec in &mut self.deps.stamps {
+            spec.inputs
+                .retain(|input| configured(&input.tracked.reference));
+            spec.origins.retain(|(reference, _)| configured(reference));
+        }
+        self.deps
+            .stamps
+            .retain(|spec| !(spec.inputs.is_empty() && spec.combine == Combine::Single));
     }
 
     pub(super) fn report(&mut self, result: Result<(), AnnotationError>) {

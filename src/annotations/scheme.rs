@@ -4,10 +4,16 @@
 
 use std::collections::BTreeMap;
 
-use super::mutator::{MUTATOR_LAST_UPDATED, MUTATOR_PREFIX};
 use super::reloader::RELOADER_IGNORE;
 use crate::model::{MAX_ANNOTATION_NAME_LEN, Output, Slot};
 use crate::snapshot::{SnapshotMode, SnapshotNames};
+
+/// k8s-consul-mutator: the annotation prefix (its names are read in
+/// `mutator.rs`; here because [`AnnotationScheme::last_updated_keys`] writes
+/// beside its checksums).
+pub const MUTATOR_PREFIX: &str = "k8s-consul-mutator.io/";
+/// k8s-consul-mutator: the workload-metadata timestamp nudge writes.
+pub const MUTATOR_LAST_UPDATED: &str = "k8s-consul-mutator.io/last-updated";
 
 /// The default native annotation prefix.
 pub const DEFAULT_PREFIX: &str = "nudge.dev";

@@ -19,15 +19,6 @@ pub struct SnapshotChoice {
     pub rollback_to: Option<u32>,
 }
 
-/// The annotations as read, before `finish` decides.
-#[derive(Debug, Default)]
-pub(super) struct SnapshotAnnotations {
-    /// `<prefix>/snapshot`: its key and value, when set and valid.
-    asked: Option<(String, bool)>,
-    /// `<prefix>/rollback-to`: its key and revision, when set and valid.
-    rollback_to: Option<(String, u32)>,
-}
-
 impl Parser<'_> {
     /// `<prefix>/snapshot` or `<prefix>/rollback-to`.
     pub(super) fn snapshot_annotation(

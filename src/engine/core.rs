@@ -7,284 +7,63 @@
 //! returns. State-based: every decision compares the desired stamp with what is on
 //! the workload, so replayed inputs and restarts are harmless.
 //!
-//! One `Record` per workload holds everything the core knows about it.
+//! [`Core`] composes the state of its concerns, each in a file of its own
+//! that owns its struct and decides on it alone:
+//!
+//! - stamps (`record.rs`): one `Record` per workload, what the core knows of
+//!   its stamp, its changes, the write in flight and what was reported;
+//! - delivery plans (`plan.rs`): `Plans`, the workloads held and the delivery
+//!   settings, judged by the rules of `crate::delivery`;
+//! - following rollouts (`follow.rs`): `Following`, the rollouts nudge started
+//!   until they end, and the deadlines and CronJob runs that end them;
+//! - who changed each input (`authors.rs`) and the namespace selection
+//!   (`selection.rs`).
+//!
+//! `messages.rs` holds its protocol, [`Input`] and [`Effect`]. The `impl Core`
+//! below is the only one: it routes each input to its concerns, joins what one
+//! needs of another (a wave's progress reads the stamps and the rollouts
+//! followed) and turns their decisions into [`Effect`]s. Its submodules do not
+//! use it: each decides on its own state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use smol_str::SmolStr;
 use tokio::time::Instant;
 
+pub use self::messages::{Effect, Input, StampWrite, WriteOutcome};
+
+use self::authors::Authors;
+use self::follow::{Ended, Following, Related};
+use self::plan::Plans;
+use self::record::{InFlight, Record, Records, Timing, WriteState, carried};
+use self::selection::Selection;
 use super::graph::DependencyGraph;
 use super::metrics::{EngineMetrics, StampResult};
 use super::queue::Queue;
-use crate::annotations::{self, AnnotationError, AnnotationScheme, Dependencies};
+use crate::annotations::{self, AnnotationError, AnnotationScheme};
 use crate::config::EngineConfig;
+use crate::delivery::{self, Hold, Progress, Standing};
 use crate::events::{Notice, Reason};
-use crate::fingerprint::Observation;
 use crate::model::{
     Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload, WorkloadId,
 };
-use crate::rate::{Backoff, PacingError, TokenBucket};
+use crate::outcome::Supersession;
+use crate::outcome::history::Revision;
+use crate::rate::{PacingError, TokenBucket};
 use crate::sources::SourceUpdate;
-use crate::stamp::history::{Change, Revision};
 use crate::stamp::{
-    self, BlockReason, CurrentOutputs, FingerprintLookup, FingerprintStore, StampPatch,
+    BlockReason, CurrentOutputs, Decision, DesiredStamp, FingerprintLookup, FingerprintStore,
+    StampPatch,
 };
-use crate::targets::{ApplyOutcome, TargetError, WatchScope, WorkloadEvent};
+use crate::targets::{TargetError, WatchScope, WorkloadEvent};
 use crate::window::WallClock;
 
 /// Stamps written at once. Each write in flight is a connection to the API server;
 /// the token bucket paces how many start per second, this bounds how many
 /// connections (and their buffers) a burst opens.
 pub const MAX_WRITES_IN_FLIGHT: usize = 8;
-/// First retry delay after a failed stamp; doubles (with jitter) up to
-/// [`MAX_RETRY_DELAY`].
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
-
-/// What happened, as the core sees it.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Input {
-    /// A target reported a workload event (boxed: workloads are large).
-    Workload(Box<WorkloadEvent>),
-    /// A source reported an observation.
-    Observation(SourceUpdate),
-    /// A source was (re)started and must be told everything it tracks.
-    SourceStarted(SourceName),
-    /// A write requested by [`Effect::Write`] finished.
-    WriteFinished {
-        /// The workload written.
-        id: WorkloadId,
-        /// How it went.
-        outcome: WriteOutcome,
-    },
-    /// Every target has delivered its initial listing (sent once, after the
-    /// listed workloads): until then the core may not know an earlier wave of
-    /// a workload, and holds every workload in a wave after the first
-    /// (design §5d).
-    Listed,
-    /// This replica became leader (`true`) or stopped being leader.
-    Leadership(bool),
-    /// The namespaces matching `kubernetes.namespace_selector` are now these.
-    Namespaces(BTreeSet<String>),
-    /// Time passed (a [`Effect::WakeAt`] came due).
-    Tick,
-}
-
-impl Input {
-    /// [`Input::Workload`] of `event`.
-    pub fn workload(event: WorkloadEvent) -> Self {
-        Self::Workload(Box::new(event))
-    }
-}
-
-/// How a stamp write ended.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum WriteOutcome {
-    /// Written; the workload as stored afterwards.
-    Applied(Box<Workload>),
-    /// The workload no longer exists.
-    Gone,
-    /// A retryable failure (conflict, 5xx, timeout).
-    Retry(TargetError),
-    /// Refused for good (403, 422, …).
-    Failed(TargetError),
-}
-
-impl From<Result<ApplyOutcome, TargetError>> for WriteOutcome {
-    fn from(result: Result<ApplyOutcome, TargetError>) -> Self {
-        match result {
-            Ok(ApplyOutcome::Applied(workload)) => Self::Applied(workload),
-            Ok(ApplyOutcome::Gone) => Self::Gone,
-            Err(error) if error.is_retryable() => Self::Retry(error),
-            Err(error) => Self::Failed(error),
-        }
-    }
-}
-
-/// What the driver must do.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Effect {
-    /// Tell the reference's source to start tracking it.
-    Track(Tracked),
-    /// Tell the reference's source to stop tracking it.
-    Untrack(Tracked),
-    /// Write a stamp through the workload kind's target, then report
-    /// [`Input::WriteFinished`]. Boxed: workloads are large.
-    Write(Box<StampWrite>),
-    /// Publish a Kubernetes Event (never waited for).
-    Publish(Notice),
-    /// Send [`Input::Tick`] at this time, or as soon as the inputs already
-    /// queued are handled when it is not in the future (replaces any earlier
-    /// request).
-    WakeAt(Instant),
-    /// A rollout nudge started ended: publish its outcome, then record it in
-    /// the workload's history (design §5c). Leader only.
-    Conclude(Box<Conclusion>),
-}
-
-/// One stamp to write.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StampWrite {
-    /// The workload as the core knows it: the current values of its outputs.
-    pub workload: Workload,
-    /// What to write.
-    pub patch: StampPatch,
-    /// The rollout in flight this stamp supersedes: its outcome is published
-    /// and carried in the stamp's marker, its details read from the workload
-    /// as stored before the write.
-    pub supersedes: Option<Box<Supersession>>,
-}
-
-/// Everything the core knows about one workload.
-struct Record {
-    /// The current values of its outputs (not the whole pod template).
-    current: CurrentOutputs,
-    /// The whole workload, kept only under a namespace selector: a workload whose
-    /// namespace leaves the selection is parked, and coming back needs all of it.
-    full: Option<Box<Workload>>,
-    /// The workload's own timing annotations; `None` (most workloads): none.
-    timing: Option<Box<Timing>>,
-    rollout: Rollout,
-    /// References whose observation changed since the last stamp.
-    pending: BTreeSet<Reference>,
-    /// When the first change not yet stamped was observed.
-    observed_at: Option<Instant>,
-    write: WriteState,
-    /// Set while writes fail and are retried.
-    retry: Option<Box<Backoff>>,
-    /// Since when a due stamp has waited for an input no source has reported yet.
-    unknown_since: Option<Instant>,
-    last_stamp: Option<Instant>,
-    /// What was last reported (boxed: records are many, reports rare; this
-    /// keeps a record within 256 bytes, one allocator size class).
-    #[expect(
-        clippy::box_collection,
-        reason = "8 bytes instead of 24 in every record"
-    )]
-    reported_missing: Option<Box<BTreeSet<Reference>>>,
-    /// The invalid annotations last reported; `None`: none (boxed alike).
-    #[expect(
-        clippy::box_collection,
-        reason = "8 bytes instead of 16 in every record"
-    )]
-    reported_invalid: Option<Box<Vec<String>>>,
-    /// While the workload has an output still to adopt: its inputs as first
-    /// seen (see [`FirstSight`]).
-    first_sight: Option<Box<FirstSight>>,
-    /// The revision (etcd's, in `resourceVersion`) of the workload as nudge's
-    /// last write left it; 0: unknown.
-    written: u64,
-    /// The newest config revision number known for it (history or marker).
-    revision: u32,
-    /// Whether the newest revision in its `<prefix>/history` failed: with no
-    /// rollout followed, a kind judged by nudge's own deadline still reads as
-    /// failed for the waves after it (design §5d).
-    last_failed: bool,
-    /// The rollout nudge started and follows (see [`follow`]).
-    follow: Option<Box<follow::Follow>>,
-}
-
-/// What a workload's inputs were when nudge first saw it with an output still
-/// to adopt (an input no source had reported yet: its first report). Adoption
-/// takes over exactly that without a rollout; content that changed after it
-/// is a change, and rolls the workload once (design §5, adoption).
-#[derive(Debug, Default)]
-struct FirstSight(HashMap<Tracked, Observation>);
-
-impl FirstSight {
-    /// Adds the inputs of `specs` not seen yet, as `store` knows them now.
-    fn see(&mut self, specs: &[StampSpec], store: &FingerprintStore) {
-        for tracked in specs.iter().flat_map(|s| &s.inputs).map(|i| &i.tracked) {
-            if !self.0.contains_key(tracked)
-                && let Some(observation) = store.observation(tracked)
-            {
-                self.0.insert(tracked.clone(), observation.clone());
-            }
-        }
-    }
-
-    /// The values `specs`' outputs had at first sight (those whose inputs were
-    /// all known).
-    fn values(&self, specs: &[StampSpec], stamp_on_delete: bool) -> BTreeMap<Output, String> {
-        stamp::desired(specs, self, stamp_on_delete).values
-    }
-}
-
-impl FingerprintLookup for FirstSight {
-    fn observation(&self, tracked: &Tracked) -> Option<&Observation> {
-        self.0.get(tracked)
-    }
-}
-
-/// A workload's timing annotations (each `None`: the `[engine]` setting).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Timing {
-    debounce: Option<Duration>,
-    min_interval: Option<Duration>,
-    max_delay: Option<Duration>,
-    progress_deadline: Option<Duration>,
-}
-
-impl Timing {
-    /// The overrides, or `None` when there are none.
-    fn of(deps: &Dependencies) -> Option<Box<Self>> {
-        let timing = Self {
-            debounce: deps.debounce,
-            min_interval: deps.min_interval,
-            max_delay: deps.max_delay,
-            progress_deadline: deps.progress_deadline,
-        };
-        (timing != Self::default()).then(|| Box::new(timing))
-    }
-}
-
-impl Record {
-    fn timing(&self) -> Timing {
-        self.timing.as_deref().copied().unwrap_or_default()
-    }
-}
-
-/// Records are many and writes in flight few: the write's details are boxed.
-#[derive(Debug)]
-enum WriteState {
-    Idle,
-    InFlight(Box<InFlight>),
-}
-
-/// A write in flight; `again` when the workload became due meanwhile. It
-/// carries the changes observed up to its dispatch; those observed while it is
-/// in flight stay pending for the next write.
-#[derive(Debug, Default)]
-struct InFlight {
-    again: bool,
-    sources: BTreeSet<SourceName>,
-    /// The references whose change this write carries.
-    changed: BTreeSet<Reference>,
-    /// When the first of them was observed.
-    observed_at: Option<Instant>,
-    /// What the write sets, for the log and the Event.
-    carries: String,
-    /// Whether it changes the pod template (starts a rollout), not only metadata.
-    rolls: bool,
-    /// The config revision a rolling write starts, and the first reference it
-    /// carries (see [`follow`]).
-    revision: Option<(Revision, Option<follow::Related>)>,
-}
-
-/// Which namespaces workloads may be stamped in.
-enum Selection {
-    /// No `namespace_selector`: all (within the watched scope).
-    All,
-    /// A selector whose first list has not arrived: none yet.
-    Pending,
-    /// The namespaces the selector matches.
-    Selected(BTreeSet<String>),
-}
 
 /// The settings the core decides with.
 #[derive(Debug, Clone)]
@@ -314,9 +93,8 @@ pub struct Core {
     store: Arc<RwLock<FingerprintStore>>,
     /// Boxed: a table of whole records keeps its spare slots at full record
     /// size (at 15,000 workloads, 17,000 empty slots of 536 bytes).
-    records: HashMap<WorkloadId, Box<Record>>,
-    /// Workloads in namespaces outside the selection: kept, not tracked.
-    parked: HashMap<WorkloadId, Workload>,
+    records: Records,
+    /// `kubernetes.namespace_selector`, and the workloads parked outside it.
     selection: Selection,
     /// Per watch stream being relisted, the workloads listed so far.
     relisting: HashMap<WatchScope, HashSet<WorkloadId>>,
@@ -324,15 +102,13 @@ pub struct Core {
     leader: bool,
     in_flight: usize,
     metrics: EngineMetrics,
-    /// nudge's own progress deadlines of the rollouts it follows.
-    deadlines: BTreeSet<(Instant, WorkloadId)>,
-    /// The latest runs (Jobs) of CronJobs, per CronJob (see [`follow`]).
-    runs: HashMap<WorkloadId, Vec<follow::Run>>,
     /// Who changed each reference last, for references that changed while
     /// tracked (a rollout names them).
-    provenance: HashMap<Tracked, authors::PackedProvenance>,
+    provenance: Authors,
     /// Holds, windows and waves (design §5d).
-    plans: plan::Plans,
+    plans: Plans,
+    /// The rollouts nudge started, until they end (design §5c).
+    following: Following,
 }
 
 // === impl Core ===
@@ -353,7 +129,8 @@ impl Core {
             leader,
             clock,
         } = settings;
-        let plans = plan::Plans::new(engine.window.clone(), clock);
+        let plans = Plans::new(engine.window.clone(), clock);
+        let following = Following::new(&scheme, clock);
         let bucket = TokenBucket::new(engine.stamps_per_second, engine.burst)?;
         Ok(Self {
             engine,
@@ -362,21 +139,15 @@ impl Core {
             graph: DependencyGraph::new(),
             store,
             records: HashMap::new(),
-            parked: HashMap::new(),
-            selection: if namespace_selector {
-                Selection::Pending
-            } else {
-                Selection::All
-            },
+            selection: Selection::new(namespace_selector),
             relisting: HashMap::new(),
             queue: Queue::new(bucket),
             leader,
             in_flight: 0,
             metrics,
-            deadlines: BTreeSet::new(),
-            runs: HashMap::new(),
-            provenance: HashMap::new(),
+            provenance: Authors::default(),
             plans,
+            following,
         })
     }
 
@@ -398,33 +169,10 @@ impl Core {
             Input::Listed => self.on_listed(now),
             Input::Leadership(leader) => self.on_leadership(leader, now, &mut out),
             Input::Namespaces(selected) => self.on_namespaces(selected, now, &mut out),
-            // Due workloads go out only on a tick: the driver handles every input
-            // already queued first, so a burst (a workload's four Consul keys
-            // observed together) is written once, not once per input.
-            Input::Tick => {
-                let following = self.deadlines.len();
-                self.expire_deadlines(now, &mut out);
-                if self.deadlines.len() < following {
-                    // A rollout past nudge's deadline failed: the waves after it decide again.
-                    self.reevaluate_waves(now);
-                }
-                self.release(now, &mut out);
-            }
+            Input::Tick => self.on_tick(now, &mut out),
         }
-        self.metrics.set_gauges(
-            self.graph.workload_count(),
-            self.graph.tracked_count(),
-            self.queue.len(),
-            self.in_flight,
-        );
-        for (reason, count) in self.plans.counts() {
-            self.metrics.set_held(reason, count);
-        }
-        for (state, count) in self.plans.wave_rollouts() {
-            self.metrics.set_wave_rollouts(state, count);
-        }
-        let wake = [self.queue.next_wake(self.room() > 0), self.next_deadline()];
-        if let Some(at) = wake.into_iter().flatten().min() {
+        self.set_gauges();
+        if let Some(at) = self.next_wake() {
             out.push(Effect::WakeAt(at));
         }
         out
@@ -442,6 +190,49 @@ impl Core {
 
     fn room(&self) -> usize {
         MAX_WRITES_IN_FLIGHT.saturating_sub(self.in_flight)
+    }
+
+    /// Due workloads go out only on a tick: the driver handles every input
+    /// already queued first, so a burst (a workload's four Consul keys
+    /// observed together) is written once, not once per input.
+    fn on_tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        if self.expire_deadlines(now, out) {
+            // A rollout past nudge's deadline failed: the waves after it decide again.
+            self.reevaluate_waves(now);
+        }
+        self.release(now, out);
+    }
+
+    fn set_gauges(&self) {
+        self.metrics.set_gauges(
+            self.graph.workload_count(),
+            self.graph.tracked_count(),
+            self.queue.len(),
+            self.in_flight,
+        );
+        for (reason, count) in self.plans.counts() {
+            self.metrics.set_held(reason, count);
+        }
+        for (state, count) in self.plans.wave_rollouts() {
+            self.metrics.set_wave_rollouts(state, count);
+        }
+    }
+
+    /// When the next tick is due: the queue's next release or nudge's next
+    /// rollout deadline.
+    fn next_wake(&self) -> Option<Instant> {
+        let wake = [
+            self.queue.next_wake(self.room() > 0),
+            self.following.next_deadline(),
+        ];
+        wake.into_iter().flatten().min()
+    }
+
+    fn publish(&self, out: &mut Vec<Effect>, notice: Notice) {
+        // Only the leader writes; a new leader re-reports what is still true.
+        if self.leader {
+            out.push(Effect::Publish(notice));
+        }
     }
 }
 
@@ -463,19 +254,7 @@ impl Core {
                 }
                 self.on_workload(workload, now, out);
             }
-            WorkloadEvent::InitDone(scope) => {
-                let seen = self.relisting.remove(&scope).unwrap_or_default();
-                let gone: Vec<WorkloadId> = self
-                    .records
-                    .keys()
-                    .chain(self.parked.keys())
-                    .filter(|id| scope.contains(id) && !seen.contains(*id))
-                    .cloned()
-                    .collect();
-                for id in gone {
-                    self.on_delete(&id, out);
-                }
-            }
+            WorkloadEvent::InitDone(scope) => self.relisted(&scope, out),
             WorkloadEvent::Apply(workload) => self.on_workload(workload, now, out),
             WorkloadEvent::Delete(id) => {
                 self.on_delete(&id, out);
@@ -485,99 +264,110 @@ impl Core {
         }
     }
 
+    /// A watch stream's relist ended: the workloads of its scope it did not
+    /// list are gone.
+    fn relisted(&mut self, scope: &WatchScope, out: &mut Vec<Effect>) {
+        let seen = self.relisting.remove(scope).unwrap_or_default();
+        let gone: Vec<WorkloadId> = self
+            .records
+            .keys()
+            .chain(self.selection.parked())
+            .filter(|id| scope.contains(id) && !seen.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.on_delete(&id, out);
+        }
+    }
+
     fn on_workload(&mut self, mut workload: Workload, now: Instant, out: &mut Vec<Effect>) {
         if let Some(known) = self.known_id(&workload.id) {
             workload.id = known;
         }
-        if let (Some(record), Some(revision)) =
-            (self.records.get(&workload.id), workload.revision())
-            && revision < record.written
-        {
-            // Queued before nudge's own write returned: an older state of the
-            // workload, whose newer state nudge already has. Taken as current,
-            // it would undo the write in nudge's view (and re-adopt, or put older
-            // content back).
-            tracing::debug!(workload = %workload.id, revision, written = record.written, "older than nudge's last write; skipped");
+        if self.older_than_written(&workload) {
             return;
         }
         self.follow_run(&workload, now, out);
         let id = workload.id.clone();
-        if !self.in_selection(&id) {
-            if self.records.contains_key(&id) {
-                self.on_delete(&id, out);
-            }
-            self.parked.insert(id, workload);
+        if !self.selection.contains(&id) {
+            self.park(id, workload, out);
             return;
         }
-        self.parked.remove(&id);
+        self.selection.unpark(&id);
         let deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
         let current = CurrentOutputs::new(&workload, deps.stamps.iter().map(|s| &s.output));
         let timing = Timing::of(&deps);
         self.plans.set(&id, deps.delivery.clone());
-        let delta = self.graph.apply(id.clone(), deps.stamps);
-        out.extend(delta.newly_tracked.into_iter().map(Effect::Track));
-        self.drop_tracked(delta.droppable, out);
+        self.track(&id, deps.stamps, out);
         if self.graph.specs(&id).is_none() && deps.errors.is_empty() {
             // Nothing to track or report: forget it (memory grows with what is
             // tracked, not with the cluster).
-            self.drop_follow(&id);
-            self.plans.forget(&id);
-            self.forget_runs(&id);
-            self.records.remove(&id);
-            self.queue.forget(&id);
+            self.forget(&id);
             return;
         }
-        let full = matches!(self.selection, Selection::Selected(_) | Selection::Pending)
-            .then(|| Box::new(workload.clone()));
-        let record = self.records.entry(id.clone()).or_insert_with(|| {
-            Box::new(Record {
-                current: current.clone(),
-                full: None,
-                timing: None,
-                rollout: Rollout::Unknown,
-                pending: BTreeSet::new(),
-                observed_at: None,
-                write: WriteState::Idle,
-                retry: None,
-                unknown_since: None,
-                last_stamp: None,
-                reported_missing: None,
-                reported_invalid: None,
-                first_sight: None,
-                written: 0,
-                revision: 0,
-                last_failed: false,
-                follow: None,
-            })
-        });
-        let specs = self.graph.specs(&id).unwrap_or_default();
-        if !stamp::adopting(&workload, specs) {
-            record.first_sight = None;
-        } else {
-            let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-            let seen = record.first_sight.get_or_insert_default();
-            // A reference added since first sight: seen now.
-            seen.see(specs, &store);
-        }
-        record.current = current;
-        record.full = full;
-        record.timing = timing;
-        let completed =
-            workload.rollout == Rollout::Complete && record.rollout != Rollout::Complete;
-        let moved = workload.rollout != record.rollout;
-        record.rollout = workload.rollout;
+        let before = self.keep(&workload, current, timing);
         self.report_invalid(&id, &deps.errors, out);
-        if completed {
+        if workload.rollout == Rollout::Complete && before != Rollout::Complete {
             // The previous rollout finished: a held re-stamp need not wait for
             // min-interval any more.
             self.queue.rehold(&id, |since| since);
         }
         self.evaluate(&id, now);
         self.follow_workload(&workload, now, out);
-        if moved {
+        if workload.rollout != before {
             // An earlier wave completed or failed: the waves after it decide again.
             self.reevaluate_waves(now);
         }
+    }
+
+    /// Whether `workload` is older than nudge's own last write to it: queued
+    /// before that write returned, whose newer state nudge already has. Taken
+    /// as current, it would undo the write in nudge's view (and re-adopt, or
+    /// put older content back).
+    fn older_than_written(&self, workload: &Workload) -> bool {
+        let (Some(record), Some(revision)) = (self.records.get(&workload.id), workload.revision())
+        else {
+            return false;
+        };
+        let older = revision < record.written;
+        if older {
+            tracing::debug!(workload = %workload.id, revision, written = record.written, "older than nudge's last write; skipped");
+        }
+        older
+    }
+
+    /// `id`'s namespace is outside the selection: kept aside, untracked.
+    fn park(&mut self, id: WorkloadId, workload: Workload, out: &mut Vec<Effect>) {
+        if self.records.contains_key(&id) {
+            self.on_delete(&id, out);
+        }
+        self.selection.park(id, workload);
+    }
+
+    /// Keeps what the core knows of `workload` (its outputs now `current`, its
+    /// timing annotations) in its record, made at first sight; the rollout
+    /// state it had before.
+    fn keep(
+        &mut self,
+        workload: &Workload,
+        current: CurrentOutputs,
+        timing: Option<Box<Timing>>,
+    ) -> Rollout {
+        let id = &workload.id;
+        let full = self
+            .selection
+            .by_selector()
+            .then(|| Box::new(workload.clone()));
+        let record = self
+            .records
+            .entry(id.clone())
+            .or_insert_with(|| Box::new(Record::new(current.clone())));
+        let specs = self.graph.specs(id).unwrap_or_default();
+        record.see_first(workload, specs, &self.store);
+        record.current = current;
+        record.full = full;
+        record.timing = timing;
+        std::mem::replace(&mut record.rollout, workload.rollout)
     }
 
     /// The copy of `id` the core already keeps: every event and write result
@@ -588,15 +378,27 @@ impl Core {
             .map(|(known, _)| known.clone())
     }
 
-    fn on_delete(&mut self, id: &WorkloadId, out: &mut Vec<Effect>) {
-        self.drop_follow(id);
-        self.plans.forget(id);
-        self.forget_runs(id);
-        self.parked.remove(id);
-        let delta = self.graph.delete(id);
+    /// Tracks what `specs` need (emitting `Track` and `Untrack`).
+    fn track(&mut self, id: &WorkloadId, specs: Vec<StampSpec>, out: &mut Vec<Effect>) {
+        let delta = self.graph.apply(id.clone(), specs);
+        out.extend(delta.newly_tracked.into_iter().map(Effect::Track));
         self.drop_tracked(delta.droppable, out);
+    }
+
+    /// Forgets a workload that has nothing to track or report (its graph
+    /// entry is gone already).
+    fn forget(&mut self, id: &WorkloadId) {
+        self.following.forget(id);
+        self.plans.forget(id);
         self.records.remove(id);
         self.queue.forget(id);
+    }
+
+    fn on_delete(&mut self, id: &WorkloadId, out: &mut Vec<Effect>) {
+        self.selection.unpark(id);
+        let delta = self.graph.delete(id);
+        self.drop_tracked(delta.droppable, out);
+        self.forget(id);
     }
 
     fn drop_tracked(&mut self, droppable: Vec<Tracked>, out: &mut Vec<Effect>) {
@@ -606,7 +408,7 @@ impl Core {
         let mut store = self.store.write().unwrap_or_else(|e| e.into_inner());
         for tracked in droppable {
             store.remove(&tracked);
-            self.provenance.remove(&tracked);
+            self.provenance.forget(&tracked);
             out.push(Effect::Untrack(tracked));
         }
     }
@@ -646,42 +448,24 @@ impl Core {
         }
     }
 }
-
 // === namespace selection and leadership ===
 
 impl Core {
-    fn in_selection(&self, id: &WorkloadId) -> bool {
-        match &self.selection {
-            Selection::All => true,
-            Selection::Pending => false,
-            Selection::Selected(set) => set.contains(id.namespace.as_str()),
-        }
-    }
-
     fn on_namespaces(&mut self, selected: BTreeSet<String>, now: Instant, out: &mut Vec<Effect>) {
-        self.selection = Selection::Selected(selected);
-        let entering: Vec<WorkloadId> = self
-            .parked
-            .keys()
-            .filter(|id| self.in_selection(id))
-            .cloned()
-            .collect();
-        for id in entering {
-            if let Some(workload) = self.parked.remove(&id) {
-                self.on_workload(workload, now, out);
-            }
+        for workload in self.selection.select(selected) {
+            self.on_workload(workload, now, out);
         }
         let leaving: Vec<WorkloadId> = self
             .records
             .keys()
-            .filter(|id| !self.in_selection(id))
+            .filter(|id| !self.selection.contains(id))
             .cloned()
             .collect();
         for id in leaving {
             let full = self.records.get_mut(&id).and_then(|r| r.full.take());
             self.on_delete(&id, out);
             if let Some(workload) = full {
-                self.parked.insert(id, *workload);
+                self.selection.park(id, *workload);
             }
         }
     }
@@ -722,7 +506,10 @@ impl Core {
         for id in &ids {
             self.evaluate(id, now);
         }
-        self.conclude_again(out);
+        // What it saw end while another led, and is still marked in flight on
+        // the workload, is concluded aloud again.
+        let again = self.following.ended_unrecorded().map(Box::new);
+        out.extend(again.map(Effect::Conclude));
     }
 }
 
@@ -751,9 +538,7 @@ impl Core {
                 .get_mut(id)
                 .and_then(|r| r.first_sight.as_deref_mut())
             {
-                seen.0
-                    .entry(tracked.clone())
-                    .or_insert_with(|| store.observation(&tracked).unwrap_or(&observation).clone());
+                seen.first_report(&tracked, store.observation(&tracked), &observation);
             }
         }
         let changed = store.set(tracked.clone(), observation);
@@ -762,8 +547,7 @@ impl Core {
             return;
         }
         if let Some(provenance) = provenance {
-            let packed = authors::PackedProvenance::pack(&provenance);
-            self.provenance.insert(tracked.clone(), packed);
+            self.provenance.changed(&tracked, &provenance);
         }
         tracing::debug!(%tracked, dependents = dependents.len(), "observation changed");
         for id in dependents {
@@ -775,17 +559,23 @@ impl Core {
         }
     }
 
+    /// The stamp decision on `id` now, with the workload as the core knows it.
+    fn decide(&self, id: &WorkloadId) -> Option<(Workload, Decision)> {
+        let (record, specs) = (self.records.get(id)?, self.graph.specs(id)?);
+        Some(record.decide(specs, &self.store, self.engine.stamp_on_delete))
+    }
+
     /// Queues `id` when its stamp differs from the desired one or a reference is
     /// missing; an in-sync workload is left alone.
     fn evaluate(&mut self, id: &WorkloadId, now: Instant) {
-        let (Some(record), Some(specs)) = (self.records.get_mut(id), self.graph.specs(id)) else {
+        let Some((_, decision)) = self.decide(id) else {
             return;
         };
-        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-        let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
-        drop(store);
-        let first_sight = first_sight_values(record, specs, self.engine.stamp_on_delete);
-        let missing = desired
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        let missing = decision
+            .desired
             .blocked
             .iter()
             .any(|b| matches!(b.reason, BlockReason::Missing { .. }));
@@ -794,26 +584,30 @@ impl Core {
             // new problem to report.
             record.reported_missing = None;
         }
-        let current = record.current.to_workload();
-        let patch = stamp::diff_since(&current, specs, &desired, &first_sight);
-        if missing || patch.is_some() {
+        if missing || decision.patch.is_some() {
             // An adoption rolls nothing and there is nothing to debounce: it is
             // written at once, so that what nudge first saw is kept in the
             // cluster and survives a restart.
-            let adoption = record.first_sight.is_some()
-                && patch
-                    .as_ref()
-                    .is_some_and(|patch| !stamp::changes_pod_template(&current, patch));
+            let adoption =
+                record.first_sight.is_some() && decision.patch.is_some() && !decision.rolls;
             self.touch(id.clone(), now, adoption.then_some(Duration::ZERO));
-        } else if matches!(record.write, WriteState::Idle) {
+        } else if !record.writing() {
             // In sync again (e.g. reverted within the debounce window). While a stamp
             // is in flight, the watch may echo it before the write returns: the
             // pending references still belong to that stamp's Event.
-            let written = std::mem::take(&mut record.pending);
-            record.observed_at = None;
-            self.plans.release(id);
-            self.release_provenance(id, &written);
+            self.in_sync(id);
         }
+    }
+
+    /// `id` is in sync: nothing is pending or held, and who changed what was
+    /// pending is released.
+    fn in_sync(&mut self, id: &WorkloadId) {
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        let written = record.clear_pending();
+        self.plans.release(id);
+        self.release_provenance(id, &written);
     }
 
     /// Queues `id` after its debounce window, or after `delay` (a retry).
@@ -842,7 +636,7 @@ impl Core {
         let hold = self
             .records
             .get(id)
-            .and_then(|record| hold_until(record, self.engine.min_interval));
+            .and_then(|record| record.hold_until(self.engine.min_interval));
         move |since| hold.map_or(since, |until| until.max(since))
     }
 
@@ -854,7 +648,7 @@ impl Core {
         let records = &self.records;
         let interval = self.engine.min_interval;
         let due = self.queue.release(now, room, |id, since| {
-            let hold = records.get(id).and_then(|r| hold_until(r, interval));
+            let hold = records.get(id).and_then(|r| r.hold_until(interval));
             hold.map_or(since, |until| until.max(since))
         });
         for id in due {
@@ -864,69 +658,27 @@ impl Core {
 
     /// Decides on a due workload: write its stamp, or report why not.
     fn dispatch(&mut self, id: WorkloadId, now: Instant, out: &mut Vec<Effect>) {
-        let Some(record) = self.records.get_mut(&id) else {
-            return;
-        };
-        if let WriteState::InFlight(write) = &mut record.write {
-            write.again = true;
+        if self.due_while_writing(&id) {
             return;
         }
-        let Some(specs) = self.graph.specs(&id) else {
+        let Some((workload, decision)) = self.decide(&id) else {
             return;
         };
-        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-        let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
-        drop(store);
-        let missing: BTreeSet<Reference> = desired
-            .blocked
-            .iter()
-            .filter_map(|b| match &b.reason {
-                BlockReason::Missing { reference } => Some(reference.clone()),
-                _ => None,
-            })
-            .collect();
-        for blocked in &desired.blocked {
-            if !matches!(
-                blocked.reason,
-                BlockReason::Missing { .. } | BlockReason::Unknown { .. }
-            ) {
-                tracing::warn!(workload = %id, output = %blocked.output, reason = %blocked.reason, "cannot compute stamp");
-            }
-        }
-        let unknown = desired
-            .blocked
-            .iter()
-            .any(|b| matches!(b.reason, BlockReason::Unknown { .. }));
-        let waiting_since = *record.unknown_since.get_or_insert(now);
-        if unknown && now.saturating_duration_since(waiting_since) < self.engine.max_delay {
-            // A source has not reported some input yet (start-up, a new
-            // reference): wait for it rather than write a partial stamp now and
-            // the rest a moment later. Its observation queues the workload again;
-            // after max_delay (a source that stays unreachable) what is known is
-            // written.
-            let retry = self.engine.max_delay - now.saturating_duration_since(waiting_since);
-            self.touch(id, now, Some(retry));
+        let Decision {
+            desired,
+            patch,
+            rolls,
+        } = decision;
+        warn_blocked(&id, &desired);
+        if self.waits_for_unknown(&id, &desired, now) {
             return;
         }
-        record.unknown_since = None;
-        let workload = record.current.to_workload();
-        let first_sight = first_sight_values(record, specs, self.engine.stamp_on_delete);
-        let patch = stamp::diff_since(&workload, specs, &desired, &first_sight);
-        let sources = patch
-            .as_ref()
-            .map(|patch| change_sources(record, specs, patch))
-            .unwrap_or_default();
-        self.report_missing(&id, missing, out);
-        let Some(record) = self.records.get_mut(&id) else {
-            return;
-        };
+        self.report_missing(&id, missing(&desired), out);
         let Some(patch) = patch else {
-            let written = std::mem::take(&mut record.pending);
-            record.observed_at = None;
-            self.plans.release(&id);
-            self.release_provenance(&id, &written);
+            self.in_sync(&id);
             return;
         };
+        let sources = self.change_sources(&id, &patch);
         if !self.leader {
             // The leader writes; this replica keeps the workload pending and
             // re-evaluates everything if it becomes leader.
@@ -934,63 +686,97 @@ impl Core {
             count(&self.metrics, &id, &sources, StampResult::SkippedFollower);
             return;
         }
-        let rolls = stamp::changes_pod_template(&workload, &patch);
         if rolls && self.held(&id, &desired, now, out) {
             return;
         }
+        self.write(id, workload, patch, (sources, rolls), now, out);
+    }
+
+    /// Whether `id` is being written: it is then decided again once the
+    /// write returns (or it has no record).
+    fn due_while_writing(&mut self, id: &WorkloadId) -> bool {
+        match self.records.get_mut(id).map(|r| &mut r.write) {
+            Some(WriteState::InFlight(write)) => {
+                write.again = true;
+                true
+            }
+            Some(WriteState::Idle) => false,
+            None => true,
+        }
+    }
+
+    /// Whether a due `id` waits for an input no source has reported yet
+    /// (start-up, a new reference) rather than write a partial stamp now and
+    /// the rest a moment later. Its observation queues the workload again;
+    /// after `max_delay` from when it first waited (a source that stays
+    /// unreachable) what is known is written.
+    fn waits_for_unknown(&mut self, id: &WorkloadId, desired: &DesiredStamp, now: Instant) -> bool {
+        let unknown = desired
+            .blocked
+            .iter()
+            .any(|b| matches!(b.reason, BlockReason::Unknown { .. }));
+        let Some(record) = self.records.get_mut(id) else {
+            return false;
+        };
+        let since = *record.unknown_since.get_or_insert(now);
+        let waited = now.saturating_duration_since(since);
+        if !unknown || waited >= self.engine.max_delay {
+            record.unknown_since = None;
+            return false;
+        }
+        self.touch(id.clone(), now, Some(self.engine.max_delay - waited));
+        true
+    }
+
+    /// The sources a stamp of `id` writing `patch` is attributed to.
+    fn change_sources(&self, id: &WorkloadId, patch: &StampPatch) -> BTreeSet<SourceName> {
+        match (self.records.get(id), self.graph.specs(id)) {
+            (Some(record), Some(specs)) => record.change_sources(specs, patch),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    /// Starts the write of `patch` to `id` (`workload` as the core knows it,
+    /// `sources` its changes', `rolls` whether it changes the pod template):
+    /// the changes it carries, the revision a rolling one starts (its marker
+    /// written in the same request) and the rollout it supersedes.
+    fn write(
+        &mut self,
+        id: WorkloadId,
+        workload: Workload,
+        mut patch: StampPatch,
+        (sources, rolls): (BTreeSet<SourceName>, bool),
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
-        let mut changed = std::mem::take(&mut record.pending);
-        let mut observed_at = record.observed_at.take();
-        let mut adopted = BTreeSet::new();
-        if !rolls {
-            // An adoption takes over what was there when nudge first saw the
-            // workload: it carries no change, whatever was reported meanwhile.
-            adopted = std::mem::take(&mut changed);
-            observed_at = None;
-        }
-        let carries = carried(&patch);
-        let revision = rolls.then(|| {
-            let specs = self.graph.specs(&id).unwrap_or_default();
-            let provenance = &self.provenance;
-            let change = |reference: &Reference| change_of(reference, specs, provenance);
-            let number = record.revision + 1;
-            follow::revision_of(number, &changed, change, &workload, specs, &patch)
-        });
-        let related = changed.first().map(|reference| {
-            follow::Related::of(reference, self.graph.specs(&id).unwrap_or_default())
-        });
+        let (changed, observed_at, adopted) = record.take_changes(rolls);
+        let number = record.revisions.next();
         let mut write = InFlight {
             again: false,
             sources,
+            carries: carried(&patch),
             changed,
             observed_at,
-            carries,
             rolls,
             revision: None,
         };
-        let mut patch = patch;
         let mut supersedes = None;
-        if let Some(revision) = revision {
-            let following = record
-                .follow
-                .as_deref()
-                .is_some_and(follow::Follow::in_progress);
-            if following {
-                supersedes = self.supersede(&id, revision.revision, now).map(Box::new);
-            }
+        if rolls {
+            let started = self.revision_started(&id, number, &write.changed, &workload, &patch);
+            supersedes = self.supersede(&id, number, now);
             // The revision goes with the stamp, in one request: whatever happens
             // next, the workload says which rollout is in flight.
             let marker = Output::WorkloadAnnotation(self.scheme.rollout());
-            patch.values.insert(marker.clone(), revision.to_json());
+            patch.values.insert(marker.clone(), started.0.to_json());
             patch.changed.push(marker);
-            write.revision = Some((revision, related));
+            write.revision = Some(started);
         }
-        let Some(record) = self.records.get_mut(&id) else {
-            return;
-        };
-        record.write = WriteState::InFlight(Box::new(write));
+        if let Some(record) = self.records.get_mut(&id) {
+            record.write = WriteState::InFlight(Box::new(write));
+        }
         self.in_flight += 1;
         self.release_provenance(&id, &adopted);
         out.push(Effect::Write(Box::new(StampWrite {
@@ -998,6 +784,26 @@ impl Core {
             patch,
             supersedes,
         })));
+    }
+
+    /// The revision a rolling stamp of `id` starts: number `number`, the
+    /// changes it carries with who made them, each value before and after;
+    /// and the first reference it carries (its rollout's related object).
+    fn revision_started(
+        &self,
+        id: &WorkloadId,
+        number: u32,
+        changed: &BTreeSet<Reference>,
+        workload: &Workload,
+        patch: &StampPatch,
+    ) -> (Revision, Option<Related>) {
+        let specs = self.graph.specs(id).unwrap_or_default();
+        let change = |reference: &Reference| self.provenance.change_of(reference, specs);
+        let revision = Revision::started(number, changed, change, workload, specs, patch);
+        let related = changed
+            .first()
+            .map(|reference| Related::of(reference, specs));
+        (revision, related)
     }
 
     fn report_missing(
@@ -1022,7 +828,11 @@ impl Core {
         let note = format!("{} not found; keeping the current stamp", names.join(", "));
         self.publish(out, Notice::new(id.clone(), Reason::MissingConfig, note));
     }
+}
 
+// === write results ===
+
+impl Core {
     fn on_written(
         &mut self,
         id: WorkloadId,
@@ -1037,102 +847,105 @@ impl Core {
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
-        let write = match std::mem::replace(&mut record.write, WriteState::Idle) {
-            WriteState::InFlight(write) => *write,
-            WriteState::Idle => InFlight::default(),
-        };
-        let InFlight {
-            again,
-            sources,
-            changed,
-            observed_at,
-            carries,
-            rolls,
-            revision,
-        } = write;
-        let mut started = None;
+        let write = record.take_write();
         if !matches!(outcome, WriteOutcome::Applied(_) | WriteOutcome::Gone) {
             // Not written: its changes are still to be written.
-            record.pending.extend(changed.iter().cloned());
-            if let Some(at) = observed_at {
-                record.observed_at = Some(record.observed_at.map_or(at, |o| o.min(at)));
-            }
+            record.restore(&write);
         }
+        let again = write.again;
         match outcome {
-            WriteOutcome::Applied(workload) => {
-                count(&self.metrics, &id, &sources, StampResult::Applied);
-                if let Some(observed) = observed_at {
-                    self.metrics
-                        .stamp_latency(now.saturating_duration_since(observed));
-                }
-                record.retry = None;
-                if rolls {
-                    // A metadata-only write (an adoption) starts no rollout,
-                    // though it bumps a Deployment's generation.
-                    record.last_stamp = Some(now);
-                    record.rollout = workload.rollout;
-                }
-                let specs = self.graph.specs(&id).unwrap_or_default();
-                let mut workload = workload;
-                workload.id = id.clone();
-                record.written = workload.revision().unwrap_or(0);
-                if !stamp::adopting(&workload, specs) {
-                    record.first_sight = None;
-                }
-                record.current = CurrentOutputs::new(&workload, specs.iter().map(|s| &s.output));
-                if let Some((revision, related)) = revision {
-                    started = Some((revision, related, workload.clone()));
-                }
-                if record.full.is_some() {
-                    record.full = Some(workload);
-                }
-                let note = change_note(&changed, &carries, rolls);
-                tracing::info!(workload = %id, %note, "stamped");
-                self.release_provenance(&id, &changed);
-                let notice = Notice::new(id.clone(), Reason::ConfigChanged, note)
-                    .with_changed(changed.into_iter().collect());
-                self.publish(out, notice);
-            }
+            WriteOutcome::Applied(workload) => self.on_applied(&id, workload, write, now, out),
             WriteOutcome::Gone => {
-                count(&self.metrics, &id, &sources, StampResult::Gone);
+                count(&self.metrics, &id, &write.sources, StampResult::Gone);
                 tracing::debug!(workload = %id, "workload deleted before the stamp");
                 self.on_delete(&id, out);
                 return;
             }
-            WriteOutcome::Retry(error) => {
-                count(&self.metrics, &id, &sources, StampResult::Retried);
-                let delay = record
-                    .retry
-                    .get_or_insert_with(|| {
-                        Box::new(Backoff::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY))
-                    })
-                    .next_delay();
-                tracing::warn!(workload = %id, %error, category = error.category(), retry_in = ?delay, "stamp failed; retrying");
-                self.touch(id.clone(), now, Some(delay));
-            }
-            WriteOutcome::Failed(error) => {
-                count(&self.metrics, &id, &sources, StampResult::Failed);
-                record.retry = None;
-                tracing::error!(workload = %id, %error, "stamp rejected");
-                let notice = Notice::new(id.clone(), Reason::StampFailed, error.to_string());
-                self.publish(out, notice);
-            }
-        }
-        if let Some((revision, related, workload)) = started {
-            self.start_following(&id, revision, related, &workload, now, out);
+            WriteOutcome::Retry(error) => self.on_retry(&id, &write.sources, &error, now),
+            WriteOutcome::Failed(error) => self.on_refused(&id, &write.sources, &error, out),
         }
         if again {
             self.evaluate(&id, now);
         }
     }
 
+    /// nudge's write to `id` went through; `workload` as stored after it.
+    fn on_applied(
+        &mut self,
+        id: &WorkloadId,
+        mut workload: Box<Workload>,
+        write: InFlight,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        count(&self.metrics, id, &write.sources, StampResult::Applied);
+        if let Some(observed) = write.observed_at {
+            self.metrics
+                .stamp_latency(now.saturating_duration_since(observed));
+        }
+        workload.id = id.clone();
+        let specs = self.graph.specs(id).unwrap_or_default();
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        record.after_write(&workload, specs, write.rolls, now);
+        let note = write.note();
+        tracing::info!(workload = %id, %note, "stamped");
+        let InFlight {
+            changed, revision, ..
+        } = write;
+        self.release_provenance(id, &changed);
+        let notice = Notice::new(id.clone(), Reason::ConfigChanged, note)
+            .with_changed(changed.into_iter().collect());
+        self.publish(out, notice);
+        if let Some(started) = revision {
+            self.start_following(&workload, started, now, out);
+        }
+        if let Some(record) = self.records.get_mut(id)
+            && record.full.is_some()
+        {
+            record.full = Some(workload);
+        }
+    }
+
+    /// A write to `id` failed and is retried after a backoff.
+    fn on_retry(
+        &mut self,
+        id: &WorkloadId,
+        sources: &BTreeSet<SourceName>,
+        error: &TargetError,
+        now: Instant,
+    ) {
+        count(&self.metrics, id, sources, StampResult::Retried);
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        let delay = record.retry_delay();
+        tracing::warn!(workload = %id, %error, category = error.category(), retry_in = ?delay, "stamp failed; retrying");
+        self.touch(id.clone(), now, Some(delay));
+    }
+
+    /// A write to `id` was refused for good: reported, not retried.
+    fn on_refused(
+        &mut self,
+        id: &WorkloadId,
+        sources: &BTreeSet<SourceName>,
+        error: &TargetError,
+        out: &mut Vec<Effect>,
+    ) {
+        count(&self.metrics, id, sources, StampResult::Failed);
+        if let Some(record) = self.records.get_mut(id) {
+            record.retry = None;
+        }
+        tracing::error!(workload = %id, %error, "stamp rejected");
+        let notice = Notice::new(id.clone(), Reason::StampFailed, error.to_string());
+        self.publish(out, notice);
+    }
+
     /// Forgets who changed the items `references` of workload `id` name once
     /// no workload depending on them still has their change to write (pending,
     /// or in a write in flight, which a failure puts back): who changed an item
-    /// is read only when a stamp carrying its change is planned. At xl, 44,000
-    /// items' authors (~3 MB) were kept after every stamp naming them was
-    /// written. A later change reported without an author names none, not the
-    /// previous change's author.
+    /// is read only when a stamp carrying its change is planned.
     fn release_provenance(&mut self, id: &WorkloadId, references: &BTreeSet<Reference>) {
         if references.is_empty() || self.provenance.is_empty() {
             return;
@@ -1146,31 +959,268 @@ impl Core {
             .filter(|input| references.contains(&input.tracked.reference))
             .map(|input| input.tracked.clone())
             .collect();
-        for tracked in named {
-            let reference = &tracked.reference;
-            let needed = self.graph.dependents(&tracked).any(|dependent| {
-                self.records.get(dependent).is_some_and(|record| {
-                    record.pending.contains(reference)
-                        || matches!(&record.write, WriteState::InFlight(write) if write.changed.contains(reference))
-                })
-            });
-            if !needed {
-                self.provenance.remove(&tracked);
-            }
+        let (graph, records) = (&self.graph, &self.records);
+        let needed = |tracked: &Tracked| {
+            graph.dependents(tracked).any(|dependent| {
+                records
+                    .get(dependent)
+                    .is_some_and(|record| record.carries(&tracked.reference))
+            })
+        };
+        self.provenance.release(named, needed);
+    }
+}
+
+// === delivery plans ===
+
+impl Core {
+    /// Whether `id`'s rolling stamp (to `desired`) waits; when it does, the
+    /// hold is recorded, reported once per note, and a window's opening is
+    /// timed.
+    fn held(
+        &mut self,
+        id: &WorkloadId,
+        desired: &DesiredStamp,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        let pending = desired.pending_fingerprint();
+        let neighbours = if self.plans.wave(id) > 0 {
+            self.neighbours(id)
+        } else {
+            Vec::new()
+        };
+        let hold = self
+            .plans
+            .gate(id, &pending, now, &neighbours, |other| self.progress(other));
+        let Some(hold) = hold else {
+            self.plans.release(id);
+            return false;
+        };
+        if let Hold::Window {
+            opens: Some(at), ..
+        } = &hold
+        {
+            let delay = self.plans.instant(*at, now).saturating_duration_since(now);
+            self.touch(id.clone(), now, Some(delay));
         }
-        // Most are released after the initial stamps: give the room back.
-        let capacity = self.provenance.capacity();
-        if capacity > 64 && self.provenance.len() * 4 < capacity {
-            self.provenance.shrink_to(self.provenance.len() * 2);
+        let changed: Vec<Reference> = self
+            .records
+            .get(id)
+            .map(|record| record.pending.iter().cloned().collect())
+            .unwrap_or_default();
+        if let Hold::Halted { failed, .. } = &hold {
+            self.report_halt(failed, &changed, out);
+        }
+        let approve = self.scheme.approve();
+        if let Some(notice) = self.plans.report(id, hold, (&pending, &approve), changed) {
+            self.publish(out, notice);
+        }
+        true
+    }
+
+    /// Every target has delivered its initial listing: the workloads held
+    /// for it are judged against the earlier waves now.
+    fn on_listed(&mut self, now: Instant) {
+        self.plans.set_listed();
+        let waiting = self.plans.held_for_listing();
+        if waiting.is_empty() {
+            tracing::debug!("every workload kind listed");
+        } else {
+            tracing::info!(
+                waiting = waiting.len(),
+                "every workload kind listed: the later waves waiting for it are judged"
+            );
+        }
+        for id in waiting {
+            self.evaluate(&id, now);
         }
     }
 
-    fn publish(&self, out: &mut Vec<Effect>, notice: Notice) {
-        // Only the leader writes; a new leader re-reports what is still true.
-        if self.leader {
-            out.push(Effect::Publish(notice));
+    /// The other workloads sharing an input with `id`.
+    fn neighbours(&self, id: &WorkloadId) -> Vec<WorkloadId> {
+        let Some(specs) = self.graph.specs(id) else {
+            return Vec::new();
+        };
+        let shared: BTreeSet<&WorkloadId> = specs
+            .iter()
+            .flat_map(|spec| &spec.inputs)
+            .flat_map(|input| self.graph.dependents(&input.tracked))
+            .filter(|other| *other != id)
+            .collect();
+        shared.into_iter().cloned().collect()
+    }
+
+    /// How `id` stands for the waves after it ([`delivery::progress`]): not
+    /// stamped while being written, held, or with a change to roll.
+    fn progress(&self, id: &WorkloadId) -> Progress {
+        let Some(record) = self.records.get(id) else {
+            return Progress::Done;
+        };
+        let standing = Standing {
+            kind: &id.kind,
+            not_stamped: record.writing() || self.plans.is_held(id) || self.rolls_pending(id),
+            rollout: record.rollout,
+            followed: self.following.followed(id),
+            last_failed: record.revisions.last_failed(),
+        };
+        delivery::progress(&standing)
+    }
+
+    /// Whether `id` has a change still to roll (its desired stamp changes its
+    /// pod template).
+    fn rolls_pending(&self, id: &WorkloadId) -> bool {
+        self.decide(id).is_some_and(|(_, decision)| decision.rolls)
+    }
+
+    /// One `WavesHalted` per failed workload and stamped config: it names
+    /// every later-wave workload it holds and the change they wait to carry.
+    fn report_halt(&mut self, failed: &WorkloadId, changed: &[Reference], out: &mut Vec<Effect>) {
+        let Some(specs) = self.graph.specs(failed) else {
+            return;
+        };
+        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
+        let fingerprint = crate::stamp::desired(specs, &*store, self.engine.stamp_on_delete)
+            .pending_fingerprint();
+        drop(store);
+        if !self.plans.report_halt(failed, &fingerprint) {
+            return;
+        }
+        let wave = self.plans.wave(failed);
+        let held: Vec<(WorkloadId, u32)> = self
+            .neighbours(failed)
+            .into_iter()
+            .map(|other| {
+                let wave = self.plans.wave(&other);
+                (other, wave)
+            })
+            .filter(|(other, later)| *later > wave && self.rolls_pending(other))
+            .collect();
+        let note = delivery::halt_note(&fingerprint, wave, changed, &held);
+        tracing::warn!(workload = %failed, %note, "waves halted");
+        let notice =
+            Notice::new(failed.clone(), Reason::WavesHalted, note).with_changed(changed.to_vec());
+        self.publish(out, notice);
+    }
+
+    /// An earlier wave completed or failed: the workloads it held decide again.
+    fn reevaluate_waves(&mut self, now: Instant) {
+        if !self.plans.has_waves() {
+            return;
+        }
+        for id in self.plans.held_by_waves() {
+            self.evaluate(&id, now);
         }
     }
+}
+
+// === following rollouts ===
+
+impl Core {
+    /// nudge's stamp of `workload` (as stored after it) starting `started`
+    /// was written: its rollout is followed from now.
+    fn start_following(
+        &mut self,
+        workload: &Workload,
+        started: (Revision, Option<Related>),
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let id = &workload.id;
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        let window = record.progress_deadline(self.engine.progress_deadline);
+        if self.leader {
+            let sources = follow::source_names(&started.0);
+            let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+            self.metrics.rollout(&id.kind, &names, "started");
+        }
+        let ended = self
+            .following
+            .start(workload, &mut record.revisions, started, window, now);
+        self.conclude(ended, out);
+    }
+
+    /// A workload event, for the rollout followed on it.
+    fn follow_workload(&mut self, workload: &Workload, now: Instant, out: &mut Vec<Effect>) {
+        let Some(record) = self.records.get_mut(&workload.id) else {
+            return;
+        };
+        let window = record.progress_deadline(self.engine.progress_deadline);
+        let ended = self.following.on_workload(
+            workload,
+            &mut record.revisions,
+            record.written,
+            window,
+            now,
+        );
+        self.conclude(ended, out);
+    }
+
+    /// A Job event, for the rollout of the CronJob that controls it.
+    fn follow_run(&mut self, job: &Workload, now: Instant, out: &mut Vec<Effect>) {
+        let (records, default) = (&self.records, self.engine.progress_deadline);
+        let tracked = |id: &WorkloadId| records.contains_key(id);
+        let window = |id: &WorkloadId| progress_deadline(records, default, id);
+        let ended = self.following.on_job(job, tracked, window, now);
+        self.conclude(ended, out);
+    }
+
+    /// Rollouts past nudge's own deadline fail; whether any did.
+    fn expire_deadlines(&mut self, now: Instant, out: &mut Vec<Effect>) -> bool {
+        let (records, default) = (&self.records, self.engine.progress_deadline);
+        let ended = self
+            .following
+            .expire(now, |id| progress_deadline(records, default, id));
+        let expired = !ended.is_empty();
+        self.conclude(ended, out);
+        expired
+    }
+
+    /// A newer stamp of `id`, starting revision `next`, is on its way: the
+    /// rollout in progress is superseded. The driver publishes its Event and
+    /// carries it in `next`'s marker (with any it superseded in turn), so a
+    /// change while a rollout is in flight costs no extra write; `None` when
+    /// none is in progress.
+    fn supersede(&mut self, id: &WorkloadId, next: u32, now: Instant) -> Option<Box<Supersession>> {
+        let ended = self.following.supersede(id, next, now)?;
+        if self.leader {
+            self.count_ended(&ended);
+        }
+        Some(Box::new(Supersession {
+            conclusion: ended.conclusion,
+            marker: Output::WorkloadAnnotation(self.scheme.rollout()),
+            limit: self.engine.history_limit,
+        }))
+    }
+
+    /// Rollouts that ended: the leader counts them and has the driver publish
+    /// and record each.
+    fn conclude(&mut self, ended: impl IntoIterator<Item = Ended>, out: &mut Vec<Effect>) {
+        for ended in ended {
+            if self.leader {
+                self.count_ended(&ended);
+                out.push(Effect::Conclude(Box::new(ended.conclusion)));
+            }
+        }
+    }
+
+    fn count_ended(&self, ended: &Ended) {
+        let kind = &ended.conclusion.workload.kind;
+        let outcome = ended.outcome.as_str();
+        let names: Vec<&str> = ended.sources.iter().map(SmolStr::as_str).collect();
+        self.metrics.rollout(kind, &names, outcome);
+        self.metrics.rollout_ended(kind, outcome, ended.took);
+    }
+}
+
+/// nudge's own progress deadline for workload `id`: its annotation's, else
+/// `default` (`engine.progress_deadline`).
+fn progress_deadline(records: &Records, default: Duration, id: &WorkloadId) -> Duration {
+    records
+        .get(id)
+        .map_or(default, |record| record.progress_deadline(default))
 }
 
 fn count(
@@ -1184,113 +1234,37 @@ fn count(
     }
 }
 
-/// The values `record`'s outputs had when nudge first saw it, while it has an
-/// output still to adopt; empty otherwise.
-fn first_sight_values(
-    record: &Record,
-    specs: &[StampSpec],
-    stamp_on_delete: bool,
-) -> BTreeMap<Output, String> {
-    record
-        .first_sight
-        .as_deref()
-        .map(|seen| seen.values(specs, stamp_on_delete))
-        .unwrap_or_default()
-}
-
-/// Until when pacing holds a re-stamp of `record`: its min-interval since the last
-/// stamp, unless that stamp's rollout has completed (design §5).
-fn hold_until(record: &Record, default_interval: Duration) -> Option<Instant> {
-    if record.rollout == Rollout::Complete {
-        return None;
-    }
-    let interval = record.timing().min_interval.unwrap_or(default_interval);
-    record
-        .last_stamp
-        .map(|last| crate::rate::saturating_add(last, interval))
-}
-
-/// The sources a stamp is attributed to: those whose observations changed since
-/// the last stamp, else (a new or edited workload) those feeding the outputs that
-/// change.
-fn change_sources(
-    record: &Record,
-    specs: &[StampSpec],
-    patch: &StampPatch,
-) -> BTreeSet<SourceName> {
-    if !record.pending.is_empty() {
-        return record.pending.iter().map(|r| r.source.clone()).collect();
-    }
-    specs
+/// The required references `desired` found missing.
+fn missing(desired: &DesiredStamp) -> BTreeSet<Reference> {
+    desired
+        .blocked
         .iter()
-        .filter(|spec| patch.changed.contains(&spec.output))
-        .flat_map(|spec| &spec.inputs)
-        .map(|input| input.tracked.reference.source.clone())
+        .filter_map(|b| match &b.reason {
+            BlockReason::Missing { reference } => Some(reference.clone()),
+            _ => None,
+        })
         .collect()
 }
 
-/// The `ConfigChanged` note: which references changed (never their content)
-/// and what the write carried, so that a write made while a change was on its
-/// way never names a change it does not carry.
-fn change_note(changed: &BTreeSet<Reference>, carries: &str, rolls: bool) -> String {
-    let what = if rolls {
-        format!("wrote {carries}")
-    } else {
-        format!("adopted {carries} on the workload's metadata (no rollout)")
-    };
-    if changed.is_empty() {
-        return what;
+/// Logs the outputs of `id` that cannot be computed for a reason other than a
+/// missing or unknown input (reported and waited for elsewhere).
+fn warn_blocked(id: &WorkloadId, desired: &DesiredStamp) {
+    for blocked in &desired.blocked {
+        if !matches!(
+            blocked.reason,
+            BlockReason::Missing { .. } | BlockReason::Unknown { .. }
+        ) {
+            tracing::warn!(workload = %id, output = %blocked.output, reason = %blocked.reason, "cannot compute stamp");
+        }
     }
-    let refs: Vec<String> = changed.iter().map(ToString::to_string).collect();
-    format!("{} changed; {what}", refs.join(", "))
-}
-
-/// `reference` as a rollout names it: with who changed it last, when a source
-/// said so.
-fn change_of(
-    reference: &Reference,
-    specs: &[StampSpec],
-    provenance: &HashMap<Tracked, authors::PackedProvenance>,
-) -> Change {
-    let known = specs
-        .iter()
-        .flat_map(|spec| &spec.inputs)
-        .filter(|input| input.tracked.reference == *reference)
-        .find_map(|input| provenance.get(&input.tracked))
-        .map(authors::PackedProvenance::unpack)
-        .unwrap_or_default();
-    Change {
-        reference: reference.to_string(),
-        version: known.version,
-        by: known.changed_by,
-        at: known.changed_at,
-    }
-}
-
-/// The values a patch changes, each shortened: fingerprints, never content.
-fn carried(patch: &StampPatch) -> String {
-    const SHOWN: usize = 19; // `sha256-` and 12 hex digits
-    let shown: Vec<String> = patch
-        .changed
-        .iter()
-        .map(|output| {
-            let key = output.key();
-            let value = patch
-                .values
-                .iter()
-                .find(|(written, _)| written.key() == key)
-                .map(|(_, value)| value.as_str())
-                .unwrap_or("lifted");
-            format!("{key}={}", crate::errors::excerpt(value, SHOWN))
-        })
-        .collect();
-    shown.join(", ")
 }
 
 mod authors;
 mod follow;
+mod messages;
 mod plan;
-pub use follow::{Conclusion, Supersession};
+mod record;
+mod selection;
 
 #[cfg(test)]
 mod adoption_tests;

@@ -14,13 +14,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::core::{Conclusion, Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+mod recording;
+
+use super::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
 use super::metrics::EngineMetrics;
-use super::outcome;
 use super::{Engine, EngineError};
 use crate::events::{EventSink, Notice};
 use crate::health::{Readiness, WatchReady};
 use crate::model::{SourceName, WorkloadId, WorkloadKind};
+use crate::outcome::Conclusion;
 use crate::rate::Backoff;
 use crate::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
 use crate::targets::{Target, TargetContext, TargetError, WorkloadEvent};
@@ -105,7 +107,7 @@ struct Driver {
     /// Cancelled at shutdown: stops every task the driver spawned.
     tasks_shutdown: CancellationToken,
     /// Where rollout outcomes are recorded.
-    recording: outcome::Recording,
+    recording: recording::Recording,
     /// Targets that have not delivered their initial listing yet; the core
     /// gets [`Input::Listed`] when none is left.
     unlisted: usize,
@@ -132,11 +134,7 @@ impl Driver {
             leadership,
             namespaces,
         } = engine;
-        let recording = outcome::Recording {
-            rollout_key: scheme.rollout(),
-            history_key: scheme.history(),
-            limit: config.history_limit,
-        };
+        let recording = recording::Recording::new(&scheme, config.history_limit);
         let settings = CoreSettings {
             engine: config,
             scheme,
@@ -161,23 +159,18 @@ impl Driver {
             )
         };
         spawn_targets(&targets, &readiness, target_ctx, &mut tasks);
-        let targets_len = targets.len();
-        let mut slots = source_slots(sources, &readiness);
-        for name in slots.keys() {
-            health.sources().register_source(name.as_str());
-        }
         let launcher = Launcher {
             updates: update_tx,
             observe,
             health,
             shutdown: tasks_shutdown.clone(),
         };
-        for (name, slot) in &mut slots {
-            launcher.launch(name, slot, &mut tasks);
-        }
+        let slots = launcher.start_all(sources, &readiness, &mut tasks);
         let events = start_events(events, metrics, &mut tasks);
         readiness.seal();
         let driver = Self {
+            // Before `targets` moves in.
+            unlisted: targets.len(),
             core,
             slots,
             targets,
@@ -188,7 +181,6 @@ impl Driver {
             since_tick: 0,
             tasks_shutdown,
             recording,
-            unlisted: targets_len,
             recordings: Recordings::default(),
         };
         let feeds = Feeds {
@@ -399,7 +391,7 @@ impl Driver {
         let span = tracing::info_span!("outcome", workload = %id);
         let task = self.tasks.spawn(
             async move {
-                outcome::record(target, conclusion, recording, |n| events.queue(n)).await;
+                recording::record(target, conclusion, recording, |n| events.queue(n)).await;
                 Done::Other
             }
             .instrument(span),
@@ -480,6 +472,21 @@ struct Launcher {
 }
 
 impl Launcher {
+    /// Registers every source (its readiness, its metrics) and starts it.
+    fn start_all(
+        &self,
+        sources: BTreeMap<SourceName, Arc<dyn Source>>,
+        readiness: &Readiness,
+        tasks: &mut JoinSet<Done>,
+    ) -> BTreeMap<SourceName, SourceSlot> {
+        let mut slots = source_slots(sources, readiness);
+        for (name, slot) in &mut slots {
+            self.health.sources().register_source(name.as_str());
+            self.launch(name, slot, tasks);
+        }
+        slots
+    }
+
     /// Starts `slot`'s source with a fresh interest channel.
     fn launch(&self, name: &SourceName, slot: &mut SourceSlot, tasks: &mut JoinSet<Done>) {
         let (ctx, interest) = SourceContext::new(
@@ -578,7 +585,8 @@ fn spawn_write(
                 Some(target) => {
                     if let Some(supersedes) = supersedes {
                         let marker = superseded_marker(&*target, &id, &rollout_key).await;
-                        events.queue(supersedes.carry(marker.as_deref(), &mut patch));
+                        let superseded = supersedes.carry(marker.as_deref(), &mut patch);
+                        events.queue(recording::notice(&superseded, None));
                     }
                     target.apply(&workload, &patch).await.into()
                 }
@@ -752,7 +760,7 @@ mod tests {
     fn conclusion(name: &str) -> Conclusion {
         Conclusion {
             workload: WorkloadId::new(WorkloadKind::deployment(), "shop", name),
-            revision: crate::stamp::history::Revision::parse(r#"{"revision":1}"#)
+            revision: crate::outcome::history::Revision::parse(r#"{"revision":1}"#)
                 .expect("a revision"),
             related: None,
         }

@@ -21,7 +21,6 @@ pub mod debounce;
 mod driver;
 pub mod graph;
 mod metrics;
-mod outcome;
 mod queue;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,7 +31,7 @@ use futures::stream::BoxStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use self::core::{Conclusion, Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+pub use self::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
 pub use debounce::Debouncer;
 pub use graph::{DependencyGraph, GraphDelta};
 pub use metrics::{EngineMetrics, StampResult};

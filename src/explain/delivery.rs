@@ -1,18 +1,21 @@
 //! What `nudge explain` says about a workload's delivery settings (design
 //! §5d): its mode, wave and window, the pending fingerprint of config not yet
 //! stamped, the wave plan of the workloads sharing its inputs, and why it
-//! waits. Pure, like the rest of `build_report`; the rules are the core's
-//! (`engine/core/plan.rs`), judged from what the cluster says.
+//! waits. Pure, like the rest of `build_report`; the rules and their words
+//! are [`crate::delivery`]'s, the ones the core decides with, judged here from
+//! what the cluster says.
+
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::{State, Verdict};
-use crate::annotations::{AnnotationScheme, Approval, Dependencies, Mode};
-use crate::model::{Rollout, Workload};
-use crate::stamp::history::{self, Revision};
-use crate::stamp::{self, DesiredStamp, FingerprintLookup};
-use crate::window::Window;
+use super::{ExplainSettings, State, Verdict};
+use crate::annotations::{AnnotationScheme, Approval, Dependencies};
+use crate::delivery::{self, Followed, Neighbours, Progress, Standing};
+use crate::model::{Workload, WorkloadId};
+use crate::outcome::history::{self, Revision};
+use crate::stamp::{self, Decision, FingerprintLookup};
 
 /// One workload of a wave plan: the explained one, or one sharing an input
 /// with it.
@@ -36,17 +39,18 @@ pub(crate) struct Neighbour {
     pub(crate) deps: Dependencies,
 }
 
-/// How `workload` stands for the waves after it, by the core's rules.
-fn wave_state(
-    workload: &Workload,
-    deps: &Dependencies,
-    observed: &impl FingerprintLookup,
-    stamp_on_delete: bool,
-    scheme: &AnnotationScheme,
-) -> &'static str {
-    let desired = stamp::desired(&deps.stamps, observed, stamp_on_delete);
-    let pending = stamp::diff_since(workload, &deps.stamps, &desired, &Default::default())
-        .is_some_and(|patch| stamp::changes_pod_template(workload, &patch));
+/// A workload of the plan as the delivery rules judge it.
+struct Judged<'a> {
+    id: &'a WorkloadId,
+    wave: u32,
+    progress: Progress,
+}
+
+/// How `workload` stands for the waves after it ([`delivery::progress`]):
+/// `rolls`, its decision's, says whether its newest config is on it; a
+/// `<prefix>/rollout` marker whose revision its history does not record yet
+/// is a rollout nudge follows.
+fn progress_of(workload: &Workload, rolls: bool, scheme: &AnnotationScheme) -> Progress {
     let recorded = workload
         .annotations
         .get(&scheme.history())
@@ -59,64 +63,64 @@ fn wave_state(
         .is_some_and(|marker| {
             Revision::parse(marker).is_none_or(|r| !history::has_outcome(recorded, r.revision))
         });
-    let recorded_failure = history::recorded_failure(
-        &workload.id.kind,
-        workload.rollout,
-        history::last_failed(recorded),
-        marked,
-    );
-    match workload.rollout {
-        _ if pending => "not_stamped",
-        Rollout::Failed { .. } => "failed",
-        _ if recorded_failure => "failed",
-        Rollout::InProgress => "rolling_out",
-        _ if marked => "rolling_out",
-        Rollout::Complete | Rollout::Unknown => "done",
-    }
+    delivery::progress(&Standing {
+        kind: &workload.id.kind,
+        not_stamped: rolls,
+        rollout: workload.rollout,
+        followed: if marked {
+            Followed::InProgress
+        } else {
+            Followed::No
+        },
+        last_failed: history::last_failed(recorded),
+    })
 }
 
-/// The wave plan around `workload` (itself and its neighbours, by wave) and,
-/// when an earlier wave holds it, why.
-pub(super) fn wave_plan(
-    workload: &Workload,
-    deps: &Dependencies,
-    neighbours: &[Neighbour],
+/// Each neighbour as the rules judge it, from `observed`.
+fn judge<'a>(
+    neighbours: &'a [Neighbour],
     observed: &impl FingerprintLookup,
-    (stamp_on_delete, scheme): (bool, &AnnotationScheme),
-) -> (Vec<WaveMember>, Option<String>) {
+    settings: &ExplainSettings,
+) -> Vec<Judged<'a>> {
+    neighbours
+        .iter()
+        .map(|n| {
+            let rolls = stamp::decide(
+                &n.workload,
+                &n.deps.stamps,
+                observed,
+                &BTreeMap::new(),
+                settings.stamp_on_delete,
+            )
+            .rolls;
+            Judged {
+                id: &n.workload.id,
+                wave: n.deps.delivery.wave,
+                progress: progress_of(&n.workload, rolls, &settings.scheme),
+            }
+        })
+        .collect()
+}
+
+/// The wave plan: `this` (the explained workload) and its neighbours, by
+/// wave; empty without neighbours.
+fn wave_plan(this: &Judged<'_>, neighbours: &[Judged<'_>]) -> Vec<WaveMember> {
     if neighbours.is_empty() {
-        return (Vec::new(), None);
+        return Vec::new();
     }
-    let member = |w: &Workload, d: &Dependencies, this: bool| WaveMember {
-        workload: format!("{}/{}", w.id.kind, w.id.name),
-        wave: d.delivery.wave,
-        state: wave_state(w, d, observed, stamp_on_delete, scheme),
+    let member = |judged: &Judged<'_>, this: bool| WaveMember {
+        workload: format!("{}/{}", judged.id.kind, judged.id.name),
+        wave: judged.wave,
+        state: judged.progress.as_str(),
         this,
     };
     let mut plan: Vec<WaveMember> = neighbours
         .iter()
-        .map(|n| member(&n.workload, &n.deps, false))
-        .chain([member(workload, deps, true)])
+        .map(|n| member(n, false))
+        .chain([member(this, true)])
         .collect();
     plan.sort_by(|a, b| (a.wave, &a.workload).cmp(&(b.wave, &b.workload)));
-    let wave = deps.delivery.wave;
-    let earlier = || plan.iter().filter(|m| m.wave < wave);
-    let held = if let Some(failed) = earlier().find(|m| m.state == "failed") {
-        Some(format!(
-            "wave {} halted: the rollout of {} failed; a newer change releases it",
-            failed.wave, failed.workload
-        ))
-    } else {
-        earlier().find(|m| m.state != "done").map(|waiting| {
-            format!(
-                "waits for wave {}: {} is {}",
-                waiting.wave,
-                waiting.workload,
-                waiting.state.replace('_', " ")
-            )
-        })
-    };
-    (plan, held)
+    plan
 }
 
 /// How the workload takes config changes. Serialized as is by `-o json`.
@@ -136,7 +140,8 @@ pub struct DeliveryReport {
     /// The pending fingerprint of config not stamped yet: what
     /// `<prefix>/approve` takes.
     pub pending: Option<String>,
-    /// Why the pending config waits: its mode, an approval, an earlier wave
+    /// Why the pending config waits, in the words of the Event the
+    /// controller reports it with: its mode, an approval, an earlier wave
     /// (judged from the workloads sharing its inputs, as the controller does)
     /// or its window.
     pub held: Option<String>,
@@ -188,59 +193,62 @@ impl DeliveryReport {
     }
 }
 
-/// The delivery report; `pending_change`: some output's desired value differs
-/// from its stamped one.
+/// The delivery report of `workload`, whose `decision` is explained;
+/// `pending_change`: some output's desired value differs from its stamped
+/// one. Its hold, when its patch rolls, is [`delivery::gate`]'s: as the
+/// leader would judge it now, every kind listed.
 pub(super) fn delivery_report(
-    deps: &Dependencies,
-    desired: &DesiredStamp,
+    (workload, deps, decision): (&Workload, &Dependencies, &Decision),
     pending_change: bool,
-    (plan, wave_hold): (Vec<WaveMember>, Option<String>),
-    (default_window, approve_key): (Option<&Window>, &str),
+    neighbours: &[Neighbour],
+    observed: &impl FingerprintLookup,
+    settings: &ExplainSettings,
     now: Timestamp,
 ) -> DeliveryReport {
-    let delivery = &deps.delivery;
-    let window = delivery.window.resolve(default_window);
-    let opening = window.and_then(|w| w.next_opening(now).map(|at| (w, at)));
-    let closed = opening.filter(|(_, at)| *at != now);
-    let pending = pending_change.then(|| desired.pending_fingerprint());
-    let held = pending.as_deref().and_then(|pending| {
-        if delivery.invalid {
-            return Some("a delivery annotation is invalid".to_owned());
-        }
-        match (delivery.mode, &delivery.approve) {
-            (Mode::Notify, _) => {
-                return Some("mode notify: nudge reports, never stamps".to_owned());
-            }
-            (Mode::Manual, Some(approval)) if approval.approves(pending) => {}
-            (Mode::Manual, Some(Approval::Fingerprint(approved))) => {
-                return Some(format!(
-                    "{approve_key} approves {approved}, not the pending {pending}"
-                ));
-            }
-            (Mode::Manual, _) => {
-                return Some(format!(
-                    "waiting for approval: set {approve_key}: {pending}"
-                ));
-            }
-            (Mode::Auto, _) => {}
-        }
-        if wave_hold.is_some() {
-            return wave_hold.clone();
-        }
-        closed.map(|(w, at)| format!("outside the maintenance window; opens {}", w.in_zone(at)))
-    });
+    let own = &deps.delivery;
+    let window = own.window.resolve(settings.window.as_ref());
+    let opens = window.map(|w| (w, w.next_opening(now)));
+    let closed = opens.filter(|(_, at)| *at != Some(now));
+    let pending = pending_change.then(|| decision.desired.pending_fingerprint());
+    let judged = judge(neighbours, observed, settings);
+    let this = Judged {
+        id: &workload.id,
+        wave: own.wave,
+        progress: progress_of(workload, decision.rolls, &settings.scheme),
+    };
+    let ids: Vec<WorkloadId> = judged.iter().map(|j| j.id.clone()).collect();
+    let find = |id: &WorkloadId| judged.iter().find(|j| j.id == id);
+    let held = pending
+        .as_deref()
+        .filter(|_| decision.rolls)
+        .and_then(|pending| {
+            let neighbours = Neighbours {
+                ids: &ids,
+                wave: |id: &WorkloadId| find(id).map_or(0, |j| j.wave),
+                progress: |id: &WorkloadId| find(id).map_or(Progress::Done, |j| j.progress),
+            };
+            let hold = delivery::gate(
+                own,
+                settings.window.as_ref(),
+                pending,
+                true,
+                now,
+                neighbours,
+            )?;
+            Some(hold.note(pending, &settings.scheme.approve()))
+        });
     DeliveryReport {
-        mode: delivery.mode.as_str(),
-        wave: delivery.wave,
-        approve: delivery.approve.as_ref().map(|a| match a {
+        mode: own.mode.as_str(),
+        wave: own.wave,
+        approve: own.approve.as_ref().map(|a| match a {
             Approval::Latest => "latest".to_owned(),
             Approval::Fingerprint(f) => f.clone(),
         }),
         window: window.map(ToString::to_string),
-        next_opening: closed.map(|(w, at)| w.in_zone(at).to_string()),
+        next_opening: closed.and_then(|(w, at)| Some(w.in_zone(at?).to_string())),
         pending,
         held,
-        plan,
+        plan: wave_plan(&this, &judged),
     }
 }
 
@@ -252,9 +260,9 @@ pub(super) fn held_verdict(report: &DeliveryReport, verdict: Verdict) -> Verdict
         State::OutOfSync | State::WaitingForDebounce | State::WaitingForMinInterval
     );
     match (&report.held, &report.pending) {
-        (Some(why), Some(pending)) if waits => Verdict {
+        (Some(note), Some(_)) if waits => Verdict {
             state: State::Held,
-            message: format!("held: config {pending} is pending; {why}"),
+            message: format!("held: {note}"),
         },
         _ => verdict,
     }

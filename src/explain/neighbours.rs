@@ -224,7 +224,7 @@ async fn list_kind(
             match KubeTarget::discover(client, group, version, kind, template, settings).await {
                 Ok(target) => target,
                 Err(error) if not_stamped(&error) => return Ok(Vec::new()),
-                Err(TargetSetupError::NotServed { kind, source, .. }) => {
+                Err(TargetSetupError::Discovery { kind, source, .. }) => {
                     return Err(ExplainError::Neighbours {
                         kind,
                         namespace: String::new(),
@@ -242,8 +242,9 @@ async fn list_kind(
             .await
         {
             Ok(neighbours) => found.extend(neighbours),
-            // A built-in kind this API server does not serve.
-            Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(found),
+            // A built-in kind this API server does not serve (a plain-text
+            // 404, which kube cannot parse as a NotFound Status).
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(found),
             Err(source) => {
                 return Err(ExplainError::Neighbours {
                     kind: target.kind().as_str().to_owned(),

@@ -72,6 +72,9 @@ fn mk_settings() -> ExplainSettings {
         min_interval: Duration::from_secs(30),
         stamp_on_delete: false,
         namespaces: Vec::new(),
+        ignore_namespaces: Vec::new(),
+        namespace_selector: String::new(),
+        ignore_kinds: Vec::new(),
         window: None,
     }
 }
@@ -83,6 +86,7 @@ struct World {
     objects: BTreeMap<String, ObjectFacts>,
     settings: Option<ExplainSettings>,
     neighbours: Vec<super::Neighbour>,
+    namespace_selected: Option<bool>,
 }
 
 impl World {
@@ -130,6 +134,12 @@ impl World {
         self
     }
 
+    /// Whether the workload's namespace matches `namespace_selector`.
+    fn namespace_selected(mut self, selected: bool) -> Self {
+        self.namespace_selected = Some(selected);
+        self
+    }
+
     /// The report for `workload`, matching inputs and objects by reference name.
     fn report(&self, workload: &Workload) -> Report {
         let settings = self.settings.clone().unwrap_or_else(mk_settings);
@@ -159,6 +169,7 @@ impl World {
             settings: &settings,
             now: ts(NOW),
             neighbours: &self.neighbours,
+            namespace_selected: self.namespace_selected,
         })
     }
 }
@@ -383,6 +394,69 @@ fn workload_outside_the_configured_namespaces_is_not_managed() {
 }
 
 #[test]
+fn a_workload_nudge_would_stamp_but_its_configuration_excludes_says_why() {
+    let in_sync = || World::default().present("flags", FLAGS_FP);
+    let verdict = |world: World| world.report(&flags_workload(FLAGS_OLD)).verdict;
+
+    let mut settings = mk_settings();
+    settings.ignore_namespaces = vec!["kube-system".into(), NS.into()];
+    let ignored = verdict(in_sync().settings(settings));
+    assert_eq!(ignored.state, State::NotManaged);
+    assert_eq!(
+        ignored.message,
+        "not managed: namespace shop is ignored (kubernetes.ignore_namespaces)"
+    );
+
+    let mut settings = mk_settings();
+    settings.namespace_selector = "team in (a,b)".into();
+    let unselected = verdict(
+        in_sync()
+            .settings(settings.clone())
+            .namespace_selected(false),
+    );
+    assert_eq!(
+        unselected.message,
+        "not managed: namespace shop does not match kubernetes.namespace_selector (team in (a,b))"
+    );
+    let selected = verdict(in_sync().settings(settings).namespace_selected(true));
+    assert_eq!(selected.state, State::OutOfSync);
+
+    let mut settings = mk_settings();
+    settings.ignore_kinds = vec!["deployments".into()];
+    let turned_off = verdict(in_sync().settings(settings));
+    assert_eq!(
+        turned_off.message,
+        "not managed: Deployment is turned off (kubernetes.ignore_kinds)"
+    );
+}
+
+#[test]
+fn a_workload_that_opts_out_is_not_managed_and_says_by_what() {
+    for (key, value) in [
+        ("nudge.dev/auto", "false"),
+        ("reloader.stakater.com/auto", "false"),
+        ("k8s-consul-mutator.io/skip", "true"),
+    ] {
+        let report = World::default().report(&mk_workload(&[(key, value)], &[]));
+        assert_eq!(report.verdict.state, State::NotManaged, "{key}");
+        assert_eq!(
+            report.verdict.message,
+            format!("not managed: opted out by {key}: {value:?}")
+        );
+    }
+}
+
+#[test]
+fn an_auto_workload_referencing_no_config_has_nothing_to_stamp() {
+    let report = World::default().report(&mk_workload(&[("nudge.dev/auto", "true")], &[]));
+    assert_eq!(report.verdict.state, State::InSync);
+    assert_eq!(
+        report.verdict.message,
+        "nothing to stamp: it references no config"
+    );
+}
+
+#[test]
 fn several_outputs_not_in_sync_are_counted_in_the_verdict() {
     let workload = mk_workload(
         &[
@@ -600,7 +674,7 @@ fn manual_mode_shows_the_pending_fingerprint_to_approve() {
     assert_eq!(
         report.verdict.message,
         format!(
-            "held: config {pending} is pending; waiting for approval: set nudge.dev/approve: {pending}"
+            "held: config {pending} is pending approval: set nudge.dev/approve: {pending} (or latest)"
         )
     );
     assert_eq!(report.delivery.mode, "manual");
@@ -630,7 +704,7 @@ fn an_approval_of_the_pending_config_is_not_a_hold() {
         report
             .verdict
             .message
-            .contains("approves sha256-0123456789ab, not the pending"),
+            .contains("approves sha256-0123456789ab, which is not the pending config"),
         "{}",
         report.verdict.message
     );
@@ -669,7 +743,7 @@ fn a_closed_window_shows_its_next_opening() {
         report
             .verdict
             .message
-            .contains("outside the maintenance window")
+            .contains("waits for the maintenance window \"Mon-Fri 22:00-06:00 UTC\": opens 2025-06-02T22:00:00+00:00[UTC]")
     );
 }
 
@@ -719,9 +793,9 @@ fn a_halted_wave_plan_names_the_failed_workload() {
         .report(&in_wave("web", "1", "sha256-old", Rollout::Complete));
     assert_eq!(report.verdict.state, State::Held);
     assert!(
-        report.verdict.message.ends_with(
-            "wave 0 halted: the rollout of Deployment/canary failed; a newer change releases it"
-        ),
+        report.verdict.message.ends_with(&format!(
+            "wave 0 halted, the rollout of Deployment/{NS}/canary failed; a newer change releases it"
+        )),
         "{}",
         report.verdict.message
     );
@@ -759,10 +833,9 @@ fn a_wave_waits_while_an_earlier_one_rolls_out_and_not_once_it_is_done() {
         .neighbour(in_wave("canary", "0", FLAGS_FP, Rollout::InProgress))
         .report(&web);
     assert!(
-        rolling
-            .verdict
-            .message
-            .ends_with("waits for wave 0: Deployment/canary is rolling out"),
+        rolling.verdict.message.ends_with(&format!(
+            "waits for wave 0: Deployment/{NS}/canary has not completed its rollout"
+        )),
         "{}",
         rolling.verdict.message
     );
@@ -799,9 +872,9 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
     // A StatefulSet still rolling after nudge's deadline failed it: failed.
     let halted = report(db(WorkloadKind::stateful_set(), Rollout::InProgress));
     assert!(
-        halted.verdict.message.ends_with(
-            "wave 0 halted: the rollout of StatefulSet/db failed; a newer change releases it"
-        ),
+        halted.verdict.message.ends_with(&format!(
+            "wave 0 halted, the rollout of StatefulSet/{NS}/db failed; a newer change releases it"
+        )),
         "{}",
         halted.verdict.message
     );
@@ -816,10 +889,9 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
     // A Deployment's own status says whether it failed.
     let deployment = report(db(WorkloadKind::deployment(), Rollout::InProgress));
     assert!(
-        deployment
-            .verdict
-            .message
-            .ends_with("waits for wave 0: Deployment/db is rolling out"),
+        deployment.verdict.message.ends_with(&format!(
+            "waits for wave 0: Deployment/{NS}/db has not completed its rollout"
+        )),
         "{}",
         deployment.verdict.message
     );
@@ -831,10 +903,9 @@ fn a_recorded_failure_of_a_kind_judged_by_nudges_deadline_halts_as_the_core_does
     );
     let rolling = report(rolling);
     assert!(
-        rolling
-            .verdict
-            .message
-            .ends_with("waits for wave 0: StatefulSet/db is rolling out"),
+        rolling.verdict.message.ends_with(&format!(
+            "waits for wave 0: StatefulSet/{NS}/db has not completed its rollout"
+        )),
         "{}",
         rolling.verdict.message
     );

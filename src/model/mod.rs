@@ -23,6 +23,11 @@ pub(crate) use workload::{GENERATED_JOB_LABELS, is_job};
 /// workload's pods from scheduling.
 pub const WAVE_SCHEDULING_DISABLED: &str = "wave.pusher.com/scheduling-disabled";
 
+/// Reloader's annotation on a Deployment it paused (`spec.paused: true`) for
+/// its `pause-period`: when it paused it (RFC 3339). Reloader removes it, and
+/// resumes the Deployment, when the period ends.
+pub const RELOADER_PAUSED_AT: &str = "deployment.reloader.stakater.com/paused-at";
+
 /// Longest name part a Kubernetes annotation key may have.
 pub const MAX_ANNOTATION_NAME_LEN: usize = 63;
 
@@ -520,6 +525,11 @@ pub enum Output {
     /// kept while pods were sent to an invalid scheduler): restored once the
     /// config exists.
     WaveSchedulingDisabled,
+    /// Reloader's pause of a Deployment (`spec.paused: true` with
+    /// `deployment.reloader.stakater.com/paused-at`), left when Reloader went
+    /// away within its `pause-period`: lifted (resumed, the annotation removed)
+    /// once the workload's debounce, which that period sets, has passed.
+    ReloaderPause,
 }
 
 impl Output {
@@ -535,6 +545,7 @@ impl Output {
             | Self::RestartAt(k)
             | Self::SchedulingGate(k) => k,
             Self::WaveSchedulingDisabled => WAVE_SCHEDULING_DISABLED,
+            Self::ReloaderPause => RELOADER_PAUSED_AT,
         }
     }
 }
@@ -553,6 +564,7 @@ impl fmt::Display for Output {
             }
             Self::SchedulingGate(k) => write!(f, "scheduling gate {k}"),
             Self::WaveSchedulingDisabled => write!(f, "Wave's {WAVE_SCHEDULING_DISABLED}"),
+            Self::ReloaderPause => write!(f, "Reloader's pause ({RELOADER_PAUSED_AT})"),
         }
     }
 }

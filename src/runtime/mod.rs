@@ -219,7 +219,7 @@ impl Controller {
         client: kube::Client,
     ) -> Self {
         Self {
-            config,
+            config: config.normalized(),
             figment,
             configured: BTreeSet::new(),
             configured_targets: BTreeSet::new(),
@@ -393,16 +393,21 @@ impl Controller {
     }
 
     /// Every configuration problem: those met registering custom sources and
-    /// targets, an invalid `[sources.kubernetes.<name>]` (also in a
-    /// configuration given as a value, which nothing validated), then
+    /// targets, a label selector that does not parse, an unknown
+    /// `kubernetes.ignore_kinds` entry, an invalid `[sources.kubernetes.<name>]`
+    /// (these also in a configuration given as a value, which nothing
+    /// validated), then
     /// `[sources.<key>]` and `[targets.<key>]` sections nothing is registered
     /// for.
     pub fn check(&self) -> Result<(), ConfigError> {
         if let Some(problem) = self.problems.first() {
             return Err(problem.clone());
         }
-        if let Some((key, problem)) =
-            crate::config::kubernetes_sources_problem(&self.config.sources.kubernetes)
+        let kubernetes = &self.config.kubernetes;
+        if let Some((key, problem)) = kubernetes
+            .selectors_problem()
+            .or_else(|| kubernetes.kinds_problem())
+            .or_else(|| crate::config::kubernetes_sources_problem(&self.config.sources.kubernetes))
         {
             return Err(ConfigError::Invalid {
                 key,
@@ -640,7 +645,7 @@ impl Controller {
             target_settings,
             &target_configs.kinds,
             custom_targets,
-            &readiness,
+            &kubernetes,
         )
         .await;
         tracing::info!(
@@ -818,19 +823,22 @@ fn event_sinks(
 /// API discovery when their target runs ([`KubeTarget::when_served`]): a kind
 /// not served yet is reported by its target (a log line; a `/ready` note,
 /// except for Argo Rollouts when simply absent), does not hold up `/ready`,
-/// and is stamped from the moment its CRD is served. `_readiness` is not
-/// needed any more: each target reports on its own readiness entry.
+/// and is stamped from the moment its CRD is served. The built-in kinds
+/// `kubernetes.ignore_kinds` names are left out.
 pub async fn targets(
     client: &kube::Client,
     settings: TargetSettings,
     configured: &[TargetConfig],
     custom: Vec<Arc<dyn Target>>,
-    _readiness: &Readiness,
+    kubernetes: &crate::config::KubernetesConfig,
 ) -> Vec<Arc<dyn Target>> {
     let custom_kinds: BTreeSet<WorkloadKind> = custom.iter().map(|t| t.kind().clone()).collect();
+    let wanted = |kind: &WorkloadKind| {
+        !custom_kinds.contains(kind) && !kubernetes.ignores_kind(kind.as_str())
+    };
     let mut targets: Vec<Arc<dyn Target>> = builtin_kinds()
         .into_iter()
-        .filter(|(kind, _)| !custom_kinds.contains(kind))
+        .filter(|(kind, _)| wanted(kind))
         .map(|(kind, plural)| {
             Arc::new(KubeTarget::new(
                 client.clone(),
@@ -844,21 +852,18 @@ pub async fn targets(
         Arc::new(CronJobTarget::new(client.clone(), settings.clone())),
         Arc::new(JobTarget::new(client.clone(), settings.clone())),
     ];
-    targets.extend(
-        batch
-            .into_iter()
-            .filter(|target| !custom_kinds.contains(target.kind())),
-    );
+    targets.extend(batch.into_iter().filter(|target| wanted(target.kind())));
     let (group, version, kind) = ARGO_ROLLOUT;
-    let mut wanted = vec![(
-        TargetConfig {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-            template: "spec.template".into(),
-        },
-        true,
-    )];
+    let argo = TargetConfig {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        template: "spec.template".into(),
+    };
+    let mut wanted: Vec<(TargetConfig, bool)> = Vec::new();
+    if !kubernetes.ignores_kind(kind) {
+        wanted.push((argo, true));
+    }
     wanted.extend(configured.iter().map(|c| (c.clone(), false)));
     let mut seen: BTreeSet<WorkloadKind> = targets.iter().map(|t| t.kind().clone()).collect();
     seen.extend(custom_kinds);
@@ -884,3 +889,6 @@ fn scope_description(namespaces: &[String]) -> String {
         namespaces.join(",")
     }
 }
+
+#[cfg(test)]
+mod delivery_tests;

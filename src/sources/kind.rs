@@ -48,15 +48,27 @@ const MAX_RECHECK: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KindError {
-    /// The API server does not serve the kind (its CRD is not installed, or
-    /// the group/version/kind is misspelled).
-    #[error("the API server does not serve {api_version} {kind}")]
+    /// The API server does not serve the kind: the path of its group or
+    /// version is not found (its CRD is not installed), or the group version
+    /// lacks it (the group/version/kind is misspelled).
+    #[error("the API server does not serve {api_version} {kind} ({answer}): is its CRD installed?")]
     NotServed {
         /// `group/version`.
         api_version: String,
         /// The kind.
         kind: String,
-        /// What discovery answered.
+        /// What the API server answered: `404`, or what discovery found missing.
+        answer: String,
+    },
+    /// Whether the API server serves the kind could not be found out (it is
+    /// unreachable, or refused discovery).
+    #[error("cannot find out whether the API server serves {api_version} {kind}")]
+    Discovery {
+        /// `group/version`.
+        api_version: String,
+        /// The kind.
+        kind: String,
+        /// What discovery failed with.
         #[source]
         source: kube::Error,
     },
@@ -293,10 +305,20 @@ impl KindSource {
         let api_version = self.gvk.api_version();
         let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &self.gvk)
             .await
-            .map_err(|source| KindError::NotServed {
-                api_version: api_version.clone(),
-                kind: self.gvk.kind.clone(),
-                source,
+            .map_err(|source| {
+                let kind = self.gvk.kind.clone();
+                match crate::errors::not_served_answer(&source) {
+                    Some(answer) => KindError::NotServed {
+                        api_version: api_version.clone(),
+                        kind,
+                        answer,
+                    },
+                    None => KindError::Discovery {
+                        api_version: api_version.clone(),
+                        kind,
+                        source,
+                    },
+                }
             })?;
         if capabilities.scope != kube::discovery::Scope::Namespaced {
             return Err(KindError::ClusterScoped {
@@ -352,14 +374,17 @@ impl KindSource {
         if !self.absent.swap(true, Ordering::Relaxed) {
             let text = crate::errors::error_chain(error);
             let waiting = match error {
-                KindError::NotServed { .. } => "waiting for its CRD".to_owned(),
-                KindError::ClusterScoped { .. } => format!("fix sources.kubernetes.{}", self.name),
+                KindError::NotServed { .. } => String::new(),
+                KindError::Discovery { .. } => " (checking again)".to_owned(),
+                KindError::ClusterScoped { .. } => {
+                    format!(" (fix sources.kubernetes.{})", self.name)
+                }
             };
             tracing::warn!(source = %self.name, error = %text, "not watching this source until its kind can be read; install its CRD (or fix its sources.kubernetes entry)");
             // Noted before the source counts as ready, so that no `/ready`
             // answer misses it.
             ready.note(format!(
-                "not watching source {}: {text} ({waiting})",
+                "not watching source {}: {text}{waiting}",
                 self.name
             ));
         }

@@ -205,6 +205,7 @@ where
                     let event = match event {
                         Ok(event) => to_meta_event(event, &scheme, &ns),
                         Err(error) => {
+                            let error = crate::errors::watch_failure(&error);
                             tracing::warn!(%source, %error, "metadata watch failed; retrying");
                             health.restarted(source.as_str());
                             None

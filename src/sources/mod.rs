@@ -574,8 +574,8 @@ pub fn catalog<'a>(sources: impl IntoIterator<Item = &'a Arc<dyn Source>>) -> So
     catalog
 }
 
-/// The built-in sources `config` asks for: ConfigMaps, Secrets, every enabled
-/// Consul instance and every `[sources.kubernetes.<name>]` kind. `nudge run`
+/// The built-in sources `config` asks for: ConfigMaps and Secrets unless turned
+/// off (`[sources.configmap]`, `[sources.secret]`), every enabled Consul instance and every `[sources.kubernetes.<name>]` kind. `nudge run`
 /// and `nudge explain` both build their sources here, so they observe
 /// references the same way. An invalid kind entry (configuration validation
 /// reports it first) is logged and left out.
@@ -585,18 +585,21 @@ pub fn builtin(
     config: &SourcesConfig,
     consul_metrics: &ConsulMetrics,
 ) -> Result<Vec<Arc<dyn Source>>, SettingsError> {
-    let mut sources: Vec<Arc<dyn Source>> = vec![
-        Arc::new(ObjectSource::<ConfigMap>::new(
+    let mut sources: Vec<Arc<dyn Source>> = Vec::new();
+    if config.configmap.enabled {
+        sources.push(Arc::new(ObjectSource::<ConfigMap>::new(
             SourceName::configmap(),
             client.clone(),
             settings.clone(),
-        )),
-        Arc::new(ObjectSource::<Secret>::new(
+        )));
+    }
+    if config.secret.enabled {
+        sources.push(Arc::new(ObjectSource::<Secret>::new(
             SourceName::secret(),
             client.clone(),
             settings.clone(),
-        )),
-    ];
+        )));
+    }
     for source in consul::settings::sources_from_config(&config.consul)? {
         sources.push(Arc::new(source.with_metrics(consul_metrics.clone())));
     }

@@ -72,7 +72,7 @@ pub fn admission_patch(
                 workload.insert(key.clone(), value.clone());
             }
             // Holds are lifted by `StampPatch::releases`, never written as values.
-            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled => {}
+            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled | Output::ReloaderPause => {}
             Output::ContainerEnv(name) => {
                 env.insert(name.clone(), value.clone());
             }
@@ -170,6 +170,7 @@ pub fn release_ops(
                     ));
                 }
             }
+            Release::ReloaderPause => ops.extend(resume_ops(object)),
         }
     }
     gate_indexes.sort_unstable();
@@ -177,6 +178,29 @@ pub fn release_ops(
     for index in gate_indexes.into_iter().rev() {
         let index = index.to_string();
         let at = gates_path.iter().copied().chain([index.as_str()]);
+        ops.push(PatchOperation::Remove(RemoveOperation {
+            path: PointerBuf::from_tokens(at),
+        }));
+    }
+    ops
+}
+
+/// Operations resuming a Deployment Reloader paused, as Reloader's resume
+/// patch does: `spec.paused` to false when it is true, and its `paused-at`
+/// annotation removed. The write is guarded by the resourceVersion read, so a
+/// Reloader still running that resumed (or paused again) meanwhile makes it a
+/// conflict, decided again on the new object.
+fn resume_ops(object: &Value) -> Vec<PatchOperation> {
+    let mut ops = Vec::new();
+    if get_path(object, &["spec", "paused"]) == Some(&Value::Bool(true)) {
+        ops.push(add(
+            PointerBuf::from_tokens(["spec", "paused"]),
+            Value::Bool(false),
+        ));
+    }
+    let annotation = crate::model::RELOADER_PAUSED_AT;
+    if string_map(object, &WORKLOAD_ANNOTATIONS).contains_key(annotation) {
+        let at = WORKLOAD_ANNOTATIONS.iter().copied().chain([annotation]);
         ops.push(PatchOperation::Remove(RemoveOperation {
             path: PointerBuf::from_tokens(at),
         }));

@@ -39,7 +39,7 @@ pub fn apply_body(
                 workload_annotations.insert(key.clone(), value.clone());
             }
             // Holds are lifted by `StampPatch::releases`, never written as values.
-            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled => {}
+            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled | Output::ReloaderPause => {}
             Output::ContainerEnv(name) => {
                 env.insert(name.clone(), value.clone());
             }

@@ -13,7 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::annotations::RELOADER_LAST_RELOADED_FROM;
 use crate::fingerprint;
-use crate::model::{Name, Output, Rollout, WAVE_SCHEDULING_DISABLED, Workload, WorkloadId};
+use crate::model::{
+    Name, Output, RELOADER_PAUSED_AT, Rollout, WAVE_SCHEDULING_DISABLED, Workload, WorkloadId,
+};
 
 /// The current values of a workload's outputs, and nothing else.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +111,9 @@ impl<'a> OutputKeys<'a> {
                 }
                 Output::WaveSchedulingDisabled => {
                     keys.own.insert(WAVE_SCHEDULING_DISABLED);
+                }
+                Output::ReloaderPause => {
+                    keys.own.insert(RELOADER_PAUSED_AT);
                 }
             }
         }

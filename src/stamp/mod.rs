@@ -23,7 +23,6 @@ mod admission;
 mod apply;
 mod current_outputs;
 mod given_up;
-pub mod history;
 
 pub use admission::{admission_patch, release_ops};
 pub use apply::apply_body;
@@ -245,6 +244,10 @@ pub enum Release {
         /// The scheduler Wave replaced.
         scheduler_name: String,
     },
+    /// Resume a Deployment Reloader left paused (`spec.paused: false`, when it
+    /// is paused) and remove its `deployment.reloader.stakater.com/paused-at`,
+    /// as Reloader's own resume does.
+    ReloaderPause,
 }
 
 /// Computes the desired value of each spec's output. With `stamp_on_delete`, an
@@ -254,7 +257,7 @@ where
     L: FingerprintLookup + ?Sized,
 {
     let mut stamp = DesiredStamp::default();
-    for spec in specs {
+    for spec in specs.iter().filter(|spec| !hashes_nothing(spec)) {
         match evaluate(spec, lookup, stamp_on_delete) {
             Ok(value) => {
                 if spec.combine == Combine::ReloaderSource
@@ -273,6 +276,20 @@ where
         }
     }
     stamp
+}
+
+/// Whether `spec` combines no input into a hash (`<prefix>/auto` on a pod spec
+/// that references no ConfigMap or Secret, only Secrets Store CSI volumes say):
+/// such an output has no desired value. Written, the hash of nothing would
+/// roll the pods for no config at all; left out, the output keeps what it
+/// holds, so one an older nudge wrote stays (removing it would roll them too).
+/// A hold ([`Combine::Release`]) with no input is released at once.
+fn hashes_nothing(spec: &StampSpec) -> bool {
+    spec.inputs.is_empty()
+        && matches!(
+            spec.combine,
+            Combine::NativeHash | Combine::Wave | Combine::ReloaderSource
+        )
 }
 
 /// The value of `output` now on the workload, or `None` when it is unset or
@@ -325,6 +342,44 @@ pub fn diff_since(
     })
 }
 
+/// The decision on one workload as the controller makes it, and `nudge
+/// explain` reads it: its desired stamp, the patch that brings it there, and
+/// whether that patch rolls it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The values its outputs should have now.
+    pub desired: DesiredStamp,
+    /// What to write; `None` when it is in sync.
+    pub patch: Option<StampPatch>,
+    /// Whether `patch` changes the pod template ([`changes_pod_template`]), not
+    /// only metadata: only such a stamp is held by the delivery rules.
+    pub rolls: bool,
+}
+
+/// [`desired`] from `lookup`, [`diff_since`] `first_sight` (empty: nothing
+/// seen first, see [`diff_since`]) and [`changes_pod_template`], in that order.
+pub fn decide<L>(
+    current: &Workload,
+    specs: &[StampSpec],
+    lookup: &L,
+    first_sight: &BTreeMap<Output, String>,
+    stamp_on_delete: bool,
+) -> Decision
+where
+    L: FingerprintLookup + ?Sized,
+{
+    let desired = desired(specs, lookup, stamp_on_delete);
+    let patch = diff_since(current, specs, &desired, first_sight);
+    let rolls = patch
+        .as_ref()
+        .is_some_and(|patch| changes_pod_template(current, patch));
+    Decision {
+        desired,
+        patch,
+        rolls,
+    }
+}
+
 /// Whether writing `patch` changes `workload`'s pod template (and so rolls its
 /// pods, runs a CronJob, or must recreate a Job), not only its metadata. A
 /// restart through `spec.restartAt` ([`Output::RestartAt`]) counts as one: it
@@ -344,7 +399,8 @@ pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
                 Output::WorkloadAnnotation(_)
                 | Output::ReloaderSource(_)
                 | Output::SchedulingGate(_)
-                | Output::WaveSchedulingDisabled => return false,
+                | Output::WaveSchedulingDisabled
+                | Output::ReloaderPause => return false,
             };
             on_template != Some(value.as_str())
         })
@@ -515,7 +571,7 @@ fn plan(
         }
         if matches!(
             output,
-            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled
+            Output::SchedulingGate(_) | Output::WaveSchedulingDisabled | Output::ReloaderPause
         ) {
             continue;
         }
@@ -558,6 +614,10 @@ fn plan_release(workload: &Workload, output: &Output, want: Option<&str>) -> Opt
             .map(|scheduler_name| Release::WaveScheduler {
                 scheduler_name: scheduler_name.clone(),
             }),
+        Output::ReloaderPause => workload
+            .annotations
+            .contains_key(crate::model::RELOADER_PAUSED_AT)
+            .then_some(Release::ReloaderPause),
         _ => None,
     }
 }
@@ -1047,7 +1107,16 @@ fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
         {
             Observed::Consistent(RELEASED)
         }
-        Output::SchedulingGate(_) | Output::WaveSchedulingDisabled => Observed::Unset,
+        Output::ReloaderPause
+            if !workload
+                .annotations
+                .contains_key(crate::model::RELOADER_PAUSED_AT) =>
+        {
+            Observed::Consistent(RELEASED)
+        }
+        Output::SchedulingGate(_) | Output::WaveSchedulingDisabled | Output::ReloaderPause => {
+            Observed::Unset
+        }
     }
 }
 

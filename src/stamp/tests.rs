@@ -151,6 +151,61 @@ fn single_output_is_the_input_digest() {
     assert!(stamp.blocked.is_empty());
 }
 
+/// The hash of no input: what `<prefix>/auto` on a pod spec without a
+/// ConfigMap or Secret once stamped.
+fn hash_of_nothing() -> String {
+    crate::fingerprint::combine_native(std::iter::empty()).to_string()
+}
+
+#[test]
+fn an_output_of_no_input_has_no_value_and_no_patch() {
+    let store = FingerprintStore::new();
+    let specs = [
+        mk_spec(mk_annotation(HASH), Combine::NativeHash, Vec::new()),
+        mk_spec(mk_annotation(WAVE), Combine::Wave, Vec::new()),
+        mk_spec(
+            Output::Adopted(HASH.to_owned()),
+            Combine::NativeHash,
+            Vec::new(),
+        ),
+    ];
+    let stamp = desired(&specs, &store, false);
+    assert_eq!(stamp, DesiredStamp::default());
+    assert_eq!(diff(&mk_annotated(&[]), &specs, &stamp), None);
+    let decision = decide_admission(&mk_annotated(&[]), None, &specs, &stamp);
+    assert!(decision.values.is_empty() && !decision.stamp_changed);
+}
+
+#[test]
+fn an_output_of_no_input_that_an_older_nudge_wrote_is_kept_as_it_is() {
+    let nothing = hash_of_nothing();
+    let workload = mk_annotated(&[(HASH, nothing.as_str())]);
+    let spec = mk_spec(mk_annotation(HASH), Combine::NativeHash, Vec::new());
+    let stamp = desired(std::slice::from_ref(&spec), &FingerprintStore::new(), false);
+    assert_eq!(diff(&workload, std::slice::from_ref(&spec), &stamp), None);
+    // Another output's write keeps it (an apply leaving it out would remove it
+    // and roll the pods).
+    let cfg = mk_cm("cfg");
+    let specs = [spec, mk_checksum("cfg", &cfg)];
+    let store = mk_store(&[(&cfg, present("sha256-aa"))]);
+    let patch = diff(&workload, &specs, &desired(&specs, &store, false)).unwrap();
+    assert_eq!(patch.values.get(&mk_annotation(HASH)), Some(&nothing));
+}
+
+#[test]
+fn a_hold_with_no_input_is_released() {
+    let spec = mk_spec(
+        Output::SchedulingGate("nudge.dev/awaiting-config".to_owned()),
+        Combine::Release,
+        Vec::new(),
+    );
+    let stamp = desired(&[spec], &FingerprintStore::new(), false);
+    assert_eq!(
+        stamp.values.values().next().map(String::as_str),
+        Some(RELEASED)
+    );
+}
+
 #[test]
 fn unknown_input_blocks_its_output_only() {
     let known = mk_cm("known");

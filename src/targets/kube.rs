@@ -65,15 +65,27 @@ impl TargetSettings {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TargetSetupError {
-    /// The API server does not serve the kind (its CRD is not installed, or the
-    /// group/version/kind is misspelled).
-    #[error("the API server does not serve {api_version} {kind}")]
+    /// The API server does not serve the kind: the path of its group or
+    /// version is not found (its CRD is not installed), or the group version
+    /// lacks it (the group/version/kind is misspelled).
+    #[error("the API server does not serve {api_version} {kind} ({answer}): is its CRD installed?")]
     NotServed {
         /// `group/version`.
         api_version: String,
         /// The kind.
         kind: String,
-        /// What discovery answered.
+        /// What the API server answered: `404`, or what discovery found missing.
+        answer: String,
+    },
+    /// Whether the API server serves the kind could not be found out (it is
+    /// unreachable, or refused discovery).
+    #[error("cannot find out whether the API server serves {api_version} {kind}")]
+    Discovery {
+        /// `group/version`.
+        api_version: String,
+        /// The kind.
+        kind: String,
+        /// What discovery failed with.
         #[source]
         source: kube::Error,
     },
@@ -88,17 +100,27 @@ pub enum TargetSetupError {
 }
 
 impl TargetSetupError {
+    /// The kind `gvk` is not served, or discovery failed, as `error` says.
+    fn from_discovery(gvk: &GroupVersionKind, error: kube::Error) -> Self {
+        let (api_version, kind) = (gvk.api_version(), gvk.kind.clone());
+        match crate::errors::not_served_answer(&error) {
+            Some(answer) => Self::NotServed {
+                api_version,
+                kind,
+                answer,
+            },
+            None => Self::Discovery {
+                api_version,
+                kind,
+                source: error,
+            },
+        }
+    }
+
     /// Whether the API server answered that it does not serve the kind (no CRD
     /// installed), as opposed to failing to answer.
     pub fn is_absent(&self) -> bool {
-        match self {
-            Self::NotServed { source, .. } => match source {
-                kube::Error::Api(status) => status.is_not_found(),
-                kube::Error::Discovery(_) => true,
-                _ => false,
-            },
-            Self::ClusterScoped { .. } => false,
-        }
+        matches!(self, Self::NotServed { .. })
     }
 }
 
@@ -182,14 +204,9 @@ impl KubeTarget {
         settings: TargetSettings,
     ) -> Result<Self, TargetSetupError> {
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, capabilities) =
-            kube::discovery::pinned_kind(&client, &gvk)
-                .await
-                .map_err(|source| TargetSetupError::NotServed {
-                    api_version: gvk.api_version(),
-                    kind: kind.to_owned(),
-                    source,
-                })?;
+        let (resource, capabilities) = kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .map_err(|error| TargetSetupError::from_discovery(&gvk, error))?;
         if capabilities.scope != kube::discovery::Scope::Namespaced {
             return Err(TargetSetupError::ClusterScoped {
                 api_version: gvk.api_version(),
@@ -213,11 +230,7 @@ impl KubeTarget {
         let gvk = GroupVersionKind::gvk(kind.group(), kind.version(), kind.as_str());
         let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
             .await
-            .map_err(|source| TargetSetupError::NotServed {
-                api_version: gvk.api_version(),
-                kind: kind.as_str().to_owned(),
-                source,
-            })?;
+            .map_err(|error| TargetSetupError::from_discovery(&gvk, error))?;
         if capabilities.scope != kube::discovery::Scope::Namespaced {
             return Err(TargetSetupError::ClusterScoped {
                 api_version: gvk.api_version(),
@@ -265,7 +278,8 @@ impl KubeTarget {
                 tracing::warn!(error = %text, "not stamping this kind until the API server serves it; install its CRD (or fix the [[targets]] entry)");
                 // Noted before the target counts as ready, so that no
                 // `/ready` answer misses it.
-                ctx.note(format!("not stamping: {text} (waiting for its CRD)"));
+                let waiting = if absent { "" } else { " (checking again)" };
+                ctx.note(format!("not stamping: {text}{waiting}"));
             }
         }
         ctx.ready();
@@ -680,13 +694,14 @@ impl KubeTarget {
                     let error = TargetSetupError::NotServed {
                         api_version: self.kind.api_version(),
                         kind: self.kind.as_str().to_owned(),
-                        source: error,
+                        answer: "404".to_owned(),
                     };
                     self.report_absent(&ctx.inner, &error, true);
                     ctx.stream_listed();
                     continue;
                 }
                 Err(error) => {
+                    let error = crate::errors::watch_failure(&error);
                     tracing::warn!(%error, "workload watch failed; retrying");
                     ctx.inner.watch_restarted(self.kind.label());
                     continue;

@@ -525,7 +525,23 @@ mod tests {
         }
     }
 
+    /// A reader to which every input exists, with one fingerprint.
+    struct Present;
+
+    #[async_trait]
+    impl InputReader for Present {
+        async fn read(&self, _tracked: &Tracked) -> Result<Observation, ReadError> {
+            Ok(Observation::Present(
+                crate::fingerprint::Fingerprint::digest("sha256-aa"),
+            ))
+        }
+    }
+
     fn mk_admission() -> Arc<Admission> {
+        mk_admission_with(Arc::new(Unreachable), SourceCatalog::new())
+    }
+
+    fn mk_admission_with(reader: Arc<dyn InputReader>, catalog: SourceCatalog) -> Arc<Admission> {
         Arc::new(Admission::new(
             AdmissionSettings {
                 scheme: AnnotationScheme::default(),
@@ -534,16 +550,17 @@ mod tests {
                 observe_timeout: Duration::from_secs(1),
             },
             AdmissionParts {
-                catalog: SourceCatalog::new(),
+                catalog,
                 kinds: vec![WorkloadKind::deployment()],
                 fingerprints: Arc::default(),
-                reader: Arc::new(Unreachable),
+                reader,
             },
             Arc::default(),
         ))
     }
 
-    /// The review the real apiserver sent (transcript), with `nudge.dev/auto`.
+    /// The review the real apiserver sent (transcript), with `nudge.dev/auto`
+    /// and its container reading ConfigMap `app-config`.
     fn transcript_review() -> Value {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -552,14 +569,23 @@ mod tests {
         let transcript: Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let mut review = transcript["webhook_received"][1]["review"].clone();
-        review["request"]["object"]["metadata"]["annotations"] = json!({"nudge.dev/auto": "true"});
+        let object = &mut review["request"]["object"];
+        object["metadata"]["annotations"] = json!({"nudge.dev/auto": "true"});
+        object["spec"]["template"]["spec"]["containers"][0]["envFrom"] =
+            json!([{"configMapRef": {"name": "app-config"}}]);
         review
     }
 
     #[tokio::test]
     async fn the_transcript_review_is_answered_with_a_patch_adding_the_stamp() {
         let review = transcript_review();
-        let answer = mk_admission()
+        let object_name = |r: &str| crate::annotations::check_object_name(r).map_err(str::to_owned);
+        let catalog = SourceCatalog::new().with(
+            crate::model::SourceName::configmap(),
+            crate::model::Scope::Namespaced,
+            object_name,
+        );
+        let answer = mk_admission_with(Arc::new(Present), catalog)
             .review(&serde_json::to_vec(&review).unwrap(), None)
             .await;
         assert_eq!(answer.status, 200, "{}", answer.body);

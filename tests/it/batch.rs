@@ -220,3 +220,37 @@ async fn a_job_is_recreated_with_its_stamp_when_its_config_changes_and_never_at_
     assert_eq!(after["metadata"]["uid"], recreated["metadata"]["uid"]);
     nudge.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_jobs_turned_off_are_never_stamped_and_deployments_still_are() {
+    let cluster = TestCluster::start("cronjob-off").await;
+    let sentinel = cluster.sentinel().await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    create_cron_job(&cluster, "report", json!({ "nudge.dev/auto": "true" })).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_mounting_configmap("cfg"),
+        )
+        .await;
+    let mut config = cluster.nudge_config();
+    // Reloader's --ignored-workload-types=cronjobs.
+    config.kubernetes.ignore_kinds = vec!["cronjobs".into()];
+    let nudge = cluster.start_ready_nudge(config).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, None).await;
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    wait_for_stamp(&cluster, "Deployment", "web", CONFIG_HASH, Some(&first)).await;
+    // Listed, adopted and stamped by now, had CronJobs been watched.
+    sentinel.quiesce(&nudge).await;
+    let report = cron_job(&cluster, "report").await;
+    assert!(
+        report["metadata"]["annotations"][CONFIG_HASH].is_null(),
+        "{report}"
+    );
+    assert_eq!(template_stamp(&cluster, "report").await, None);
+    assert!(jobs_of(&cluster, "report").await.is_empty());
+    nudge.stop().await;
+}

@@ -489,3 +489,44 @@ async fn installation_key_is_generated_once_so_secret_stamps_survive_restarts() 
         .expect("the key Secret exists in nudge's namespace");
     assert!(key_secret.data.unwrap()["key"].0.len() >= 32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_configmaps_turned_off_only_secrets_are_tracked() {
+    let cluster = TestCluster::start("configmaps-off").await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    cluster.put_secret("db", &[("password", "1")]).await;
+    let pod = serde_json::json!({
+        "containers": [{ "name": "app", "image": "busybox",
+                         "envFrom": [{ "configMapRef": { "name": "cfg" } },
+                                     { "secretRef": { "name": "db" } }] }],
+    });
+    cluster
+        .create_workload("Deployment", "web", &[("nudge.dev/auto", "true")], &[], pod)
+        .await;
+    let mut config = cluster.nudge_config();
+    // Reloader's --resources-to-ignore=configMaps.
+    config.sources.configmap.enabled = false;
+    let nudge = cluster.start_ready_nudge(config).await;
+    let first = wait_for_stamp(&cluster, "Deployment", "web", "nudge.dev/config-hash", None).await;
+    let metrics = nudge.metrics_at().text().await.unwrap_or_default();
+    assert!(
+        !metrics.contains("source=\"configmap\""),
+        "the ConfigMap source does not run:\n{metrics}"
+    );
+    // A ConfigMap change, then a Secret change: only the second rolls.
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    cluster.put_configmap("cfg", &[("k", "2")]).await;
+    cluster.put_secret("db", &[("password", "2")]).await;
+    let second = wait_for_stamp(
+        &cluster,
+        "Deployment",
+        "web",
+        "nudge.dev/config-hash",
+        Some(&first),
+    )
+    .await;
+    wait_idle(&nudge).await;
+    assert_eq!(patches.count(&cluster).await, 1, "the Secret's change only");
+    assert_ne!(second, first);
+    nudge.stop().await;
+}

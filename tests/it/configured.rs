@@ -142,7 +142,8 @@ async fn unknown_fields_and_sections_are_errors_naming_their_key() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("sources.motdd") && error.contains("configured: consul, kubernetes, motd"),
+        error.contains("sources.motdd")
+            && error.contains("configured: configmap, secret, consul, kubernetes, motd"),
         "{error}"
     );
 }

@@ -268,7 +268,10 @@ async fn a_failed_wave_halts_the_rest_until_a_fix_releases_them() {
     let table = explain(&cluster, "wave-1").await;
     eprintln!("nudge explain deployment/wave-1:\n{table}");
     assert!(
-        table.contains("wave 0 halted: the rollout of Deployment/wave-0 failed"),
+        table.contains(&format!(
+            "wave 0 halted, the rollout of Deployment/{}/wave-0 failed",
+            cluster.namespace()
+        )),
         "{table}"
     );
     assert!(
@@ -522,7 +525,10 @@ async fn explain_judges_a_wave_plan_across_kinds() {
         "{table}"
     );
     assert!(
-        table.contains("waits for wave 0: StatefulSet/db is not stamped"),
+        table.contains(&format!(
+            "waits for wave 0: StatefulSet/{}/db has not completed its rollout",
+            cluster.namespace()
+        )),
         "{table}"
     );
     assert!(

@@ -248,3 +248,65 @@ async fn explain_without_a_key_secret_creates_nothing() {
         "explain must not create the key Secret"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_the_configuration_leaves_alone_is_explained_as_not_managed() {
+    let cluster = TestCluster::start("explain-excluded").await;
+    cluster.auto_deployment("web", "cfg", &[("k", "1")]).await;
+    let ns = cluster.namespace().to_owned();
+    let cases = [
+        (
+            "NUDGE_KUBERNETES__IGNORE_NAMESPACES",
+            format!("[kube-system, {ns}]"),
+            format!("not managed: namespace {ns} is ignored (kubernetes.ignore_namespaces)"),
+        ),
+        (
+            "NUDGE_KUBERNETES__NAMESPACE_SELECTOR",
+            "nudge.test/team in (a,b)".to_owned(),
+            format!(
+                "not managed: namespace {ns} does not match kubernetes.namespace_selector (nudge.test/team in (a,b))"
+            ),
+        ),
+        (
+            "NUDGE_KUBERNETES__IGNORE_KINDS",
+            "[deployments]".to_owned(),
+            "not managed: Deployment is turned off (kubernetes.ignore_kinds)".to_owned(),
+        ),
+    ];
+    for (variable, value, message) in cases {
+        let report = explain_json(&cluster, "web", &[(variable, value.as_str())]).await;
+        assert_eq!(report["verdict"]["state"], "not_managed", "{variable}");
+        assert_eq!(report["verdict"]["message"], message.as_str());
+    }
+    // The API server judges the selector: one the namespace matches leaves
+    // the workload managed.
+    let selected = [("NUDGE_KUBERNETES__NAMESPACE_SELECTOR", "!nudge.test/team")];
+    let report = explain_json(&cluster, "web", &selected).await;
+    assert_ne!(report["verdict"]["state"], "not_managed", "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_that_opts_out_is_explained_as_not_managed_by_that_annotation() {
+    let cluster = TestCluster::start("explain-opted-out").await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    cluster
+        .create_workload(
+            "Deployment",
+            "web",
+            &[("reloader.stakater.com/auto", "false")],
+            &[],
+            pod_using("cfg", "db"),
+        )
+        .await;
+    let report = explain_json(
+        &cluster,
+        "web",
+        &[("NUDGE_ANNOTATIONS__RELOADER_AUTO_ALL", "true")],
+    )
+    .await;
+    assert_eq!(report["verdict"]["state"], "not_managed");
+    assert_eq!(
+        report["verdict"]["message"],
+        "not managed: opted out by reloader.stakater.com/auto: \"false\""
+    );
+}

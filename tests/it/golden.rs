@@ -134,6 +134,7 @@ fn the_combined_config_hash_matches_the_golden_vectors() {
                 optional: true,
             });
         }
+        let inputs_count = inputs.len();
         let output = Output::PodTemplateAnnotation("nudge.dev/config-hash".into());
         let spec = StampSpec {
             output: output.clone(),
@@ -142,6 +143,14 @@ fn the_combined_config_hash_matches_the_golden_vectors() {
             origins: Vec::new(),
         };
         let stamp = desired(&[spec], &store, false);
+        if inputs_count == 0 {
+            // The hash of nothing is not written (design §2), but stays the
+            // format's: an older nudge wrote it, and it is left where it is.
+            assert_eq!(stamp.values.get(&output), None);
+            let nothing = nudge::__private::fingerprint::combine_native(std::iter::empty());
+            assert_eq!(nothing.to_string(), combined["config_hash"], "{combined}");
+            continue;
+        }
         assert_eq!(stamp.values[&output], combined["config_hash"], "{combined}");
     }
 }

@@ -188,7 +188,8 @@ async fn a_source_whose_crd_appears_after_start_is_noted_then_watched_without_a_
     assert!(
         body.contains("not watching source gizmo")
             && body.contains("late.objsrc.nudge.test/v1 Gizmo")
-            && body.contains("waiting for its CRD"),
+            && body.contains("(404): is its CRD installed?")
+            && !body.contains("Failed to parse"),
         "{body}"
     );
     cluster

@@ -49,7 +49,7 @@ fn deploy_dir() -> PathBuf {
 /// One parsed Kubernetes object (not every kind is inspected further).
 #[derive(Debug, Clone)]
 #[allow(dead_code)]
-enum Object {
+pub(crate) enum Object {
     Namespace(Box<Namespace>),
     ServiceAccount(Box<ServiceAccount>),
     ConfigMap(Box<ConfigMap>),
@@ -81,7 +81,7 @@ const KNOWN_CUSTOM_KINDS: &[(&str, &str)] = &[
 ];
 
 /// Deserializes `doc` into `T` and checks that serializing it back gives `doc`.
-fn typed<T: DeserializeOwned + Serialize>(doc: &Json, origin: &str) -> Box<T> {
+pub(crate) fn typed<T: DeserializeOwned + Serialize>(doc: &Json, origin: &str) -> Box<T> {
     let object: T = serde_json::from_value(doc.clone())
         .unwrap_or_else(|e| panic!("{origin}: does not parse as its kind: {e}\n{doc:#}"));
     let back = serde_json::to_value(&object).unwrap();
@@ -144,7 +144,7 @@ fn parse_object(doc: &Yaml, origin: &str) -> Object {
 }
 
 /// Every non-empty document of a multi-document YAML text.
-fn documents(text: &str, origin: &str) -> Vec<Yaml> {
+pub(crate) fn documents(text: &str, origin: &str) -> Vec<Yaml> {
     serde_yaml::Deserializer::from_str(text)
         .map(|doc| Yaml::deserialize(doc).unwrap_or_else(|e| panic!("{origin}: invalid YAML: {e}")))
         .filter(|doc| !doc.is_null())
@@ -626,7 +626,7 @@ const VALUES: &[&str] = &[
 
 /// `helm template` of the chart as release `nudge` in `nudge-system` with
 /// `values`, parsed.
-fn render_chart(values: &str) -> Vec<Object> {
+pub(crate) fn render_chart(values: &str) -> Vec<Object> {
     let scratch = Scratch::new();
     let values_file = scratch.file("values.yaml", values);
     let text = helm([
@@ -1920,7 +1920,7 @@ fn rbac_differences(
 /// The configuration nudge runs with, as one TOML text: the ConfigMap's
 /// config.toml with the literal `NUDGE_<SECTION>__<KEY>` env of its container on
 /// top, each value parsed as `Config::load` parses the environment's.
-fn effective_config_text(objects: &[Object]) -> String {
+pub(crate) fn effective_config_text(objects: &[Object]) -> String {
     use figment::Figment;
     use figment::providers::{Format, Serialized, Toml};
     let mut figment = Figment::from(Toml::string(&config_text(objects)));

@@ -298,3 +298,123 @@ async fn pattern_lists_and_both_reloader_hashes_migrate_without_a_restart() {
     }
     nudge.stop().await;
 }
+
+const PAUSED_AT: &str = "deployment.reloader.stakater.com/paused-at";
+
+/// Pauses Deployment `name` as Reloader's `pause-period` does: `spec.paused`
+/// and the time in its `paused-at` annotation, in one strategic-merge patch.
+async fn pause_as_reloader(cluster: &TestCluster, name: &str) {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    cluster
+        .merge_patch::<k8s_openapi::api::apps::v1::Deployment>(
+            name,
+            json!({ "spec": { "paused": true },
+                    "metadata": { "annotations": { PAUSED_AT: now } } }),
+        )
+        .await;
+}
+
+/// Whether Deployment `name` is paused, and its `paused-at`.
+async fn pause_of(cluster: &TestCluster, name: &str) -> (bool, Option<String>) {
+    let deployment = cluster.workload("Deployment", name).await;
+    (
+        deployment["spec"]["paused"].as_bool().unwrap_or(false),
+        deployment["metadata"]["annotations"][PAUSED_AT]
+            .as_str()
+            .map(str::to_owned),
+    )
+}
+
+async fn reloader_deployment(cluster: &TestCluster, name: &str, pause_period: &str) {
+    cluster
+        .create_workload(
+            "Deployment",
+            name,
+            &[
+                ("reloader.stakater.com/auto", "true"),
+                (
+                    "deployment.reloader.stakater.com/pause-period",
+                    pause_period,
+                ),
+            ],
+            &[],
+            pod_mounting(&["cfg"]),
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_reloader_left_paused_is_resumed_once_after_its_pause_period() {
+    let cluster = TestCluster::start("reloader-left-paused").await;
+    let sentinel = cluster.sentinel().await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    reloader_deployment(&cluster, "web", "2s").await;
+    // Running (its first ReplicaSet made) when Reloader paused it.
+    let before = cluster.rollout_marker("Deployment", "web").await;
+    pause_as_reloader(&cluster, "web").await;
+    // Paused by hand, with no paused-at: not Reloader's to resume, nor nudge's.
+    reloader_deployment(&cluster, "by-hand", "2s").await;
+    cluster
+        .merge_patch::<k8s_openapi::api::apps::v1::Deployment>(
+            "by-hand",
+            json!({ "spec": { "paused": true } }),
+        )
+        .await;
+
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    wait_for("web to be resumed", WAIT, || async {
+        (pause_of(&cluster, "web").await == (false, None)).then_some(())
+    })
+    .await;
+    let events = cluster.wait_events("web", "ConfigChanged").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or("").contains(PAUSED_AT)),
+        "{events:#?}"
+    );
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    sentinel.quiesce(&nudge).await;
+    assert_eq!(patches.count(&cluster).await, 0, "resumed once");
+    assert_eq!(pause_of(&cluster, "by-hand").await, (true, None));
+    // Resuming changes no pod template: no rollout of its own.
+    assert_no_rollout(&before, &cluster.rollout_marker("Deployment", "web").await);
+    nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_a_reloader_still_running_lifts_itself_is_left_to_it() {
+    let cluster = TestCluster::start("reloader-overlap").await;
+    let sentinel = cluster.sentinel().await;
+    cluster.put_configmap("cfg", &[("k", "1")]).await;
+    reloader_deployment(&cluster, "web", "10s").await;
+    let nudge = cluster.start_ready_nudge(cluster.nudge_config()).await;
+    wait_for("the adoption", WAIT, || metadata_hash(&cluster, "web")).await;
+    wait_idle(&nudge).await;
+
+    // Reloader, still running during the migration, pauses the Deployment and
+    // resumes it when its pause period ends (well within nudge's wait, which
+    // that same period sets and which starts later). nudge's writes move its
+    // last-updated (the pause and resume move the generation themselves, so a
+    // patch counter cannot tell).
+    let last_updated = || async {
+        cluster.workload("Deployment", "web").await["metadata"]["annotations"]
+            ["nudge.dev/last-updated"]
+            .clone()
+    };
+    let adopted_at = last_updated().await;
+    assert!(adopted_at.is_string(), "{adopted_at}");
+    pause_as_reloader(&cluster, "web").await;
+    wait_holding(&nudge).await;
+    cluster
+        .merge_patch::<k8s_openapi::api::apps::v1::Deployment>(
+            "web",
+            json!({ "spec": { "paused": false },
+                    "metadata": { "annotations": { PAUSED_AT: null } } }),
+        )
+        .await;
+    sentinel.quiesce(&nudge).await;
+    assert_eq!(last_updated().await, adopted_at, "nothing to resume");
+    assert_eq!(pause_of(&cluster, "web").await, (false, None));
+    nudge.stop().await;
+}

@@ -316,7 +316,8 @@ async fn a_targets_entry_whose_crd_appears_later_is_stamped_without_a_restart() 
     assert!(
         body.contains("not stamping")
             && body.contains("late.nudge.test/v1 Sprocket")
-            && body.contains("waiting for its CRD"),
+            && body.contains("(404): is its CRD installed?")
+            && !body.contains("Failed to parse"),
         "{body}"
     );
 
@@ -358,7 +359,9 @@ async fn a_custom_target_whose_crd_is_absent_does_not_block_ready_and_starts_whe
     let task = tokio::spawn(controller.run(shutdown.clone()));
     let body = wait_ready(admin).await;
     assert!(
-        body.contains("custom.nudge.test/v1 Cog") && body.contains("waiting for its CRD"),
+        body.contains("custom.nudge.test/v1 Cog")
+            && body.contains("(404): is its CRD installed?")
+            && !body.contains("Failed to parse"),
         "{body}"
     );
 

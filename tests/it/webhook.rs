@@ -418,6 +418,102 @@ async fn created_deployment_is_stored_stamped_and_nudge_never_patches_it() {
     h.nudge.stop().await;
 }
 
+/// A pod spec whose only volume is a Secrets Store CSI volume: no ConfigMap
+/// or Secret for `nudge.dev/auto` to hash (the CSI preset is not configured).
+fn pod_with_only_a_csi_volume() -> Value {
+    json!({
+        "containers": [{ "name": "app", "image": "app:1",
+                         "volumeMounts": [{ "name": "secrets", "mountPath": "/secrets" }] }],
+        "volumes": [{ "name": "secrets", "csi": {
+            "driver": "secrets-store.csi.k8s.io", "readOnly": true,
+            "volumeAttributes": { "secretProviderClass": "vault-db" } } }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_workload_referencing_no_config_is_never_stamped_with_the_hash_of_nothing() {
+    let h = hooked("webhook-no-input", |_| {}).await;
+    let sentinel = h.cluster.sentinel().await;
+    h.cluster
+        .create_workload(
+            "Deployment",
+            "csi-only",
+            &[("nudge.dev/auto", "true")],
+            &[],
+            pod_with_only_a_csi_volume(),
+        )
+        .await;
+    let stored = h
+        .cluster
+        .template_annotations("Deployment", "csi-only")
+        .await;
+    assert!(
+        !stored.contains_key(CONFIG_HASH),
+        "stored unstamped: {stored:?}"
+    );
+
+    let created = h.cluster.rollout_marker("Deployment", "csi-only").await;
+    let patches = h.cluster.patch_counter("Deployment", "csi-only").await;
+    sentinel.quiesce(&h.nudge).await;
+    assert_eq!(
+        patches.count(&h.cluster).await,
+        0,
+        "nothing to stamp: no PATCH"
+    );
+    let annotations = h
+        .cluster
+        .template_annotations("Deployment", "csi-only")
+        .await;
+    assert!(!annotations.contains_key(CONFIG_HASH), "{annotations:?}");
+    assert_no_rollout(
+        &created,
+        &h.cluster.rollout_marker("Deployment", "csi-only").await,
+    );
+    h.nudge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_of_nothing_an_older_nudge_wrote_is_left_where_it_is() {
+    let h = hooked("webhook-old-nothing", |_| {}).await;
+    let sentinel = h.cluster.sentinel().await;
+    let nothing = nudge::__private::fingerprint::combine_native(std::iter::empty()).to_string();
+    h.cluster
+        .create_workload(
+            "Deployment",
+            "stamped-before",
+            &[("nudge.dev/auto", "true")],
+            &[(CONFIG_HASH, nothing.as_str())],
+            pod_with_only_a_csi_volume(),
+        )
+        .await;
+    let created = h
+        .cluster
+        .rollout_marker("Deployment", "stamped-before")
+        .await;
+    let patches = h
+        .cluster
+        .patch_counter("Deployment", "stamped-before")
+        .await;
+    sentinel.quiesce(&h.nudge).await;
+    assert_eq!(
+        patches.count(&h.cluster).await,
+        0,
+        "left as it is: no PATCH"
+    );
+    let annotations = h
+        .cluster
+        .template_annotations("Deployment", "stamped-before")
+        .await;
+    assert_eq!(annotations.get(CONFIG_HASH), Some(&nothing));
+    assert_no_rollout(
+        &created,
+        &h.cluster
+            .rollout_marker("Deployment", "stamped-before")
+            .await,
+    );
+    h.nudge.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_workload_created_before_its_config_waits_gated_then_starts_stamped() {
     let h = hooked("webhook-gate", |_| {}).await;

@@ -139,5 +139,23 @@ pub(crate) async fn dispatch(
             }
         }
         Route::Unknown => Err(ApiError::no_route()),
+        Route::NotServed => Ok(page_not_found()),
     }
+}
+
+/// kube-apiserver's answer to a path no API serves: Go's `http.NotFound`, a
+/// plain-text body (not a `Status`, which clients fail to parse).
+pub(crate) fn page_not_found() -> Response<ResponseBody> {
+    let mut r = Response::new(ResponseBody::full("404 page not found\n"));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    let headers = r.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    r
 }

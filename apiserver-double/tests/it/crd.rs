@@ -39,6 +39,49 @@ fn names(list: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Whether `r` is kube-apiserver's answer to a path no API serves: Go's
+/// `http.NotFound`, in plain text (kube clients cannot parse it as a Status).
+fn is_page_not_found(r: &Resp) -> bool {
+    r.status == 404
+        && text(r) == "404 page not found\n"
+        && r.headers["content-type"] == "text/plain; charset=utf-8"
+        && r.headers["x-content-type-options"] == "nosniff"
+}
+
+#[tokio::test]
+async fn a_group_or_version_not_served_is_a_plain_text_404_until_its_crd_is_installed() {
+    let (_api, http) = start().await;
+    for path in [
+        ROLLOUTS,
+        "/apis/argoproj.io/v1alpha1",
+        "/apis/argoproj.io",
+        "/apis/apps/v1beta9/namespaces/default/deployments",
+    ] {
+        let r = http.get(path).await;
+        assert!(is_page_not_found(&r), "{path}: {} {}", r.status, text(&r));
+    }
+    // A resource a served built-in group version lacks is a Status.
+    let r = http.get("/apis/apps/v1/namespaces/default/gadgets").await;
+    assert_eq!(
+        (
+            r.status,
+            r.json()["kind"].clone(),
+            r.json()["reason"].clone()
+        ),
+        (404, json!("Status"), json!("NotFound"))
+    );
+
+    let r = http.post(CRDS, &rollout_crd()).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(http.get(ROLLOUTS).await.status, 200);
+    // apiextensions-apiserver hands a path of its group naming no resource
+    // on, to the same plain-text answer.
+    let r = http
+        .get("/apis/argoproj.io/v1alpha1/namespaces/default/gadgets")
+        .await;
+    assert!(is_page_not_found(&r), "{} {}", r.status, text(&r));
+}
+
 #[tokio::test]
 async fn a_crd_is_established_and_discoverable_until_deleted() {
     let (_api, http) = start().await;

@@ -476,3 +476,69 @@ fn exclude_drops_objects_and_reports_malformed_items() {
             .all(|e| e.key() == "nudge.dev/exclude" && e.category() == "bad_list_item")
     );
 }
+
+/// The catalog with ConfigMaps turned off (`[sources.configmap] enabled = false`).
+fn mk_catalog_without_configmaps() -> SourceCatalog {
+    SourceCatalog::new().with(SourceName::secret(), Scope::Namespaced, object_name)
+}
+
+#[test]
+fn auto_leaves_out_the_objects_of_a_source_turned_off() {
+    let workload = mk_workload(&[("nudge.dev/auto", "true")], &[], mk_auto_pod());
+    let deps = dependencies(
+        &workload,
+        &AnnotationScheme::default(),
+        &mk_catalog_without_configmaps(),
+    );
+    let spec = stamp(&deps, "nudge.dev/config-hash");
+    assert_eq!(
+        inputs(spec),
+        vec![
+            "secret/shop/bootstrap (native)",
+            "secret/shop/db (native)",
+            "secret/shop/tls (native) optional"
+        ]
+    );
+    assert!(
+        spec.origins
+            .iter()
+            .all(|(reference, _)| reference.source == SourceName::secret()),
+        "{:?}",
+        spec.origins
+    );
+}
+
+#[test]
+fn reloader_outputs_of_a_source_turned_off_go_and_a_reference_naming_it_is_unknown() {
+    let pod = mk_pod(
+        vec![mk_cm_volume("app-config", &[])],
+        vec![mk_container(
+            "app",
+            &[],
+            vec![mk_env_value("STAKATER_APP_CONFIG_CONFIGMAP", "abc")],
+        )],
+        vec![],
+    );
+    let workload = mk_workload(
+        &[
+            ("reloader.stakater.com/auto", "true"),
+            ("nudge.dev/configmap-flags", "flags"),
+        ],
+        &[],
+        pod,
+    );
+    let deps = dependencies(
+        &workload,
+        &AnnotationScheme::default(),
+        &mk_catalog_without_configmaps(),
+    );
+    assert!(deps.stamps.is_empty(), "{:?}", deps.stamps);
+    assert!(
+        matches!(
+            deps.errors.as_slice(),
+            [AnnotationError::UnknownSource { key, .. }] if key == "nudge.dev/configmap-flags"
+        ),
+        "{:?}",
+        deps.errors
+    );
+}

@@ -163,3 +163,32 @@ fn written_names_come_from_one_place() {
     );
     assert_eq!(mutator_checksum(&slot), "k8s-consul-mutator.io/checksum-db");
 }
+
+#[test]
+fn every_schemes_opt_out_is_named_and_none_without_one() {
+    let scheme = AnnotationScheme::default();
+    let cases = [
+        ("nudge.dev/auto", "false", "nudge.dev/auto: \"false\""),
+        (
+            "reloader.stakater.com/auto",
+            "false",
+            "reloader.stakater.com/auto: \"false\"",
+        ),
+        (
+            "wave.pusher.com/update-on-config-change",
+            "false",
+            "wave.pusher.com/update-on-config-change: \"false\"",
+        ),
+        (
+            "k8s-consul-mutator.io/skip",
+            "yes",
+            "k8s-consul-mutator.io/skip: \"yes\"",
+        ),
+    ];
+    for (key, value, said) in cases {
+        let workload = mk_annotated(&[(key, value)]);
+        assert_eq!(opted_out_by(&workload, &scheme).as_deref(), Some(said));
+    }
+    let workload = mk_annotated(&[("nudge.dev/auto", "true")]);
+    assert_eq!(opted_out_by(&workload, &scheme), None);
+}

@@ -7,7 +7,10 @@
 //! (the controller's verdict, or nudge's own deadline for kinds without one),
 //! or is superseded (a newer stamp, or someone else's pod-template change).
 //! Then the driver publishes the outcome and records it in `<prefix>/history`,
-//! removing the marker ([`Effect::Conclude`]).
+//! removing the marker (`Effect::Conclude`).
+//!
+//! [`Following`] owns this state and decides; what ends comes back to the
+//! core as [`Ended`], which the leader counts and concludes.
 //!
 //! A CronJob's rollout is its next run: the first Job it controls whose pod
 //! template is the stamped one (matched by digest, not by timing) ends it by
@@ -22,30 +25,29 @@
 //! between publishing and recording, so at most one outcome is published twice
 //! per failover, and none is lost.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
+use smol_str::SmolStr;
 use tokio::time::Instant;
 
-use super::{Core, Effect};
-use smol_str::SmolStr;
-
-use crate::events::Notice;
-use crate::fingerprint::ObjectKind;
+use crate::annotations::AnnotationScheme;
+use crate::delivery::Followed;
 use crate::model::{
-    GENERATED_JOB_LABELS, Output, Reference, Rollout, RolloutFailure, StampSpec, Tracked, Workload,
+    GENERATED_JOB_LABELS, Reference, Rollout, RolloutFailure, StampSpec, Tracked, Workload,
     WorkloadId, WorkloadKind, is_job,
 };
-use crate::stamp::StampPatch;
-use crate::stamp::history::{self, Change, Outcome, Revision, ValueChange};
+use crate::outcome::Conclusion;
+use crate::outcome::history::{self, Outcome, Revision};
+use crate::window::WallClock;
 
 /// A rollout being followed: what judging, concluding and explaining it
 /// need, not the revision itself. The revision (its changes, who made them,
 /// the values before and after) stays in the workload's `<prefix>/rollout`
 /// marker, where the driver reads it when it publishes and records the
-/// outcome ([`crate::engine::outcome`]) or carries it into a newer marker
-/// ([`Supersession`]). At the benchmark's large scale ~1,000 rollouts are in
+/// outcome (`engine/driver/recording.rs`) or carries it into a newer marker
+/// (`outcome::Supersession`). At the benchmark's large scale ~1,000 rollouts are in
 /// flight: their revisions took 1.25 MB as structs, 0.63 MB as JSON.
 #[derive(Debug)]
 pub(super) struct Follow {
@@ -76,6 +78,17 @@ impl Follow {
     /// Whether it ended failed (an earlier wave halts the later ones, §5d).
     pub(super) fn failed(&self) -> bool {
         self.outcome() == Some(Outcome::Failed)
+    }
+
+    /// What the delivery rules read of the rollout `follow`, if any.
+    pub(super) fn followed(follow: Option<&Self>) -> Followed {
+        match follow {
+            None => Followed::No,
+            Some(follow) if follow.in_progress() => Followed::InProgress,
+            Some(follow) => Followed::Ended {
+                failed: follow.failed(),
+            },
+        }
     }
 
     /// How it ended, once it has.
@@ -116,69 +129,6 @@ impl Related {
             Self::Tracked(tracked) => &tracked.reference,
             Self::Own(reference) => reference,
         }
-    }
-}
-
-/// A rollout's end, for the driver to publish and record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Conclusion {
-    /// The workload.
-    pub workload: WorkloadId,
-    /// The revision's number, outcome, reason, end and duration; its changes
-    /// and values are read from the workload's marker when it is recorded
-    /// ([`Revision::filled_from`]).
-    pub revision: Revision,
-    /// The first reference whose change it carried, when known.
-    pub related: Option<Reference>,
-}
-
-/// The rollout a stamp supersedes: the driver reads its revision from the
-/// workload's marker before the stamp replaces it, publishes its outcome and
-/// carries it in the stamp's own marker ([`Supersession::carry`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Supersession {
-    /// The superseded rollout's end, as [`Conclusion`]s are.
-    pub conclusion: Conclusion,
-    /// The stamp's marker (`<prefix>/rollout`), where it is carried.
-    pub marker: Output,
-    /// How many revisions a marker carries at most (the history's length).
-    pub limit: usize,
-}
-
-impl Supersession {
-    /// Carries the superseded revision, its details read from `marker` (the
-    /// workload's `<prefix>/rollout` as stored before the stamp), into the
-    /// stamp's marker in `patch`, with those it carried in turn; the notice
-    /// of its outcome.
-    pub fn carry(self, marker: Option<&str>, patch: &mut StampPatch) -> Notice {
-        let Supersession {
-            conclusion,
-            marker: key,
-            limit,
-        } = self;
-        let (mut ended, known) = conclusion.revision.clone().filled_from(marker);
-        let notice = crate::engine::outcome::notice(
-            &Conclusion {
-                revision: ended.clone(),
-                ..conclusion
-            },
-            known,
-            None,
-        );
-        let mut carried = std::mem::take(&mut ended.superseded);
-        carried.push(ended);
-        let excess = carried.len().saturating_sub(limit);
-        carried.drain(..excess);
-        if let Some(next) = patch.values.get_mut(&key) {
-            match Revision::parse(next) {
-                Some(mut revision) => {
-                    revision.superseded = carried;
-                    *next = revision.to_json();
-                }
-                None => tracing::warn!("a stamp's own rollout marker did not read back"),
-            }
-        }
-        notice
     }
 }
 
@@ -236,145 +186,209 @@ fn template_digest(workload: &Workload) -> u64 {
     hasher.finish()
 }
 
-/// The revision a rolling stamp starts: number `number`, the changes in
-/// `changed` with who made them, and each value `patch` changes (before, from
-/// `current`; after).
-pub(super) fn revision_of(
-    number: u32,
-    changed: &BTreeSet<Reference>,
-    change: impl Fn(&Reference) -> Change,
-    current: &Workload,
-    specs: &[StampSpec],
-    patch: &StampPatch,
-) -> Revision {
-    let stamp = patch
-        .changed
-        .iter()
-        .filter_map(|output| {
-            let after = value_after(patch, output)?;
-            let secret = reads_a_secret(specs, output);
-            let before = crate::stamp::current(current, output);
-            Some(ValueChange {
-                key: output.key().to_owned(),
-                before: before.map(|v| history::kept_value(&v, secret)),
-                after: history::kept_value(after, secret),
-            })
-        })
-        .collect();
-    let changed = changed.iter().map(change).collect();
-    Revision {
-        revision: number,
-        changed,
-        stamp,
-        outcome: None,
-        reason: None,
-        ended: None,
-        seconds: None,
-        superseded: Vec::new(),
+/// What the core knows of a workload's config revisions, kept in its record
+/// whether or not a rollout is followed: the next stamp's number, and
+/// whether the newest recorded revision failed (design §5d).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Revisions {
+    /// The newest revision number known (history or marker).
+    newest: u32,
+    /// Whether the newest revision in its `<prefix>/history` failed: with no
+    /// rollout followed, a kind judged by nudge's own deadline still reads as
+    /// failed for the waves after it.
+    last_failed: bool,
+}
+
+impl Revisions {
+    /// The number of the revision the next rolling stamp starts.
+    pub(super) fn next(&self) -> u32 {
+        self.newest + 1
+    }
+
+    pub(super) fn last_failed(&self) -> bool {
+        self.last_failed
+    }
+
+    fn saw(&mut self, number: u32) {
+        self.newest = self.newest.max(number);
     }
 }
 
-/// The value `patch` writes for `output`: kept under where it is written,
-/// which for an output that adopts or keeps its state on the workload
-/// ([`Output::Adopted`], [`Output::ReloaderSource`]) is not the output itself.
-fn value_after<'a>(patch: &'a StampPatch, output: &Output) -> Option<&'a String> {
-    patch.values.get(output).or_else(|| {
-        let key = output.key().to_owned();
-        [
-            Output::PodTemplateAndWorkloadAnnotation(key.clone()),
-            Output::WorkloadAnnotation(key),
-        ]
-        .iter()
-        .find_map(|resolved| patch.values.get(resolved))
-    })
+/// A rollout that ended: the conclusion for the leader to publish and record,
+/// and what its metrics count.
+#[derive(Debug)]
+pub(super) struct Ended {
+    pub(super) conclusion: Conclusion,
+    pub(super) outcome: Outcome,
+    /// The sources of the changes it carried.
+    pub(super) sources: Box<[SmolStr]>,
+    pub(super) took: Duration,
 }
 
-/// Whether Secret content goes into `output`.
-fn reads_a_secret(specs: &[StampSpec], output: &Output) -> bool {
-    specs
-        .iter()
-        .filter(|spec| spec.output == *output)
-        .flat_map(|spec| &spec.inputs)
-        .any(|input| {
-            ObjectKind::of_source(&input.tracked.reference.source) == Some(ObjectKind::Secret)
-        })
+/// The rollouts the core follows (see the module docs): each workload's, the
+/// deadlines nudge keeps for them and the runs of CronJobs. Its own state,
+/// decided here; the core counts and concludes what ends ([`Ended`]).
+pub(super) struct Following {
+    /// The rollout followed per workload, from its stamp (or its marker)
+    /// until the marker leaves the workload.
+    follows: HashMap<WorkloadId, Box<Follow>>,
+    /// nudge's own progress deadlines of the rollouts it follows.
+    deadlines: BTreeSet<(Instant, WorkloadId)>,
+    /// The latest runs (Jobs) of CronJobs, per CronJob.
+    runs: HashMap<WorkloadId, Vec<Run>>,
+    /// `<prefix>/rollout`, `<prefix>/history` and `<prefix>/`.
+    rollout_key: String,
+    history_key: String,
+    prefix: String,
+    /// Wall-clock time of the instants it is handed (an outcome's `ended`).
+    clock: WallClock,
 }
 
-impl Core {
-    /// nudge's own progress deadline for workload `id`.
-    fn deadline_window(&self, id: &WorkloadId) -> Duration {
-        self.records
-            .get(id)
-            .and_then(|record| record.timing().progress_deadline)
-            .unwrap_or(self.engine.progress_deadline)
-    }
-
-    /// nudge's own progress deadline for workload `id`, from `now`: none for
-    /// kinds with their own, nor for a CronJob until its run is seen.
-    fn deadline_for(&self, id: &WorkloadId, now: Instant) -> Option<Instant> {
-        if id.kind.has_own_progress_deadline() || is_cron_job(&id.kind) {
-            return None;
+impl Following {
+    pub(super) fn new(scheme: &AnnotationScheme, clock: WallClock) -> Self {
+        Self {
+            follows: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            runs: HashMap::new(),
+            rollout_key: scheme.rollout(),
+            history_key: scheme.history(),
+            prefix: scheme.key(""),
+            clock,
         }
-        Some(crate::rate::saturating_add(now, self.deadline_window(id)))
     }
 
-    /// nudge's stamp starting `revision` was written; `workload` is the
-    /// workload as stored afterwards.
-    pub(super) fn start_following(
+    /// What the delivery rules read of the rollout followed on `id`.
+    pub(super) fn followed(&self, id: &WorkloadId) -> Followed {
+        Follow::followed(self.follows.get(id).map(Box::as_ref))
+    }
+
+    /// nudge's stamp of `workload` (as stored afterwards) starting `revision`
+    /// was written; `window`: its progress deadline. Not judged on the
+    /// write's own result, whose status is from before the new template (a
+    /// status without observedGeneration could not say so); a CronJob's run
+    /// already seen may end it.
+    pub(super) fn start(
         &mut self,
-        id: &WorkloadId,
-        revision: Revision,
-        related: Option<Related>,
         workload: &Workload,
+        revisions: &mut Revisions,
+        (revision, related): (Revision, Option<Related>),
+        window: Duration,
         now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let sources = source_names(&revision);
+    ) -> Option<Ended> {
+        let id = &workload.id;
         // Runs that ended before this stamp are not its run (a template that
         // came back to an earlier one has old Jobs of the same digest).
         if let Some(runs) = self.runs.get_mut(id) {
             runs.retain(|run| !matches!(run.rollout, Rollout::Complete | Rollout::Failed { .. }));
         }
-        // Not judged on the write's own result: its status is from before the
-        // new template (a status without observedGeneration could not say so).
-        if self.follow(workload, revision, related, now) {
-            if self.leader {
-                let names: Vec<&str> = sources.iter().map(String::as_str).collect();
-                self.metrics.rollout(&id.kind, &names, "started");
+        self.follow(workload, revisions, revision, related, window, now);
+        self.judge_runs(id, window, now)
+    }
+
+    /// A workload event: its history read into `revisions`, then following
+    /// resumed from its marker, or the rollout followed judged by its status.
+    /// `written`: the revision nudge's last write left; `window`: its
+    /// progress deadline.
+    pub(super) fn on_workload(
+        &mut self,
+        workload: &Workload,
+        revisions: &mut Revisions,
+        written: u64,
+        window: Duration,
+        now: Instant,
+    ) -> Option<Ended> {
+        let recorded = workload
+            .annotations
+            .get(&self.history_key)
+            .map(String::as_str);
+        revisions.saw(history::last_revision(recorded));
+        revisions.last_failed = history::last_failed(recorded);
+        let marker = workload.annotations.get(&self.rollout_key);
+        let id = &workload.id;
+        match self.follows.get(id) {
+            Some(follow) if follow.ended.is_some() => {
+                // Ended: kept until its marker is gone (recorded), so that a
+                // new leader can conclude it aloud again.
+                let ours = marker
+                    .and_then(|m| Revision::parse(m))
+                    .is_some_and(|m| m.revision == follow.number);
+                if !ours {
+                    self.forget_follow(id);
+                }
+                None
             }
-            self.judge_runs(id, now, out);
+            Some(follow) => {
+                // The echo of nudge's own write (or older) still shows the
+                // status from before it.
+                let fresh = workload.revision().is_none_or(|r| r > written);
+                if !fresh {
+                    return None;
+                }
+                if follow.template != template_digest(workload) {
+                    let reason = "the pod template was changed by someone else".to_owned();
+                    return self.end(id, Outcome::Superseded, Some(reason), now);
+                }
+                self.judge(id, workload.rollout, now)
+            }
+            None => {
+                let revision = self.unrecorded(workload, marker?, recorded)?;
+                self.resume(workload, revisions, revision, window, now)
+            }
         }
     }
 
-    /// A Job event: a Job a CronJob controls is one of its runs. Kept (a few
-    /// per CronJob) while nudge may follow that CronJob, and judged against
-    /// its rollout in flight.
-    pub(super) fn follow_run(&mut self, job: &Workload, now: Instant, out: &mut Vec<Effect>) {
-        if !is_job(&job.id.kind) {
-            return;
-        }
-        let Some(owner) = job
-            .controller
-            .as_ref()
-            .filter(|owner| owner.kind == "CronJob" && owner.api_version == "batch/v1")
-        else {
-            return;
+    /// The revision `marker` names, unless `recorded` (the history) has its
+    /// outcome already.
+    fn unrecorded(
+        &self,
+        workload: &Workload,
+        marker: &str,
+        recorded: Option<&str>,
+    ) -> Option<Revision> {
+        let Some(revision) = Revision::parse(marker) else {
+            tracing::warn!(workload = %workload.id, "unreadable rollout annotation; not followed");
+            return None;
         };
-        let id = WorkloadId::new(
-            crate::targets::cron_job_kind(),
-            job.id.namespace.clone(),
-            owner.name.clone(),
-        );
+        (!history::has_outcome(recorded, revision.revision)).then_some(revision)
+    }
+
+    /// Follows a rollout another process started (a restart, a failover).
+    fn resume(
+        &mut self,
+        workload: &Workload,
+        revisions: &mut Revisions,
+        revision: Revision,
+        window: Duration,
+        now: Instant,
+    ) -> Option<Ended> {
+        tracing::info!(workload = %workload.id, revision = revision.revision, "following the rollout in flight");
+        self.follow(workload, revisions, revision, None, window, now);
+        let id = &workload.id;
+        self.judge(id, workload.rollout, now)
+            .or_else(|| self.judge_runs(id, window, now))
+    }
+
+    /// A Job event: a Job a CronJob controls is one of its runs. Kept (a few
+    /// per CronJob) while nudge may follow that CronJob (`tracked`: the core
+    /// has its record), and judged against its rollout in flight; `window`:
+    /// a CronJob's progress deadline.
+    pub(super) fn on_job(
+        &mut self,
+        job: &Workload,
+        tracked: impl Fn(&WorkloadId) -> bool,
+        window: impl Fn(&WorkloadId) -> Duration,
+        now: Instant,
+    ) -> Option<Ended> {
+        let id = cron_job_of(job)?;
         // Memory follows what nudge stamps: a run is kept for a CronJob nudge
         // tracks, or (its CronJob not listed yet, after a restart) a run of a
         // template nudge stamped.
-        let prefix = self.scheme.key("");
         let stamped = job
             .template_annotations()
             .keys()
-            .any(|key| key.starts_with(&prefix));
-        if !self.records.contains_key(&id) && !stamped {
-            return;
+            .any(|key| key.starts_with(&self.prefix));
+        if !tracked(&id) && !stamped {
+            return None;
         }
         let run = Run {
             job: job.id.name.to_string(),
@@ -386,25 +400,15 @@ impl Core {
         runs.push(run);
         let excess = runs.len().saturating_sub(RUNS_KEPT);
         runs.drain(..excess);
-        self.judge_runs(&id, now, out);
-    }
-
-    /// Forgets the runs of CronJob `id` (deleted, or no longer tracked).
-    pub(super) fn forget_runs(&mut self, id: &WorkloadId) {
-        self.runs.remove(id);
+        let window = window(&id);
+        self.judge_runs(&id, window, now)
     }
 
     /// Judges the rollout of CronJob `id` by its runs of the stamped template:
-    /// the first that ended ends it; one still running starts nudge's deadline.
-    fn judge_runs(&mut self, id: &WorkloadId, now: Instant, out: &mut Vec<Effect>) {
-        let Some(follow) = self
-            .records
-            .get(id)
-            .and_then(|r| r.follow.as_deref())
-            .filter(|f| f.in_progress())
-        else {
-            return;
-        };
+    /// the first that ended ends it; one still running starts nudge's deadline
+    /// (`window` from now).
+    fn judge_runs(&mut self, id: &WorkloadId, window: Duration, now: Instant) -> Option<Ended> {
+        let follow = self.follows.get(id).filter(|f| f.in_progress())?;
         let ours = self
             .runs
             .get(id)
@@ -417,199 +421,109 @@ impl Core {
             match run.rollout {
                 Rollout::Complete => {
                     ended = Some((Outcome::Complete, format!("ran as Job {}", run.job)));
+                    break;
                 }
                 Rollout::Failed { .. } => {
                     ended = Some((Outcome::Failed, format!("Job {} failed", run.job)));
+                    break;
                 }
                 _ => running = true,
             }
-            if ended.is_some() {
-                break;
-            }
         }
+        let starts_deadline = running && follow.deadline.is_none();
         if let Some((outcome, reason)) = ended {
-            self.end(id, outcome, Some(reason), now, out);
-        } else if running && follow.deadline.is_none() {
-            let at = crate::rate::saturating_add(now, self.deadline_window(id));
+            return self.end(id, outcome, Some(reason), now);
+        }
+        if starts_deadline {
+            let at = crate::rate::saturating_add(now, window);
             self.deadlines.insert((at, id.clone()));
-            if let Some(follow) = self
-                .records
-                .get_mut(id)
-                .and_then(|r| r.follow.as_deref_mut())
-            {
+            if let Some(follow) = self.follows.get_mut(id) {
                 follow.deadline = Some(at);
             }
         }
+        None
     }
 
-    /// Follows `revision` on `workload` from `now`; `false` when the workload
-    /// has no record.
+    /// Follows `revision` on `workload` from `now`, in place of any rollout
+    /// followed before.
     fn follow(
         &mut self,
         workload: &Workload,
+        revisions: &mut Revisions,
         revision: Revision,
         related: Option<Related>,
+        window: Duration,
         now: Instant,
-    ) -> bool {
+    ) {
         let id = &workload.id;
-        let Some(record) = self.records.get_mut(id) else {
-            return false;
-        };
-        record.revision = record.revision.max(revision.revision);
+        revisions.saw(revision.revision);
         let follow = Follow {
             number: revision.revision,
             sources: source_names(&revision).iter().map(SmolStr::new).collect(),
             related,
             started: now,
-            deadline: self.deadline_for(id, now),
+            deadline: deadline_for(&id.kind, window, now),
             template: template_digest(workload),
             ended: None,
         };
-        self.set_follow(id, follow);
-        true
+        self.forget_follow(id);
+        if let Some(at) = follow.deadline {
+            self.deadlines.insert((at, id.clone()));
+        }
+        self.follows.insert(id.clone(), Box::new(follow));
     }
 
     /// A newer stamp of `id`, starting revision `next`, is on its way: the
-    /// rollout followed so far is superseded. The driver publishes its Event
-    /// and carries it in `next`'s marker (with any it superseded in turn), so
-    /// a change while a rollout is in flight costs no extra write; `None`
+    /// rollout followed so far is superseded (and no longer followed); `None`
     /// when none is in progress.
-    pub(super) fn supersede(
-        &mut self,
-        id: &WorkloadId,
-        next: u32,
-        now: Instant,
-    ) -> Option<Supersession> {
+    pub(super) fn supersede(&mut self, id: &WorkloadId, next: u32, now: Instant) -> Option<Ended> {
         let reason = format!("superseded by config revision {next}");
-        let ended = self.finish(id, Outcome::Superseded, Some(reason), now)?;
-        let related = self.related_of(id);
-        self.drop_follow(id);
-        Some(Supersession {
-            conclusion: Conclusion {
-                workload: id.clone(),
-                revision: ended,
-                related,
-            },
-            marker: Output::WorkloadAnnotation(self.scheme.rollout()),
-            limit: self.engine.history_limit,
-        })
-    }
-
-    /// A workload event: resume following from its marker, or judge the
-    /// rollout followed by its status.
-    pub(super) fn follow_workload(
-        &mut self,
-        workload: &Workload,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let id = &workload.id;
-        let marker = workload.annotations.get(&self.scheme.rollout());
-        let Some(record) = self.records.get_mut(id) else {
-            return;
-        };
-        let recorded = workload
-            .annotations
-            .get(&self.scheme.history())
-            .map(String::as_str);
-        record.revision = record.revision.max(history::last_revision(recorded));
-        record.last_failed = history::last_failed(recorded);
-        match (&record.follow, marker) {
-            (Some(follow), marker) if follow.ended.is_some() => {
-                // Ended: kept until its marker is gone (recorded), so that a
-                // new leader can conclude it aloud again.
-                let ours = marker
-                    .and_then(|m| Revision::parse(m))
-                    .is_some_and(|m| m.revision == follow.number);
-                if !ours {
-                    self.drop_follow(id);
-                }
-            }
-            (Some(follow), _) => {
-                // The echo of nudge's own write (or older) still shows the
-                // status from before it.
-                let fresh = workload.revision().is_none_or(|r| r > record.written);
-                if !fresh {
-                    return;
-                }
-                if follow.template != template_digest(workload) {
-                    let reason = "the pod template was changed by someone else".to_owned();
-                    self.end(id, Outcome::Superseded, Some(reason), now, out);
-                } else {
-                    self.judge(id, workload.rollout, now, out);
-                }
-            }
-            (None, Some(marker)) => {
-                let Some(revision) = Revision::parse(marker) else {
-                    tracing::warn!(workload = %id, "unreadable rollout annotation; not followed");
-                    return;
-                };
-                if history::has_outcome(
-                    workload
-                        .annotations
-                        .get(&self.scheme.history())
-                        .map(String::as_str),
-                    revision.revision,
-                ) {
-                    return;
-                }
-                self.resume(workload, revision, now, out);
-            }
-            (None, None) => {}
-        }
-    }
-
-    /// Follows a rollout another process started (a restart, a failover).
-    fn resume(
-        &mut self,
-        workload: &Workload,
-        revision: Revision,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        tracing::info!(workload = %workload.id, revision = revision.revision, "following the rollout in flight");
-        if self.follow(workload, revision, None, now) {
-            self.judge(&workload.id, workload.rollout, now, out);
-            self.judge_runs(&workload.id, now, out);
-        }
+        let ended = self.end(id, Outcome::Superseded, Some(reason), now)?;
+        self.forget_follow(id);
+        Some(ended)
     }
 
     /// Ends the rollout of `id` when its status says it has.
-    fn judge(&mut self, id: &WorkloadId, rollout: Rollout, now: Instant, out: &mut Vec<Effect>) {
+    fn judge(&mut self, id: &WorkloadId, rollout: Rollout, now: Instant) -> Option<Ended> {
         match rollout {
-            Rollout::Complete => self.end(id, Outcome::Complete, None, now, out),
+            Rollout::Complete => self.end(id, Outcome::Complete, None, now),
             Rollout::Failed { reason } => {
                 let reason = match reason {
                     RolloutFailure::JobFailed => "the Job failed".to_owned(),
                     other => other.as_str().to_owned(),
                 };
-                self.end(id, Outcome::Failed, Some(reason), now, out);
+                self.end(id, Outcome::Failed, Some(reason), now)
             }
-            _ => {}
+            _ => None,
         }
     }
 
-    /// Rollouts past nudge's own deadline fail.
-    pub(super) fn expire_deadlines(&mut self, now: Instant, out: &mut Vec<Effect>) {
+    /// Rollouts past nudge's own deadline fail; `window`: each one's deadline
+    /// (for the reason).
+    pub(super) fn expire(
+        &mut self,
+        now: Instant,
+        window: impl Fn(&WorkloadId) -> Duration,
+    ) -> Vec<Ended> {
+        let mut ended = Vec::new();
         while let Some((at, id)) = self.deadlines.first().cloned() {
             if at > now {
                 break;
             }
             self.deadlines.pop_first();
             let due = self
-                .records
+                .follows
                 .get(&id)
-                .and_then(|r| r.follow.as_deref())
                 .is_some_and(|f| f.in_progress() && f.deadline == Some(at));
             if due {
-                let window = self.deadline_window(&id);
                 let reason = format!(
                     "not complete within its progress deadline ({})",
-                    humantime::format_duration(round_seconds(window))
+                    humantime::format_duration(round_seconds(window(&id)))
                 );
-                self.end(&id, Outcome::Failed, Some(reason), now, out);
+                ended.extend(self.end(&id, Outcome::Failed, Some(reason), now));
             }
         }
+        ended
     }
 
     /// When nudge's next own deadline falls.
@@ -617,73 +531,37 @@ impl Core {
         self.deadlines.first().map(|(at, _)| *at)
     }
 
-    fn set_follow(&mut self, id: &WorkloadId, follow: Follow) {
-        self.drop_follow(id);
-        if let Some(at) = follow.deadline {
-            self.deadlines.insert((at, id.clone()));
-        }
-        if let Some(record) = self.records.get_mut(id) {
-            record.follow = Some(Box::new(follow));
-        }
+    /// Forgets `id`'s rollout and runs (deleted, or no longer tracked).
+    pub(super) fn forget(&mut self, id: &WorkloadId) {
+        self.forget_follow(id);
+        self.runs.remove(id);
     }
 
-    /// The first reference of the rollout `id` follows (its Events' related
-    /// object).
-    fn related_of(&self, id: &WorkloadId) -> Option<Reference> {
-        self.records
-            .get(id)
-            .and_then(|r| r.follow.as_deref())
-            .and_then(|f| f.related.as_ref())
-            .map(|r| r.reference().clone())
-    }
-
-    pub(super) fn drop_follow(&mut self, id: &WorkloadId) {
-        let Some(follow) = self.records.get_mut(id).and_then(|r| r.follow.take()) else {
+    fn forget_follow(&mut self, id: &WorkloadId) {
+        let Some(follow) = self.follows.remove(id) else {
             return;
         };
         if let Some(at) = follow.deadline {
             self.deadlines.remove(&(at, id.clone()));
         }
+        // After a burst of rollouts, give the room back.
+        let capacity = self.follows.capacity();
+        if capacity > 64 && self.follows.len() * 4 < capacity {
+            self.follows.shrink_to(self.follows.len() * 2);
+        }
     }
 
-    /// The rollout of `id` ended: count it, and have the leader publish and
-    /// record it.
+    /// Marks the rollout of `id` ended (`outcome`); how it ended (without its
+    /// changes and values: they are in the marker), `None` when none was in
+    /// progress.
     fn end(
         &mut self,
         id: &WorkloadId,
         outcome: Outcome,
         reason: Option<String>,
         now: Instant,
-        out: &mut Vec<Effect>,
-    ) {
-        let Some(revision) = self.finish(id, outcome, reason, now) else {
-            return;
-        };
-        if self.leader {
-            let related = self.related_of(id);
-            out.push(Effect::Conclude(Box::new(Conclusion {
-                workload: id.clone(),
-                revision,
-                related,
-            })));
-        }
-    }
-
-    /// Marks the rollout of `id` ended (`outcome`) and counts it; the revision
-    /// as ended (without its changes and values: they are in the marker),
-    /// `None` when none was in progress.
-    fn finish(
-        &mut self,
-        id: &WorkloadId,
-        outcome: Outcome,
-        reason: Option<String>,
-        now: Instant,
-    ) -> Option<Revision> {
-        let follow = self
-            .records
-            .get_mut(id)
-            .and_then(|r| r.follow.as_deref_mut())
-            .filter(|f| f.ended.is_none())?;
+    ) -> Option<Ended> {
+        let follow = self.follows.get_mut(id).filter(|f| f.ended.is_none())?;
         let took = now.saturating_duration_since(follow.started);
         let revision = Revision {
             revision: follow.number,
@@ -693,7 +571,7 @@ impl Core {
             reason,
             // When the core saw it end, not when the history write goes out:
             // a later wave may be stamped before that write on a busy cluster.
-            ended: Some(self.plans.wall_time(now).to_string()),
+            ended: Some(self.clock.at(now).to_string()),
             seconds: Some(took.as_secs()),
             superseded: Vec::new(),
         };
@@ -702,35 +580,60 @@ impl Core {
             self.deadlines.remove(&(at, id.clone()));
         }
         tracing::info!(workload = %id, revision = revision.revision, outcome = outcome.as_str(), took = ?took, "rollout ended");
-        if self.leader {
-            let names: Vec<&str> = follow.sources.iter().map(SmolStr::as_str).collect();
-            self.metrics.rollout(&id.kind, &names, outcome.as_str());
-            self.metrics.rollout_ended(&id.kind, outcome.as_str(), took);
-        }
-        Some(revision)
+        Some(Ended {
+            conclusion: Conclusion {
+                workload: id.clone(),
+                revision,
+                related: follow.related.as_ref().map(|r| r.reference().clone()),
+            },
+            outcome,
+            sources: follow.sources.clone(),
+            took,
+        })
     }
 
-    /// This replica became leader: what it saw end while another led, and is
-    /// still marked in flight on the workload, is concluded aloud again.
-    pub(super) fn conclude_again(&mut self, out: &mut Vec<Effect>) {
-        for (id, record) in &self.records {
-            let Some(follow) = record.follow.as_deref() else {
-                continue;
-            };
-            if let Some(ended) = &follow.ended {
-                out.push(Effect::Conclude(Box::new(Conclusion {
-                    workload: id.clone(),
-                    revision: Revision::clone(ended),
-                    related: follow.related.as_ref().map(|r| r.reference().clone()),
-                })));
-            }
-        }
+    /// What ended while another replica led and is still marked in flight on
+    /// the workload: a new leader concludes it aloud again.
+    pub(super) fn ended_unrecorded(&self) -> impl Iterator<Item = Conclusion> + '_ {
+        self.follows.iter().filter_map(|(id, follow)| {
+            let ended = follow.ended.as_deref()?;
+            Some(Conclusion {
+                workload: id.clone(),
+                revision: ended.clone(),
+                related: follow.related.as_ref().map(|r| r.reference().clone()),
+            })
+        })
     }
+}
+
+/// The CronJob controlling `job`, when it is a Job one controls.
+fn cron_job_of(job: &Workload) -> Option<WorkloadId> {
+    if !is_job(&job.id.kind) {
+        return None;
+    }
+    let owner = job
+        .controller
+        .as_ref()
+        .filter(|owner| owner.kind == "CronJob" && owner.api_version == "batch/v1")?;
+    Some(WorkloadId::new(
+        crate::targets::cron_job_kind(),
+        job.id.namespace.clone(),
+        owner.name.clone(),
+    ))
+}
+
+/// nudge's own progress deadline for a rollout of `kind` from `now`: none for
+/// kinds with their own, nor for a CronJob until its run is seen.
+fn deadline_for(kind: &WorkloadKind, window: Duration, now: Instant) -> Option<Instant> {
+    if kind.has_own_progress_deadline() || is_cron_job(kind) {
+        return None;
+    }
+    Some(crate::rate::saturating_add(now, window))
 }
 
 /// The distinct sources of the changes `revision` carries, sorted (a
 /// reference prints as `<source>/…`).
-fn source_names(revision: &Revision) -> Vec<String> {
+pub(super) fn source_names(revision: &Revision) -> Vec<String> {
     let names: BTreeSet<String> = revision
         .changed
         .iter()

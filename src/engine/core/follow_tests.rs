@@ -5,8 +5,9 @@ use serde_json::json;
 
 use super::harness::{CHECKSUM, Harness, batch, cron_job, job, native_deployment, reloader_auto};
 use super::*;
+use crate::fingerprint::Observation;
 use crate::model::{Controller, RolloutFailure, WorkloadKind};
-use crate::stamp::history::{Outcome, Revision};
+use crate::outcome::history::{Change, Outcome, Revision};
 
 const MARKER: &str = "nudge.dev/rollout";
 
@@ -132,7 +133,7 @@ fn a_newer_stamp_supersedes_the_rollout_in_flight_and_carries_it_to_the_history(
     h.rollout_status(Rollout::Complete);
     assert_eq!(outcomes(&h), [(2, Outcome::Complete)]);
     h.record_outcome();
-    let history = crate::stamp::history::parse_history(
+    let history = crate::outcome::history::parse_history(
         h.workload
             .annotations
             .get("nudge.dev/history")
@@ -266,7 +267,7 @@ fn an_outcome_already_in_the_history_is_not_concluded_again() {
     h.rollout_status(Rollout::Complete);
     let recorded = h.conclusions[0].revision.clone();
     // Recorded, and the marker left behind (a newer replica's view).
-    let history = crate::stamp::history::recorded(None, recorded, 10);
+    let history = crate::outcome::history::recorded(None, recorded, 10);
     h.workload
         .annotations
         .insert("nudge.dev/history".into(), history);
@@ -498,8 +499,7 @@ fn secret_content_is_never_kept_in_a_form_that_reveals_it() {
         by: None,
         at: None,
     };
-    let revision =
-        follow::revision_of(1, &BTreeSet::new(), change, &workload, &deps.stamps, &patch);
+    let revision = Revision::started(1, &BTreeSet::new(), change, &workload, &deps.stamps, &patch);
     assert_eq!(revision.stamp[0].after, "(secret)");
     assert_eq!(revision.stamp[0].before.as_deref(), Some("(secret)"));
 }

@@ -14,13 +14,12 @@ use tokio::time::Instant;
 use crate::annotations::AnnotationScheme;
 use crate::config::EngineConfig;
 use crate::engine::EngineMetrics;
-use crate::engine::core::{
-    Conclusion, Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome,
-};
+use crate::engine::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
 use crate::fingerprint::{self, DataValue, Fingerprint, ObjectData, Observation};
 use crate::model::{
     Algorithm, Output, Scope, SourceCatalog, SourceName, Tracked, Workload, WorkloadKind,
 };
+use crate::outcome::Conclusion;
 use crate::sources::SourceUpdate;
 use crate::stamp::{self, Release, StampPatch};
 use crate::targets::{TargetError, WorkloadEvent};
@@ -199,7 +198,7 @@ impl Harness {
         let history = self.workload.annotations.get(&scheme.history()).cloned();
         let marker = self.workload.annotations.get(&scheme.rollout());
         let (revision, _) = conclusion.revision.filled_from(marker.map(String::as_str));
-        let recorded = crate::stamp::history::recorded(history.as_deref(), revision, 10);
+        let recorded = crate::outcome::history::recorded(history.as_deref(), revision, 10);
         self.workload.annotations.insert(scheme.history(), recorded);
         self.workload.annotations.remove(&scheme.rollout());
         self.status_update();
@@ -297,8 +296,8 @@ impl Harness {
                     if let Some(supersedes) = write.supersedes.take() {
                         let key = AnnotationScheme::default().rollout();
                         let marker = self.workload.annotations.get(&key).cloned();
-                        let notice = supersedes.carry(marker.as_deref(), &mut write.patch);
-                        self.notes.push(notice.note);
+                        let superseded = supersedes.carry(marker.as_deref(), &mut write.patch);
+                        self.notes.push(superseded.note(None));
                     }
                     let epoch = self.epoch;
                     if self.hold_writes {
@@ -445,6 +444,9 @@ pub(super) fn applied(workload: &Workload, patch: &StampPatch) -> Workload {
                 spec.scheduler_name = Some(scheduler_name.clone());
                 next.annotations
                     .remove(crate::model::WAVE_SCHEDULING_DISABLED);
+            }
+            Release::ReloaderPause => {
+                next.annotations.remove(crate::model::RELOADER_PAUSED_AT);
             }
         }
     }

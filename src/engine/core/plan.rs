@@ -1,151 +1,23 @@
-//! Progressive delivery (design §5d): whether a rolling stamp may go out now.
+//! The core's delivery plans (design §5d): whether a rolling stamp may go out
+//! now, and what was reported about the workloads held.
 //!
 //! [`Plans`] keeps the delivery settings of the workloads that have any and
 //! the workloads held now, with what was reported for each; nothing that must
-//! survive a restart. [`Plans::gate`] is the decision, pure: from a
-//! workload's settings, its pending fingerprint, the wall-clock time and how
-//! the earlier-wave workloads it shares inputs with stand.
+//! survive a restart. [`Plans::gate`] decides by the rules of
+//! [`crate::delivery`], from a workload's settings, its pending fingerprint,
+//! the wall-clock time and how the earlier-wave workloads it shares inputs
+//! with stand (the core judges that: it knows their stamps and rollouts).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use jiff::Timestamp;
 use tokio::time::Instant;
 
-use super::follow::Follow;
-use super::{Core, Effect, WriteState, first_sight_values};
-use crate::annotations::{Approval, Delivery, Mode};
+use crate::annotations::Delivery;
+use crate::delivery::{self, Hold, Neighbours, Progress};
 use crate::events::{Notice, Reason};
-use crate::model::{Reference, Rollout, WorkloadId};
-use crate::stamp::{self, DesiredStamp, history};
+use crate::model::{Reference, WorkloadId};
 use crate::window::{WallClock, Window};
-
-/// The earlier-wave workloads a wave hold waits behind, each as it stood
-/// ([`Progress::Waiting`] or [`Progress::Failed`]): what
-/// `nudge_wave_rollouts` counts.
-pub(super) type Behind = Vec<(WorkloadId, Progress)>;
-
-/// Why a workload's rolling stamp waits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Hold {
-    /// A delivery annotation does not parse (fail closed).
-    Invalid,
-    /// `mode: notify`: never stamped.
-    Notify,
-    /// `mode: manual` without an approval of the pending config; `stale`:
-    /// the fingerprint an approval names instead.
-    Manual { stale: Option<String> },
-    /// Not every target has delivered its initial listing since this process
-    /// started (leading or not): an earlier wave sharing an input may not be
-    /// known yet, so no wave after the first is judged.
-    Listing,
-    /// An earlier wave sharing an input has not completed.
-    Wave {
-        waiting: WorkloadId,
-        wave: u32,
-        behind: Behind,
-    },
-    /// An earlier wave sharing an input failed its rollout.
-    Halted {
-        failed: WorkloadId,
-        wave: u32,
-        behind: Behind,
-    },
-    /// Outside the maintenance window; `opens` at the next opening.
-    Window {
-        window: Box<Window>,
-        opens: Option<Timestamp>,
-    },
-}
-
-impl Hold {
-    /// The `reason` label of `nudge_held_workloads`.
-    pub(super) fn reason(&self) -> &'static str {
-        match self {
-            Self::Invalid => "invalid",
-            Self::Notify => "notify",
-            Self::Manual { .. } => "manual",
-            Self::Listing | Self::Wave { .. } => "wave",
-            Self::Halted { .. } => "halted",
-            Self::Window { .. } => "window",
-        }
-    }
-
-    /// The Event it is reported with: `ConfigPending` when someone must act,
-    /// `ConfigWaiting` when time or an earlier wave releases it.
-    pub(super) fn event(&self) -> Reason {
-        match self {
-            Self::Invalid | Self::Notify | Self::Manual { .. } => Reason::ConfigPending,
-            Self::Listing | Self::Wave { .. } | Self::Halted { .. } | Self::Window { .. } => {
-                Reason::ConfigWaiting
-            }
-        }
-    }
-
-    /// Whether it is worth an Event: not a wait for the initial listing,
-    /// which normally ends within a second of a start and would otherwise
-    /// put one Event on every later-wave workload at every restart. It is
-    /// logged and counted (`nudge_held_workloads{reason="wave"}`), and `/ready`
-    /// names the watch that has not listed.
-    pub(super) fn announced(&self) -> bool {
-        !matches!(self, Self::Listing)
-    }
-
-    /// Whether an earlier wave holds it (re-evaluated when one moves).
-    fn by_wave(&self) -> bool {
-        matches!(self, Self::Wave { .. } | Self::Halted { .. })
-    }
-
-    /// The `ConfigPending` or `ConfigWaiting` note: which config waits, and
-    /// for what.
-    /// `approve_key` is `<prefix>/approve`.
-    pub(super) fn note(&self, pending: &str, approve_key: &str) -> String {
-        match self {
-            Self::Invalid => format!(
-                "config {pending} is held: a delivery annotation is invalid (see the InvalidAnnotation Event)"
-            ),
-            Self::Notify => {
-                format!(
-                    "config {pending} is pending: mode notify, nudge does not roll this workload"
-                )
-            }
-            Self::Manual { stale: None } => format!(
-                "config {pending} is pending approval: set {approve_key}: {pending} (or latest)"
-            ),
-            Self::Manual {
-                stale: Some(approved),
-            } => format!(
-                "config {pending} is pending approval: {approve_key} approves {approved}, which is not the pending config"
-            ),
-            Self::Listing => format!(
-                "config {pending} waits for the earlier waves: not every workload kind has been listed yet"
-            ),
-            Self::Wave { waiting, wave, .. } => format!(
-                "config {pending} waits for wave {wave}: {waiting} has not completed its rollout"
-            ),
-            Self::Halted { failed, wave, .. } => format!(
-                "config {pending} is held: wave {wave} halted, the rollout of {failed} failed; a newer change releases it"
-            ),
-            Self::Window { window, opens } => {
-                let opens = opens.map_or_else(
-                    || "no opening within a week".to_owned(),
-                    |at| format!("opens {}", window.in_zone(at)),
-                );
-                format!("config {pending} waits for the maintenance window \"{window}\": {opens}")
-            }
-        }
-    }
-}
-
-/// How an earlier-wave workload stands for the waves after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Progress {
-    /// In sync and its rollout complete (or a kind without rollout status).
-    Done,
-    /// Out of sync, being written, held, or rolling out.
-    Waiting,
-    /// In sync, and its rollout failed.
-    Failed,
-}
 
 /// One held workload: why, and the note last reported for it.
 #[derive(Debug)]
@@ -210,8 +82,8 @@ impl Plans {
         self.held.contains_key(id)
     }
 
-    /// Whether `id` may be stamped now; `neighbours`: the workloads sharing an
-    /// input with it, `progress` how each stands.
+    /// Whether `id` may be stamped now ([`delivery::gate`]); `neighbours`:
+    /// the workloads sharing an input with it, `progress` how each stands.
     pub(super) fn gate(
         &self,
         id: &WorkloadId,
@@ -220,67 +92,54 @@ impl Plans {
         neighbours: &[WorkloadId],
         progress: impl Fn(&WorkloadId) -> Progress,
     ) -> Option<Hold> {
-        let delivery = self.settings.get(id).map(Box::as_ref);
-        if let Some(delivery) = delivery {
-            if let Some(hold) = mode_hold(delivery, pending) {
-                return Some(hold);
-            }
-            if delivery.wave > 0 && !self.listed {
-                return Some(Hold::Listing);
-            }
-            if delivery.wave > 0
-                && let Some(hold) = self.wave_hold(delivery.wave, neighbours, progress)
-            {
-                return Some(hold);
-            }
-        }
-        let window = match delivery {
-            Some(delivery) => delivery.window.resolve(self.window.as_ref()),
-            None => self.window.as_ref(),
-        }?;
+        let default = Delivery::default();
+        let delivery = self.settings.get(id).map_or(&default, Box::as_ref);
+        let neighbours = Neighbours {
+            ids: neighbours,
+            wave: |other: &WorkloadId| self.wave(other),
+            progress,
+        };
         let at = self.clock.at(now);
-        let opens = window.next_opening(at);
-        (opens != Some(at)).then(|| Hold::Window {
-            window: Box::new(window.clone()),
-            opens,
-        })
-    }
-
-    /// A failed earlier wave halts; else one still in flight holds.
-    fn wave_hold(
-        &self,
-        wave: u32,
-        neighbours: &[WorkloadId],
-        progress: impl Fn(&WorkloadId) -> Progress,
-    ) -> Option<Hold> {
-        let behind: Behind = neighbours
-            .iter()
-            .filter(|other| self.wave(other) < wave)
-            .map(|other| (other.clone(), progress(other)))
-            .filter(|(_, p)| *p != Progress::Done)
-            .collect();
-        let failed = behind.iter().find(|(_, p)| *p == Progress::Failed);
-        if let Some((failed, _)) = failed {
-            return Some(Hold::Halted {
-                failed: failed.clone(),
-                wave: self.wave(failed),
-                behind,
-            });
-        }
-        let (waiting, _) = behind.first()?;
-        Some(Hold::Wave {
-            waiting: waiting.clone(),
-            wave: self.wave(waiting),
-            behind,
-        })
+        delivery::gate(
+            delivery,
+            self.window.as_ref(),
+            pending,
+            self.listed,
+            at,
+            neighbours,
+        )
     }
 
     /// Records `id` as held; returns the note when it is new (to report).
-    pub(super) fn hold(&mut self, id: &WorkloadId, hold: Hold, note: String) -> Option<String> {
+    fn hold(&mut self, id: &WorkloadId, hold: Hold, note: String) -> Option<String> {
         let unchanged = self.held.get(id).is_some_and(|held| held.note == note);
         let reported = (!unchanged).then(|| note.clone());
         self.held.insert(id.clone(), Held { hold, note });
         reported
+    }
+
+    /// Records `id` as held by `hold` of its `pending` config (`approve`:
+    /// `<prefix>/approve`, which the note names); the first time with this
+    /// note, logs it and (unless it is a wait for the listing) returns its
+    /// Event: `ConfigPending` when someone must act, `ConfigWaiting` when time
+    /// or an earlier wave releases it. `changed`: what the held config carries.
+    pub(super) fn report(
+        &mut self,
+        id: &WorkloadId,
+        hold: Hold,
+        (pending, approve): (&str, &str),
+        changed: Vec<Reference>,
+    ) -> Option<Notice> {
+        let event = if hold.needs_someone() {
+            Reason::ConfigPending
+        } else {
+            Reason::ConfigWaiting
+        };
+        let (reason, announced) = (hold.reason(), hold.announced());
+        let note = hold.note(pending, approve);
+        let note = self.hold(id, hold, note)?;
+        tracing::info!(workload = %id, reason, %note, "config pending");
+        announced.then(|| Notice::new(id.clone(), event, note).with_changed(changed))
     }
 
     /// `id` is no longer held (stamped, in sync, or forgotten).
@@ -308,7 +167,7 @@ impl Plans {
     }
 
     /// The workloads held until the initial listing completes.
-    fn held_for_listing(&self) -> Vec<WorkloadId> {
+    pub(super) fn held_for_listing(&self) -> Vec<WorkloadId> {
         self.held
             .iter()
             .filter(|(_, held)| held.hold == Hold::Listing)
@@ -365,7 +224,10 @@ impl Plans {
         }
         let count = |state| behind.values().filter(|p| **p == state).count();
         [
-            ("rolling", count(Progress::Waiting)),
+            (
+                "rolling",
+                count(Progress::NotStamped) + count(Progress::RollingOut),
+            ),
             ("halted", count(Progress::Failed)),
         ]
     }
@@ -374,209 +236,12 @@ impl Plans {
     pub(super) fn instant(&self, at: Timestamp, now: Instant) -> Instant {
         self.clock.instant(at, now)
     }
-
-    /// The wall-clock time of `now`.
-    pub(super) fn wall_time(&self, now: Instant) -> Timestamp {
-        self.clock.at(now)
-    }
-}
-
-/// The hold `mode` (and an invalid annotation) puts on `pending`, if any.
-fn mode_hold(delivery: &Delivery, pending: &str) -> Option<Hold> {
-    if delivery.invalid {
-        return Some(Hold::Invalid);
-    }
-    match (delivery.mode, &delivery.approve) {
-        (Mode::Auto, _) => None,
-        (Mode::Notify, _) => Some(Hold::Notify),
-        (Mode::Manual, Some(approval)) if approval.approves(pending) => None,
-        (Mode::Manual, Some(Approval::Fingerprint(approved))) => Some(Hold::Manual {
-            stale: Some(approved.clone()),
-        }),
-        (Mode::Manual, _) => Some(Hold::Manual { stale: None }),
-    }
-}
-
-// === impl Core ===
-
-impl Core {
-    /// Whether `id`'s rolling stamp (to `desired`) waits; when it does, the
-    /// hold is recorded, reported once per note, and a window's opening is
-    /// timed.
-    pub(super) fn held(
-        &mut self,
-        id: &WorkloadId,
-        desired: &DesiredStamp,
-        now: Instant,
-        out: &mut Vec<Effect>,
-    ) -> bool {
-        let pending = desired.pending_fingerprint();
-        let neighbours = if self.plans.wave(id) > 0 {
-            self.neighbours(id)
-        } else {
-            Vec::new()
-        };
-        let hold = self
-            .plans
-            .gate(id, &pending, now, &neighbours, |other| self.progress(other));
-        let Some(hold) = hold else {
-            self.plans.release(id);
-            return false;
-        };
-        if let Hold::Window {
-            opens: Some(at), ..
-        } = &hold
-        {
-            let delay = self.plans.instant(*at, now).saturating_duration_since(now);
-            self.touch(id.clone(), now, Some(delay));
-        }
-        let changed: Vec<Reference> = self
-            .records
-            .get(id)
-            .map(|record| record.pending.iter().cloned().collect())
-            .unwrap_or_default();
-        if let Hold::Halted { failed, .. } = &hold {
-            self.report_halt(failed, &changed, out);
-        }
-        let note = hold.note(&pending, &self.scheme.approve());
-        let (reason, event) = (hold.reason(), hold.event());
-        let announced = hold.announced();
-        if let Some(note) = self.plans.hold(id, hold, note) {
-            tracing::info!(workload = %id, reason, %note, "config pending");
-            if announced {
-                let notice = Notice::new(id.clone(), event, note).with_changed(changed);
-                self.publish(out, notice);
-            }
-        }
-        true
-    }
-
-    /// Every target has delivered its initial listing: the workloads held
-    /// for it are judged against the earlier waves now.
-    pub(super) fn on_listed(&mut self, now: Instant) {
-        self.plans.set_listed();
-        let waiting = self.plans.held_for_listing();
-        if waiting.is_empty() {
-            tracing::debug!("every workload kind listed");
-        } else {
-            tracing::info!(
-                waiting = waiting.len(),
-                "every workload kind listed: the later waves waiting for it are judged"
-            );
-        }
-        for id in waiting {
-            self.evaluate(&id, now);
-        }
-    }
-
-    /// The other workloads sharing an input with `id`.
-    fn neighbours(&self, id: &WorkloadId) -> Vec<WorkloadId> {
-        let Some(specs) = self.graph.specs(id) else {
-            return Vec::new();
-        };
-        let shared: BTreeSet<&WorkloadId> = specs
-            .iter()
-            .flat_map(|spec| &spec.inputs)
-            .flat_map(|input| self.graph.dependents(&input.tracked))
-            .filter(|other| *other != id)
-            .collect();
-        shared.into_iter().cloned().collect()
-    }
-
-    /// How `id` stands for the waves after it.
-    fn progress(&self, id: &WorkloadId) -> Progress {
-        let Some(record) = self.records.get(id) else {
-            return Progress::Done;
-        };
-        let writing = matches!(record.write, WriteState::InFlight(_));
-        if writing || self.plans.is_held(id) || self.rolls_pending(id) {
-            return Progress::Waiting;
-        }
-        let follow = record.follow.as_deref();
-        let recorded_failure = || {
-            history::recorded_failure(
-                &id.kind,
-                record.rollout,
-                record.last_failed,
-                follow.is_some(),
-            )
-        };
-        match record.rollout {
-            Rollout::Failed { .. } => Progress::Failed,
-            _ if follow.is_some_and(Follow::failed) => Progress::Failed,
-            // Ended failed and recorded (nudge's own deadline): still failed.
-            _ if recorded_failure() => Progress::Failed,
-            Rollout::InProgress => Progress::Waiting,
-            _ if follow.is_some_and(Follow::in_progress) => Progress::Waiting,
-            Rollout::Complete | Rollout::Unknown => Progress::Done,
-        }
-    }
-
-    /// Whether `id` has a change still to roll (its desired stamp changes its
-    /// pod template).
-    fn rolls_pending(&self, id: &WorkloadId) -> bool {
-        let (Some(record), Some(specs)) = (self.records.get(id), self.graph.specs(id)) else {
-            return false;
-        };
-        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-        let desired = stamp::desired(specs, &*store, self.engine.stamp_on_delete);
-        drop(store);
-        let current = record.current.to_workload();
-        let first_sight = first_sight_values(record, specs, self.engine.stamp_on_delete);
-        stamp::diff_since(&current, specs, &desired, &first_sight)
-            .is_some_and(|patch| stamp::changes_pod_template(&current, &patch))
-    }
-
-    /// One `WavesHalted` per failed workload and stamped config: it names
-    /// every later-wave workload it holds and the change they wait to carry.
-    fn report_halt(&mut self, failed: &WorkloadId, changed: &[Reference], out: &mut Vec<Effect>) {
-        let Some(specs) = self.graph.specs(failed) else {
-            return;
-        };
-        let store = self.store.read().unwrap_or_else(|e| e.into_inner());
-        let fingerprint =
-            stamp::desired(specs, &*store, self.engine.stamp_on_delete).pending_fingerprint();
-        drop(store);
-        if !self.plans.report_halt(failed, &fingerprint) {
-            return;
-        }
-        let wave = self.plans.wave(failed);
-        let held: Vec<String> = self
-            .neighbours(failed)
-            .into_iter()
-            .filter(|other| self.plans.wave(other) > wave && self.rolls_pending(other))
-            .map(|other| format!("{other} (wave {})", self.plans.wave(&other)))
-            .collect();
-        let refs: Vec<String> = changed.iter().map(ToString::to_string).collect();
-        let note = format!(
-            "the rollout of config {fingerprint} (wave {wave}) failed; {} changed; held: {}",
-            if refs.is_empty() {
-                "config".to_owned()
-            } else {
-                refs.join(", ")
-            },
-            held.join(", ")
-        );
-        tracing::warn!(workload = %failed, %note, "waves halted");
-        let notice =
-            Notice::new(failed.clone(), Reason::WavesHalted, note).with_changed(changed.to_vec());
-        self.publish(out, notice);
-    }
-
-    /// An earlier wave completed or failed: the workloads it held decide again.
-    pub(super) fn reevaluate_waves(&mut self, now: Instant) {
-        if !self.plans.has_waves() {
-            return;
-        }
-        for id in self.plans.held_by_waves() {
-            self.evaluate(&id, now);
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delivery::Behind;
 
     fn clock() -> WallClock {
         WallClock::anchored(Instant::now(), "2026-11-27T12:00:00Z".parse().unwrap())
@@ -586,158 +251,14 @@ mod tests {
         WorkloadId::new(crate::model::WorkloadKind::deployment(), "ns", name)
     }
 
-    fn delivery(f: impl FnOnce(&mut Delivery)) -> Delivery {
-        let mut delivery = Delivery::default();
-        f(&mut delivery);
-        delivery
-    }
-
-    #[test]
-    fn default_delivery_is_always_open() {
-        let plans = Plans::new(None, clock());
-        assert_eq!(
-            plans.gate(&id("a"), "sha256-x", Instant::now(), &[], |_| {
-                Progress::Failed
-            }),
-            None
-        );
-    }
-
-    #[test]
-    fn manual_opens_for_the_approved_fingerprint_only() {
-        let mut plans = Plans::new(None, clock());
-        let a = id("a");
-        let approve = |approval: Option<Approval>| {
-            delivery(|d| {
-                d.mode = Mode::Manual;
-                d.approve = approval;
-            })
-        };
-        plans.set(&a, approve(None));
-        let gate = |plans: &Plans| {
-            plans.gate(&a, "sha256-aaaaaaaaaaaa", Instant::now(), &[], |_| {
-                Progress::Done
-            })
-        };
-        assert_eq!(gate(&plans), Some(Hold::Manual { stale: None }));
-        plans.set(
-            &a,
-            approve(Some(Approval::Fingerprint("sha256-bbbbbbbbbbbb".into()))),
-        );
-        assert_eq!(
-            gate(&plans),
-            Some(Hold::Manual {
-                stale: Some("sha256-bbbbbbbbbbbb".into())
-            })
-        );
-        plans.set(
-            &a,
-            approve(Some(Approval::Fingerprint("sha256-aaaaaaaaaaaa".into()))),
-        );
-        assert_eq!(gate(&plans), None);
-        plans.set(&a, approve(Some(Approval::Latest)));
-        assert_eq!(gate(&plans), None);
-    }
-
-    #[test]
-    fn a_failed_earlier_wave_halts_before_a_waiting_one_holds() {
-        let mut plans = Plans::new(None, clock());
-        plans.set_listed();
-        let (first, second, third) = (id("first"), id("second"), id("third"));
-        plans.set(&second, delivery(|d| d.wave = 1));
-        plans.set(&third, delivery(|d| d.wave = 2));
-        let all = [first.clone(), second.clone(), third.clone()];
-        let progress = |waiting: &WorkloadId, failed: Option<&WorkloadId>| {
-            let waiting = waiting.clone();
-            let failed = failed.cloned();
-            move |other: &WorkloadId| {
-                if Some(other) == failed.as_ref() {
-                    Progress::Failed
-                } else if *other == waiting {
-                    Progress::Waiting
-                } else {
-                    Progress::Done
-                }
-            }
-        };
-        let now = Instant::now();
-        assert_eq!(
-            plans.gate(&third, "f", now, &all, progress(&second, None)),
-            Some(Hold::Wave {
-                waiting: second.clone(),
-                wave: 1,
-                behind: vec![(second.clone(), Progress::Waiting)],
-            })
-        );
-        assert_eq!(
-            plans.gate(&third, "f", now, &all, progress(&second, Some(&first))),
-            Some(Hold::Halted {
-                failed: first.clone(),
-                wave: 0,
-                behind: vec![
-                    (first.clone(), Progress::Failed),
-                    (second.clone(), Progress::Waiting)
-                ],
-            })
-        );
-        // A later wave never holds an earlier one.
-        assert_eq!(
-            plans.gate(&second, "f", now, &all, progress(&third, None)),
-            None
-        );
-        assert_eq!(
-            plans.gate(&first, "f", now, &all, progress(&second, None)),
-            None
-        );
-    }
-
-    #[test]
-    fn until_every_kind_is_listed_only_later_waves_wait_and_quietly() {
-        let mut plans = Plans::new(None, clock());
-        let (first, second) = (id("first"), id("second"));
-        plans.set(&second, delivery(|d| d.wave = 1));
-        let all = [first.clone(), second.clone()];
-        let now = Instant::now();
-        let held = plans.gate(&second, "f", now, &all, |_| Progress::Done);
-        assert_eq!(held, Some(Hold::Listing));
-        assert_eq!(held.as_ref().map(Hold::reason), Some("wave"));
-        assert!(!held.is_some_and(|h| h.announced()), "no Event");
-        assert_eq!(plans.gate(&first, "f", now, &all, |_| Progress::Done), None);
-        plans.set_listed();
-        assert_eq!(
-            plans.gate(&second, "f", now, &all, |_| Progress::Done),
-            None
-        );
-    }
-
-    #[test]
-    fn the_engine_window_applies_unless_the_workload_opts_out() {
-        let window: Window = "Mon-Fri 22:00-06:00 UTC".parse().unwrap();
-        let mut plans = Plans::new(Some(window), clock());
-        let a = id("a");
-        let held = plans.gate(&a, "f", Instant::now(), &[], |_| Progress::Done);
-        let Some(Hold::Window { opens, .. }) = held else {
-            panic!("{held:?}");
-        };
-        assert_eq!(opens, Some("2026-11-27T22:00:00Z".parse().unwrap()));
-        plans.set(
-            &a,
-            delivery(|d| d.window = crate::annotations::WindowChoice::Always),
-        );
-        assert_eq!(
-            plans.gate(&a, "f", Instant::now(), &[], |_| Progress::Done),
-            None
-        );
-    }
-
     #[test]
     fn each_rollout_later_waves_wait_behind_is_counted_once() {
         let mut plans = Plans::new(None, clock());
         let (canary, slow, eu, us) = (id("canary"), id("slow"), id("eu"), id("us"));
-        let rolling = vec![(slow.clone(), Progress::Waiting)];
+        let rolling = vec![(slow.clone(), Progress::RollingOut)];
         let halted = vec![
             (canary.clone(), Progress::Failed),
-            (slow.clone(), Progress::Waiting),
+            (slow.clone(), Progress::RollingOut),
         ];
         let wave = |behind: &Behind| Hold::Wave {
             waiting: slow.clone(),

@@ -654,7 +654,7 @@ fn recorded_history(effects: &[Effect]) -> String {
             _ => None,
         })
         .expect("an outcome to record");
-    crate::stamp::history::recorded(None, conclusion.revision.clone(), 10)
+    crate::outcome::history::recorded(None, conclusion.revision.clone(), 10)
 }
 
 #[test]

@@ -12,15 +12,15 @@
 //! could reveal a Secret (an unkeyed digest of its content, as Reloader's and
 //! Wave's formats are) is kept as [`SECRET_VALUE`].
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::errors::excerpt;
-use crate::model::{Rollout, WorkloadKind};
+use crate::fingerprint::ObjectKind;
+use crate::model::{Output, Reference, Rollout, StampSpec, Workload, WorkloadKind};
+use crate::stamp::StampPatch;
 
-/// The annotation naming the rollout in flight.
-pub const ROLLOUT: &str = "rollout";
-/// The annotation holding the config history.
-pub const HISTORY: &str = "history";
 /// What is kept of a value that could reveal a Secret's content.
 pub const SECRET_VALUE: &str = "(secret)";
 /// Characters kept of a value: `sha256-` and 12 hex digits.
@@ -141,6 +141,44 @@ impl Revision {
         }
     }
 
+    /// The revision a rolling stamp starts: number `number`, the changes in
+    /// `changed` with who made them (`change`), and each value `patch`
+    /// changes (before, from `current`; after), kept as [`kept_value`] keeps
+    /// them.
+    pub(crate) fn started(
+        number: u32,
+        changed: &BTreeSet<Reference>,
+        change: impl Fn(&Reference) -> Change,
+        current: &Workload,
+        specs: &[StampSpec],
+        patch: &StampPatch,
+    ) -> Self {
+        let stamp = patch
+            .changed
+            .iter()
+            .filter_map(|output| {
+                let after = value_after(patch, output)?;
+                let secret = reads_a_secret(specs, output);
+                let before = crate::stamp::current(current, output);
+                Some(ValueChange {
+                    key: output.key().to_owned(),
+                    before: before.map(|v| kept_value(&v, secret)),
+                    after: kept_value(after, secret),
+                })
+            })
+            .collect();
+        Self {
+            revision: number,
+            changed: changed.iter().map(change).collect(),
+            stamp,
+            outcome: None,
+            reason: None,
+            ended: None,
+            seconds: None,
+            superseded: Vec::new(),
+        }
+    }
+
     /// `nudge.dev/config-hash sha256-ab12… → sha256-cd34…`, per value.
     pub fn values_text(&self) -> String {
         let shown: Vec<String> = self
@@ -179,6 +217,32 @@ impl std::fmt::Display for Change {
         }
         Ok(())
     }
+}
+
+/// The value `patch` writes for `output`: kept under where it is written,
+/// which for an output that adopts or keeps its state on the workload
+/// ([`Output::Adopted`], [`Output::ReloaderSource`]) is not the output itself.
+fn value_after<'a>(patch: &'a StampPatch, output: &Output) -> Option<&'a String> {
+    patch.values.get(output).or_else(|| {
+        let key = output.key().to_owned();
+        [
+            Output::PodTemplateAndWorkloadAnnotation(key.clone()),
+            Output::WorkloadAnnotation(key),
+        ]
+        .iter()
+        .find_map(|resolved| patch.values.get(resolved))
+    })
+}
+
+/// Whether Secret content goes into `output`.
+fn reads_a_secret(specs: &[StampSpec], output: &Output) -> bool {
+    specs
+        .iter()
+        .filter(|spec| spec.output == *output)
+        .flat_map(|spec| &spec.inputs)
+        .any(|input| {
+            ObjectKind::of_source(&input.tracked.reference.source) == Some(ObjectKind::Secret)
+        })
 }
 
 /// A value as history keeps it: shortened, or [`SECRET_VALUE`] when it is not

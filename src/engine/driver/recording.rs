@@ -1,0 +1,145 @@
+//! Publishing and recording how a rollout nudge started ended (design §5c):
+//! the driver's I/O around the pure [`crate::outcome`].
+//!
+//! For each [`Conclusion`] of the core, one task: read the workload, and unless
+//! its history already records the outcome (another replica did), publish the
+//! `RolloutComplete` / `RolloutFailed` Event (and so the notification), then
+//! record the revision in `<prefix>/history` and remove `<prefix>/rollout` in
+//! one merge patch guarded by the resourceVersion read. Publishing comes first:
+//! a crash in between publishes once more after a failover, never zero times.
+//!
+//! The core keeps only a rollout's number and how it ended; what the revision
+//! carried (the changes, who made them, the values) is read from the marker
+//! read here. When the marker no longer names the revision (someone removed
+//! it, or a newer stamp replaced it before the outcome was recorded), the
+//! outcome is still published and recorded, saying that its changes are not
+//! known, and the history records it without them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::annotations::AnnotationScheme;
+use crate::events::{Notice, Reason};
+use crate::model::Workload;
+use crate::outcome::history::{self, Outcome, Revision};
+use crate::outcome::{Conclusion, ReadBack};
+use crate::targets::{Target, TargetError};
+
+/// Attempts at recording one outcome when the workload keeps moving.
+const ATTEMPTS: usize = 5;
+
+/// Where outcomes are kept on workloads.
+#[derive(Debug, Clone)]
+pub(super) struct Recording {
+    /// `<prefix>/rollout`.
+    pub(super) rollout_key: String,
+    /// `<prefix>/history`.
+    pub(super) history_key: String,
+    /// Revisions kept.
+    pub(super) limit: usize,
+}
+
+impl Recording {
+    /// Under `scheme`'s names, keeping `limit` revisions.
+    pub(super) fn new(scheme: &AnnotationScheme, limit: usize) -> Self {
+        Self {
+            rollout_key: scheme.rollout(),
+            history_key: scheme.history(),
+            limit,
+        }
+    }
+}
+
+/// Publishes `conclusion` (through `publish`) and records it on the workload.
+pub(super) async fn record(
+    target: Arc<dyn Target>,
+    conclusion: Conclusion,
+    recording: Recording,
+    publish: impl Fn(Notice),
+) {
+    let id = conclusion.workload.clone();
+    let mut published = false;
+    for _ in 0..ATTEMPTS {
+        let workload = match target.get(&id).await {
+            Ok(Some(workload)) => workload,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(workload = %id, %error, "cannot read the workload to record a rollout's outcome");
+                continue;
+            }
+        };
+        let history = workload.annotations.get(&recording.history_key);
+        if history::has_outcome(history.map(String::as_str), conclusion.revision.revision) {
+            return;
+        }
+        let marker = workload.annotations.get(&recording.rollout_key);
+        let read = conclusion.clone().read_back(marker.map(String::as_str));
+        if !read.known {
+            tracing::warn!(workload = %id, revision = read.conclusion.revision.revision, "the rollout marker no longer names the revision; its outcome is recorded without its changes");
+        }
+        if !published {
+            let past = history::parse_history(history.map(String::as_str));
+            publish(notice(&read, history::last_good(&past)));
+            published = true;
+        }
+        let revision = &read.conclusion.revision;
+        match write(&*target, &workload, revision, &recording).await {
+            Ok(_) => return,
+            Err(TargetError::Conflict { .. }) => continue,
+            Err(error) => {
+                tracing::warn!(workload = %id, %error, "cannot record a rollout's outcome in the workload's history");
+                return;
+            }
+        }
+    }
+    tracing::warn!(workload = %id, "the workload kept changing; its rollout's outcome is not recorded");
+}
+
+/// One merge patch: the revision into the history, the marker out (when it
+/// still names this revision: a newer stamp may have replaced it).
+async fn write(
+    target: &dyn Target,
+    workload: &Workload,
+    revision: &Revision,
+    recording: &Recording,
+) -> Result<bool, TargetError> {
+    let mut ended = revision.clone();
+    // The core dates what it concludes; this is for a revision it did not.
+    ended
+        .ended
+        .get_or_insert_with(|| Timestamp::now().to_string());
+    let history = workload
+        .annotations
+        .get(&recording.history_key)
+        .map(String::as_str);
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        recording.history_key.clone(),
+        Some(history::recorded(history, ended, recording.limit)),
+    );
+    let marker = workload
+        .annotations
+        .get(&recording.rollout_key)
+        .and_then(|m| Revision::parse(m));
+    if marker.is_some_and(|m| m.revision == revision.revision) {
+        annotations.insert(recording.rollout_key.clone(), None);
+    }
+    target.annotate(workload, &annotations).await
+}
+
+/// The Event of an outcome, as read back from the workload's marker.
+pub(super) fn notice(read: &ReadBack, last_good: Option<&Revision>) -> Notice {
+    let conclusion = &read.conclusion;
+    let reason = match conclusion.revision.outcome.unwrap_or(Outcome::Complete) {
+        Outcome::Complete => Reason::RolloutComplete,
+        Outcome::Failed => Reason::RolloutFailed,
+        Outcome::Superseded => Reason::RolloutSuperseded,
+    };
+    let notice = Notice::new(conclusion.workload.clone(), reason, read.note(last_good));
+    match &conclusion.related {
+        Some(related) => notice.with_changed(vec![related.clone()]),
+        None => notice,
+    }
+}
