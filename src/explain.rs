@@ -747,6 +747,7 @@ fn output_kind(output: &Output) -> &'static str {
         Output::SchedulingGate(_) => "scheduling gate",
         Output::WaveSchedulingDisabled => "Wave scheduler",
         Output::ReloaderPause => "Reloader's pause",
+        Output::Snapshots(_) => "snapshot",
     }
 }
 

@@ -439,6 +439,7 @@ pub fn workload(u: &mut Unstructured<'_>, prefix: &str) -> Result<Workload> {
         rollout,
         ordered_pods: u.arbitrary()?,
         resource_version: None,
+        uid: None,
         controller: None,
     })
 }

@@ -12,6 +12,7 @@ use super::{AnnotationError, AnnotationScheme, Dependencies};
 use crate::discovery::{Discovered, DiscoveredObject};
 use crate::fingerprint::ObjectKind;
 use crate::model::{Combine, Output, PodSpecRule, Reference, SourceCatalog, SourceName, Workload};
+use crate::snapshot::TemplateSnapshot;
 
 pub(super) struct Parser<'a> {
     pub(super) workload: &'a Workload,
@@ -25,6 +26,9 @@ pub(super) struct Parser<'a> {
     pub(super) wave: bool,
     /// The snapshot annotations, decided on in `finish`.
     pub(super) snapshot: SnapshotAnnotations,
+    /// The template's snapshot, when it names copies (design §5e): discovery
+    /// counts each copy as the object it copies.
+    pub(super) copies: Option<TemplateSnapshot>,
 }
 
 pub(super) type Annotations<'a> = BTreeMap<&'a str, &'a str>;
@@ -54,6 +58,12 @@ impl<'a> Parser<'a> {
             gate_choice: None,
             wave: false,
             snapshot: SnapshotAnnotations::default(),
+            copies: workload
+                .template_annotations()
+                .contains_key(&scheme.snapshots())
+                .then(|| {
+                    TemplateSnapshot::read(&workload.id, &workload.template, &scheme.snapshots())
+                }),
         }
     }
 
@@ -120,13 +130,20 @@ impl<'a> Parser<'a> {
         &self.workload.id.namespace
     }
 
+    /// What `rules` find in the pod template, each snapshot copy counted as
+    /// the object it copies.
     pub(super) fn discover(&self, rules: fn(&PodSpec) -> Vec<Discovered>) -> Vec<Discovered> {
-        self.workload
+        let found = self
+            .workload
             .template
             .spec
             .as_ref()
             .map(rules)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match &self.copies {
+            Some(copies) => copies.map_back(found),
+            None => found,
+        }
     }
 
     /// The objects a source's pod-spec rule finds in the pod template.

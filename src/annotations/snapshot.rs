@@ -2,10 +2,15 @@
 //! workload takes snapshots, with `engine.snapshots`) and `<prefix>/rollback-to`
 //! (the config revision whose snapshot its pod template is held at).
 
+use std::collections::BTreeSet;
+
 use super::AnnotationError;
 use super::grammar::{excerpt, parse_bool};
 use super::parser::Parser;
 use super::scheme::ROLLBACK_TO;
+use crate::discovery;
+use crate::fingerprint::{Algorithm, ObjectKind};
+use crate::model::{Combine, Input, Name, Origin, Output, Reference, StampSpec, Tracked};
 use crate::snapshot::SnapshotMode;
 
 /// What a workload's annotations say about snapshots.
@@ -70,6 +75,64 @@ impl Parser<'_> {
             wanted,
             rollback_to: rollback_to.filter(|_| wanted).map(|(_, revision)| revision),
         };
+        let names_copies = self
+            .copies
+            .as_ref()
+            .is_some_and(|c| !c.claimed().is_empty());
+        if wanted || names_copies {
+            let spec = self.snapshot_spec(wanted);
+            self.deps.stamps.push(spec);
+        }
+    }
+
+    /// The snapshot output (design §5e): the objects the pod template
+    /// references (copies counted as what they copy) that the workload's
+    /// other outputs track, each with the keys the template uses. A workload
+    /// that takes no snapshots but whose template names copies gets one
+    /// with no input: its value copies nothing, and the next write points
+    /// the template back at the live objects.
+    fn snapshot_spec(&self, wanted: bool) -> StampSpec {
+        let namespace = self.namespace();
+        let tracked: BTreeSet<(ObjectKind, &Name)> = self
+            .deps
+            .stamps
+            .iter()
+            .flat_map(|spec| &spec.inputs)
+            .map(|input| &input.tracked.reference)
+            .filter(|reference| reference.namespace.as_deref() == Some(namespace))
+            .filter_map(|reference| {
+                ObjectKind::of_source(&reference.source).map(|kind| (kind, &reference.name))
+            })
+            .collect();
+        let mut inputs = Vec::new();
+        let mut origins = Vec::new();
+        let found = if wanted {
+            self.discover(discovery::native)
+        } else {
+            Vec::new()
+        };
+        for object in found {
+            if !tracked.contains(&(object.kind, &Name::from(object.name.as_str()))) {
+                continue;
+            }
+            let reference =
+                Reference::object(object.kind.source(), namespace, object.name.as_str())
+                    .with_keys(object.keys);
+            for origin in object.origins {
+                origins.push((reference.clone(), Origin::Discovered(origin)));
+            }
+            inputs.push(Input {
+                tracked: Tracked::new(reference, Algorithm::Native),
+                optional: object.optional,
+            });
+        }
+        inputs.sort();
+        StampSpec {
+            output: Output::Snapshots(self.scheme.snapshots()),
+            combine: Combine::Snapshot,
+            inputs,
+            origins,
+        }
     }
 
     fn unsupported(&mut self, key: &str, value: &str, instead: &'static str) {

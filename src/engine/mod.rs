@@ -38,6 +38,7 @@ pub use metrics::{EngineMetrics, StampResult};
 
 use crate::annotations::AnnotationScheme;
 use crate::config::EngineConfig;
+use crate::copies::Copier;
 use crate::events::{EventSink, NoEvents};
 use crate::fingerprint::{FingerprintKey, Observation};
 use crate::health::{Readiness, WatchHealth};
@@ -79,6 +80,8 @@ pub struct Engine {
     health: WatchHealth,
     leadership: Option<watch::Receiver<bool>>,
     namespaces: Option<NamespaceFeed>,
+    /// Makes and prunes snapshot copies (design §5e); `None` with snapshots off.
+    copier: Option<Copier>,
 }
 
 impl Engine {
@@ -97,6 +100,7 @@ impl Engine {
             health: WatchHealth::default(),
             leadership: None,
             namespaces: None,
+            copier: None,
         }
     }
 
@@ -133,6 +137,13 @@ impl Engine {
     /// feed's first item.
     pub fn with_namespace_feed(mut self, feed: NamespaceFeed) -> Self {
         self.namespaces = Some(feed);
+        self
+    }
+
+    /// Makes snapshot copies before the stamps that name them, and prunes
+    /// them (design §5e): with snapshots on.
+    pub fn with_copier(mut self, copier: Copier) -> Self {
+        self.copier = Some(copier);
         self
     }
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{Config, ConfigError, TargetConfig};
+use crate::copies::Copier;
 use crate::engine::{Engine, EngineError};
 use crate::events::notify::{Notifier, NotifyError, NotifySettings, NotifyWorker};
 use crate::events::{EventSink, FanOut, KubeEvents};
@@ -631,10 +632,24 @@ impl Controller {
             KubeEvents::new(client.clone(), instance).with_source_kinds(&sources.kubernetes),
             notifier,
         );
+        let snapshots = engine_config.snapshots != crate::config::SnapshotMode::Off;
+        let gauge = snapshots.then(|| (client.clone(), scope.clone(), scheme.snapshot_names()));
+        let copier = snapshots.then(|| {
+            Copier::new(
+                client.clone(),
+                key.clone(),
+                scheme.snapshot_names(),
+                kubernetes.field_manager.clone(),
+                metrics.snapshots(),
+            )
+        });
         let mut engine = Engine::new(engine_config, scheme.clone(), key)
             .with_events(events)
             .with_metrics(metrics.engine())
             .with_health(readiness.clone(), metrics.watches());
+        if let Some(copier) = copier {
+            engine = engine.with_copier(copier);
+        }
         let sources =
             crate::sources::builtin(&client, source_settings, &sources, &metrics.consul())?;
         for source in sources.into_iter().chain(custom_sources) {
@@ -696,6 +711,7 @@ impl Controller {
         };
         // Spawned last, so that no start-up error above leaves it behind; joined
         // below (it stops once the engine is gone, or shortly after shutdown).
+        let gauge_task = copy_gauge(gauge, &metrics, &shutdown);
         let notify_task = notify_worker.map(|worker| {
             tokio::spawn(
                 worker
@@ -707,6 +723,9 @@ impl Controller {
         if let Some(notify) = notify_task {
             let _ = notify.await;
         }
+        if let Some(gauge) = gauge_task {
+            let _ = gauge.await;
+        }
         if let Some(election) = election {
             // Returns once it has released the lease (when it led).
             let _ = election.await;
@@ -716,6 +735,21 @@ impl Controller {
         }
         Ok(result?)
     }
+}
+
+/// With snapshots on, the watch keeping the gauges of copies kept
+/// (`gauge`: its client, scope and the names of copies), stopped at
+/// `shutdown`.
+fn copy_gauge(
+    gauge: Option<(kube::Client, NamespaceScope, crate::snapshot::SnapshotNames)>,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let (client, scope, names) = gauge?;
+    let run = crate::copies::run_gauge(client, scope, names, metrics.snapshots(), shutdown.clone());
+    Some(tokio::spawn(
+        run.instrument(tracing::info_span!("snapshot copies")),
+    ))
 }
 
 /// The notifier `[notify]` asks for, if any.

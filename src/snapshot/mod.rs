@@ -92,6 +92,10 @@ pub enum SnapshotMode {
     All,
 }
 
+/// The value of a snapshot that copies nothing: what a template without
+/// `<prefix>/snapshots` holds.
+pub const NO_SNAPSHOT: &str = "{}";
+
 /// The label every tool reads for "who manages this object".
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
@@ -226,7 +230,7 @@ impl Snapshot {
     }
 
     /// The annotation value: a compact JSON object, keys in byte order, so
-    /// that equal snapshots are equal text. `{}` when empty.
+    /// that equal snapshots are equal text. [`NO_SNAPSHOT`] when empty.
     pub fn to_annotation(&self) -> String {
         let entries: BTreeMap<String, &str> = self
             .0

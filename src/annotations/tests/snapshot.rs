@@ -1,6 +1,7 @@
 //! The snapshot annotations (design §5e): `snapshot` and `rollback-to`.
 
 use super::*;
+use crate::model::KeySelection;
 use crate::snapshot::SnapshotMode;
 
 fn parse_with(mode: SnapshotMode, workload: &Workload) -> Dependencies {
@@ -114,5 +115,75 @@ fn the_snapshot_nudge_writes_on_the_template_is_reserved() {
         mk_auto_pod(),
     );
     let deps = parse_with(SnapshotMode::All, &workload);
+    assert!(deps.errors.is_empty(), "{:?}", deps.errors);
+}
+
+fn snapshot_spec(deps: &Dependencies) -> Option<&StampSpec> {
+    deps.stamps
+        .iter()
+        .find(|s| matches!(s.output, Output::Snapshots(_)))
+}
+
+#[test]
+fn a_snapshotting_workload_copies_what_its_outputs_track_with_the_keys_its_template_uses() {
+    let deps = parse_with(SnapshotMode::All, &auto_with(&[]));
+    let spec = snapshot_spec(&deps).expect("a snapshot output");
+    assert_eq!(spec.output, Output::Snapshots("nudge.dev/snapshots".into()));
+    assert_eq!(spec.combine, Combine::Snapshot);
+    assert_eq!(
+        inputs(spec),
+        inputs(stamp(&deps, "nudge.dev/config-hash")),
+        "auto's own items: nothing more is tracked"
+    );
+    // What an explicit reference names is copied when the template uses it;
+    // what no output tracks stays live.
+    let explicit = mk_workload(
+        &[
+            ("nudge.dev/configmap-app", "app"),
+            ("nudge.dev/snapshot", "true"),
+        ],
+        &[],
+        mk_auto_pod(),
+    );
+    let deps = parse_with(SnapshotMode::OptIn, &explicit);
+    let spec = snapshot_spec(&deps).expect("a snapshot output");
+    assert_eq!(inputs(spec), ["configmap/shop/app[a.yaml] (native)"]);
+    // Not taking snapshots, and never having taken any: no output.
+    let deps = parse_with(SnapshotMode::OptIn, &auto_with(&[]));
+    assert!(snapshot_spec(&deps).is_none());
+}
+
+#[test]
+fn copies_the_template_names_count_as_the_objects_they_copy() {
+    use crate::snapshot::{Snapshot, SnapshotKey, copy_name};
+    let id = WorkloadId::new(WorkloadKind::deployment(), NS, "web");
+    let key = SnapshotKey::new(
+        crate::fingerprint::ObjectKind::ConfigMap,
+        "app",
+        KeySelection::Only(["a.yaml".to_owned()].into()),
+    );
+    let copy = copy_name(&id, &key, "sha256-aa");
+    let mut snapshot = Snapshot::new();
+    snapshot.insert(key, "sha256-aa");
+    let mut pod = mk_auto_pod();
+    pod.volumes.as_mut().unwrap()[0] = mk_cm_volume(&copy, &["a.yaml"]);
+    let annotation = snapshot.to_annotation();
+    let copied = mk_workload(
+        &[("nudge.dev/auto", "true")],
+        &[("nudge.dev/snapshots", &annotation)],
+        pod,
+    );
+    let deps = parse_with(SnapshotMode::All, &copied);
+    let hash = inputs(stamp(&deps, "nudge.dev/config-hash"));
+    assert!(
+        hash.contains(&"configmap/shop/app[a.yaml] (native)".to_owned()),
+        "{hash:?}"
+    );
+    assert!(!hash.iter().any(|i| i.contains(&copy)), "{hash:?}");
+
+    // Snapshots turned off: an output with no input, to point it back.
+    let deps = parse_with(SnapshotMode::Off, &copied);
+    let spec = snapshot_spec(&deps).expect("a snapshot output to undo");
+    assert!(spec.inputs.is_empty());
     assert!(deps.errors.is_empty(), "{:?}", deps.errors);
 }

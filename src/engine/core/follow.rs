@@ -574,6 +574,7 @@ impl Following {
             ended: Some(self.clock.at(now).to_string()),
             seconds: Some(took.as_secs()),
             superseded: Vec::new(),
+            snapshot: Default::default(),
         };
         follow.ended = Some(Box::new(revision.clone()));
         if let Some(at) = follow.deadline.take() {
