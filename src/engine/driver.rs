@@ -2,7 +2,7 @@
 //! [`Core`] its inputs with the current time, and performs the effects. It makes
 //! no decisions of its own.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,6 +125,7 @@ impl Driver {
     /// publisher, then seals readiness.
     fn start(engine: Engine, shutdown: &CancellationToken) -> Result<(Self, Feeds), EngineError> {
         let catalog = engine.catalog();
+        let snapshot_kinds = engine.snapshot_kinds();
         let Engine {
             config,
             scheme,
@@ -141,7 +142,7 @@ impl Driver {
             copier,
         } = engine;
         let recording = recording::Recording::new(&scheme, config.history_limit, copier.clone());
-        let snapshot_kinds = snapshot_kinds(&targets);
+
         let settings = CoreSettings {
             engine: config,
             scheme,
@@ -430,15 +431,6 @@ impl Driver {
             tasks.shutdown().await;
         }
     }
-}
-
-/// The kinds whose target takes snapshots (design §5e).
-fn snapshot_kinds(targets: &BTreeMap<WorkloadKind, Arc<dyn Target>>) -> BTreeSet<WorkloadKind> {
-    targets
-        .iter()
-        .filter(|(_, target)| target.takes_snapshots())
-        .map(|(kind, _)| kind.clone())
-        .collect()
 }
 
 /// Starts every target, each with its own readiness.

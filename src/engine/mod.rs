@@ -175,6 +175,16 @@ impl Engine {
         self.targets.keys().cloned().collect()
     }
 
+    /// The kinds whose target takes snapshots (design §5e): only their
+    /// workloads do.
+    pub fn snapshot_kinds(&self) -> BTreeSet<WorkloadKind> {
+        self.targets
+            .iter()
+            .filter(|(_, target)| target.takes_snapshots())
+            .map(|(kind, _)| kind.clone())
+            .collect()
+    }
+
     /// Reads inputs through the registered sources (for the webhook).
     pub fn reader(&self) -> Arc<dyn InputReader> {
         Arc::new(SourceReader::new(

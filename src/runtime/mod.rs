@@ -796,6 +796,7 @@ fn webhook_parts(engine: &Engine) -> AdmissionParts {
         kinds: engine.kinds(),
         fingerprints: engine.fingerprints(),
         reader: engine.reader(),
+        snapshot_kinds: engine.snapshot_kinds(),
     }
 }
 

@@ -491,3 +491,124 @@ async fn a_copy_a_quota_has_no_room_for_is_refused_and_says_why() {
             .is_none()
     );
 }
+
+// === nudge taking snapshots ===
+
+/// nudge's configuration for a test, with snapshots for workloads that ask.
+fn snapshot_config(cluster: &TestCluster) -> nudge::config::Config {
+    let mut config = cluster.nudge_config();
+    config.engine.snapshots = nudge::config::SnapshotMode::OptIn;
+    config
+}
+
+/// A Deployment `name` with `annotations`, scaled to zero (its rollouts
+/// complete on a cluster without nodes), mounting ConfigMap `app-config` and
+/// taking Secret `db` whole as environment variables.
+async fn snapshot_deployment(cluster: &TestCluster, name: &str, annotations: &[(&str, &str)]) {
+    let mut meta = serde_json::Map::new();
+    for (key, value) in annotations {
+        meta.insert((*key).to_owned(), json!(value));
+    }
+    let body = json!({
+        "metadata": {"name": name, "annotations": meta},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "app", "image": "busybox",
+                        "envFrom": [{"secretRef": {"name": "db"}}],
+                        "volumeMounts": [{"name": "config", "mountPath": "/etc/config"}]}],
+                    "volumes": [{"name": "config", "configMap": {"name": "app-config"}}],
+                },
+            },
+        },
+    });
+    let deployment: Deployment = serde_json::from_value(body).unwrap();
+    cluster
+        .api::<Deployment>()
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+}
+
+/// The ConfigMap and the Secret the Deployment's template names.
+async fn named(cluster: &TestCluster, name: &str) -> (String, String) {
+    let workload = cluster.workload("Deployment", name).await;
+    let spec = &workload["spec"]["template"]["spec"];
+    let config_map = spec["volumes"][0]["configMap"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let secret = spec["containers"][0]["envFrom"][0]["secretRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (config_map, secret)
+}
+
+/// Waits until the Deployment's template names copies other than `before`'s.
+async fn wait_for_copies(
+    cluster: &TestCluster,
+    name: &str,
+    before: &(String, String),
+) -> (String, String) {
+    wait_for(&format!("{name} to name new copies"), WAIT, || async {
+        let now = named(cluster, name).await;
+        let copies = now.0 != "app-config" && now.1 != "db";
+        (copies && now != *before).then_some(now)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_snapshotting_workload_mounts_copies_of_each_revisions_config() {
+    let cluster = TestCluster::start("snap-e2e").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
+    )
+    .await;
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+
+    let live = ("app-config".to_owned(), "db".to_owned());
+    let first = wait_for_copies(&cluster, "web", &live).await;
+    let copy = cluster.api::<ConfigMap>().get(&first.0).await.unwrap();
+    assert_eq!(copy.data.unwrap()["level"], "debug");
+    assert_eq!(copy.immutable, Some(true));
+    let secret = cluster.api::<Secret>().get(&first.1).await.unwrap();
+    assert_eq!(secret.data.unwrap()["password"].0, b"hunter2");
+    let annotations = cluster.template_annotations("Deployment", "web").await;
+    let snapshot = &annotations["nudge.dev/snapshots"];
+    assert!(
+        snapshot.contains("configmap/app-config") && snapshot.contains("secret/db"),
+        "{snapshot}"
+    );
+    assert!(!snapshot.contains("hunter2"));
+
+    // A change: a copy of the new content, the Secret's copy kept.
+    cluster
+        .put_configmap("app-config", &[("level", "info")])
+        .await;
+    let second = wait_for_copies(&cluster, "web", &first).await;
+    assert_ne!(second.0, first.0);
+    assert_eq!(second.1, first.1, "the Secret did not change");
+    let copy = cluster.api::<ConfigMap>().get(&second.0).await.unwrap();
+    assert_eq!(copy.data.unwrap()["level"], "info");
+    // The first revision's copy stays for a rollback.
+    assert!(
+        cluster
+            .api::<ConfigMap>()
+            .get_opt(&first.0)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    nudge.stop().await;
+}
