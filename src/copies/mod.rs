@@ -45,8 +45,7 @@ pub enum CopyError {
         name: String,
     },
     /// The API server refused to create the copy: a ResourceQuota, RBAC,
-    /// or the object is invalid or too large. Retrying will not help until
-    /// someone changes that.
+    /// or the object is invalid or too large, until someone changes that.
     #[error("cannot create {kind} {copy}, the snapshot of {name}: {message}")]
     Refused {
         /// ConfigMap or Secret.
@@ -110,15 +109,14 @@ impl CopyError {
         }
     }
 
-    /// Whether trying again later may succeed by itself: a source that
-    /// moved on, a transient failure, or a name an earlier workload's copy
-    /// still takes (the garbage collector removes it). A refusal and a
-    /// missing copy need someone to act.
+    /// Whether trying again later may succeed: everything but a missing copy
+    /// (its content is gone). A source that moves on or a transient failure
+    /// pass by themselves, the garbage collector removes an earlier
+    /// workload's copy, and a refusal ends when someone raises the quota or
+    /// grants the RBAC; the engine retries after a growing backoff (60 s at
+    /// most), and Events of the same refusal are counted on one.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Moved { .. } | Self::Transient { .. } | Self::Taken { .. }
-        )
+        !matches!(self, Self::Missing { .. })
     }
 
     /// Whether people should hear of it (a Warning Event): everything but a

@@ -474,7 +474,10 @@ async fn a_copy_a_quota_has_no_room_for_is_refused_and_says_why() {
         .await
         .unwrap_err();
     assert_eq!(error.category(), "quota", "{error}");
-    assert!(!error.is_retryable() && error.is_news());
+    assert!(
+        error.is_retryable() && error.is_news(),
+        "until the quota is raised"
+    );
     let text = error.to_string();
     assert!(
         text.contains(&plan.name) && text.contains("exceeded quota"),
@@ -610,5 +613,432 @@ async fn a_snapshotting_workload_mounts_copies_of_each_revisions_config() {
             .unwrap()
             .is_some()
     );
+    nudge.stop().await;
+}
+
+/// The ConfigMaps the ReplicaSets of Deployment `name` mount (what their
+/// pods start with), each once.
+async fn replica_set_config_maps(cluster: &TestCluster, name: &str) -> Vec<String> {
+    let sets = cluster
+        .api::<k8s_openapi::api::apps::v1::ReplicaSet>()
+        .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+        .await
+        .unwrap();
+    let mut names: Vec<String> = sets
+        .items
+        .iter()
+        .filter_map(|rs| {
+            let spec = rs.spec.as_ref()?.template.as_ref()?.spec.as_ref()?;
+            spec.volumes.as_ref()?[0]
+                .config_map
+                .as_ref()
+                .map(|cm| cm.name.clone())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test]
+async fn a_held_workload_keeps_starting_pods_on_its_revisions_copies() {
+    let cluster = TestCluster::start("snap-held").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    let annotations = [
+        ("nudge.dev/auto", "true"),
+        ("nudge.dev/snapshot", "true"),
+        ("nudge.dev/mode", "manual"),
+        ("nudge.dev/approve", "latest"),
+    ];
+    snapshot_deployment(&cluster, "web", &annotations).await;
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+    let live = ("app-config".to_owned(), "db".to_owned());
+    let first = wait_for_copies(&cluster, "web", &live).await;
+    // No more approvals: the next change is held.
+    let unapprove = json!({"metadata": {"annotations": {"nudge.dev/approve": null}}});
+    cluster.merge_patch::<Deployment>("web", unapprove).await;
+    cluster
+        .put_configmap("app-config", &[("level", "broken")])
+        .await;
+    cluster.wait_events("web", "ConfigPending").await;
+
+    // Its pods restart: the ReplicaSet is deleted and made again, and more
+    // replicas start. They mount the held revision's copy, not the new content.
+    wait_for("the ReplicaSet of the first copies", WAIT, || async {
+        let mounted = replica_set_config_maps(&cluster, "web").await;
+        mounted.contains(&first.0).then_some(())
+    })
+    .await;
+    let sets = cluster.api::<k8s_openapi::api::apps::v1::ReplicaSet>();
+    let listed = sets
+        .list(&kube::api::ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    for rs in listed.items {
+        cluster
+            .delete::<k8s_openapi::api::apps::v1::ReplicaSet>(&rs.metadata.name.unwrap())
+            .await;
+    }
+    cluster
+        .merge_patch::<Deployment>("web", json!({"spec": {"replicas": 2}}))
+        .await;
+    let replaced = wait_for("a replacement ReplicaSet", WAIT, || async {
+        let mounted = replica_set_config_maps(&cluster, "web").await;
+        (!mounted.is_empty()).then_some(mounted)
+    })
+    .await;
+    assert_eq!(
+        replaced,
+        std::slice::from_ref(&first.0),
+        "the held revision's copy"
+    );
+    let copy = cluster.api::<ConfigMap>().get(&first.0).await.unwrap();
+    assert_eq!(copy.data.unwrap()["level"], "debug");
+    assert_eq!(named(&cluster, "web").await, first);
+
+    // Approved: the new content reaches the pods through new copies.
+    let approve = json!({"metadata": {"annotations": {"nudge.dev/approve": "latest"}}});
+    cluster.merge_patch::<Deployment>("web", approve).await;
+    let second = wait_for_copies(&cluster, "web", &first).await;
+    let copy = cluster.api::<ConfigMap>().get(&second.0).await.unwrap();
+    assert_eq!(copy.data.unwrap()["level"], "broken");
+    nudge.stop().await;
+}
+
+/// Sets (`Some`) or removes the Deployment's `nudge.dev/rollback-to`.
+async fn roll_back_to(cluster: &TestCluster, name: &str, revision: Option<&str>) {
+    let patch = json!({"metadata": {"annotations": {"nudge.dev/rollback-to": revision}}});
+    cluster.merge_patch::<Deployment>(name, patch).await;
+}
+
+/// Two revisions of `web` recorded, each with its copies: (first, second).
+async fn two_revisions(cluster: &TestCluster) -> ((String, String), (String, String)) {
+    let live = ("app-config".to_owned(), "db".to_owned());
+    let first = wait_for_copies(cluster, "web", &live).await;
+    cluster.history("Deployment", "web", 1).await;
+    cluster
+        .put_configmap("app-config", &[("level", "broken")])
+        .await;
+    let second = wait_for_copies(cluster, "web", &first).await;
+    cluster.history("Deployment", "web", 2).await;
+    (first, second)
+}
+
+#[tokio::test]
+async fn rollback_to_takes_the_config_back_and_holds_it_until_released() {
+    let cluster = TestCluster::start("snap-rollback").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
+    )
+    .await;
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+    let (first, second) = two_revisions(&cluster).await;
+
+    roll_back_to(&cluster, "web", Some("1")).await;
+    let back = wait_for_copies(&cluster, "web", &second).await;
+    assert_eq!(back, first, "revision 1's copies again");
+    // A revision of its own, followed to its end like any other.
+    let history = cluster.history("Deployment", "web", 3).await;
+    let rollback = history
+        .iter()
+        .find(|r| r["revision"] == 3)
+        .expect("revision 3");
+    assert_eq!(rollback["restores"], 1);
+    assert_eq!(rollback["outcome"], "complete");
+
+    // Held there: a change of the sources waits, and says why.
+    cluster
+        .put_configmap("app-config", &[("level", "fixed")])
+        .await;
+    let pending = cluster.wait_events("web", "ConfigPending").await;
+    let note = pending[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("rollback-to") && note.contains("revision 1"),
+        "{note}"
+    );
+    assert_eq!(named(&cluster, "web").await, first);
+
+    // Released: the newest content.
+    roll_back_to(&cluster, "web", None).await;
+    let newest = wait_for_copies(&cluster, "web", &first).await;
+    let copy = cluster.api::<ConfigMap>().get(&newest.0).await.unwrap();
+    assert_eq!(copy.data.unwrap()["level"], "fixed");
+    nudge.stop().await;
+}
+
+#[tokio::test]
+async fn a_rollout_undo_takes_the_config_back_and_nudge_leaves_it_until_a_source_changes() {
+    let cluster = TestCluster::start("snap-undo").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
+    )
+    .await;
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+    let (first, _second) = two_revisions(&cluster).await;
+
+    // What `kubectl rollout undo` does: the ReplicaSet of the earlier
+    // template gives its template back to the Deployment.
+    let sets = cluster.api::<k8s_openapi::api::apps::v1::ReplicaSet>();
+    let listed = sets
+        .list(&kube::api::ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    let earlier = listed
+        .items
+        .into_iter()
+        .find(|rs| {
+            let spec = rs
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.as_ref()?.spec.as_ref());
+            spec.and_then(|s| s.volumes.as_ref()).is_some_and(|v| {
+                v[0].config_map.as_ref().map(|c| c.name.as_str()) == Some(&first.0)
+            })
+        })
+        .expect("the first revision's ReplicaSet");
+    let mut template = serde_json::to_value(earlier.spec.unwrap().template.unwrap()).unwrap();
+    template["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("pod-template-hash");
+    let undo = json!({"spec": {"template": template}});
+    cluster.merge_patch::<Deployment>("web", undo).await;
+    let waiting = cluster.wait_events("web", "ConfigWaiting").await;
+    let note = waiting[0].note.clone().unwrap_or_default();
+    assert!(note.contains("rolled back to revision 1"), "{note}");
+    assert_eq!(named(&cluster, "web").await, first, "not fought");
+
+    // A source changes: the newest content goes out.
+    cluster
+        .put_configmap("app-config", &[("level", "fixed")])
+        .await;
+    let newest = wait_for_copies(&cluster, "web", &first).await;
+    let copy = cluster.api::<ConfigMap>().get(&newest.0).await.unwrap();
+    assert_eq!(copy.data.unwrap()["level"], "fixed");
+    nudge.stop().await;
+}
+
+#[tokio::test]
+async fn a_copy_a_quota_refuses_holds_the_stamp_and_a_warning_says_why() {
+    let cluster = TestCluster::start("snap-quota-e2e").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    // nudge's own Secrets first (its installation key lives here).
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+    fill_secret_quota(&cluster).await;
+    snapshot_deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
+    )
+    .await;
+
+    let failed = cluster.wait_events("web", "SnapshotFailed").await;
+    let note = failed[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("exceeded quota") && note.contains("snapshot of db"),
+        "{note}"
+    );
+    assert!(!note.contains("hunter2"));
+    assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
+    // Nothing points at a copy that does not exist: the template is as it was.
+    assert_eq!(
+        named(&cluster, "web").await,
+        ("app-config".to_owned(), "db".to_owned())
+    );
+
+    // Room again: the stamp goes out.
+    cluster
+        .delete::<k8s_openapi::api::core::v1::ResourceQuota>("no-more-secrets")
+        .await;
+    let live = ("app-config".to_owned(), "db".to_owned());
+    let copies = wait_for_copies(&cluster, "web", &live).await;
+    assert!(
+        cluster
+            .api::<Secret>()
+            .get_opt(&copies.1)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    nudge.stop().await;
+}
+
+#[tokio::test]
+async fn turning_snapshots_on_rolls_once_onto_copies_and_off_back_onto_the_live_objects() {
+    let cluster = TestCluster::start("snap-on-off").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(&cluster, "web", &[("nudge.dev/auto", "true")]).await;
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+    let live = ("app-config".to_owned(), "db".to_owned());
+    let hash = wait_for_stamp(&cluster, "Deployment", "web", "nudge.dev/config-hash", None).await;
+    assert_eq!(named(&cluster, "web").await, live);
+
+    let on = json!({"metadata": {"annotations": {"nudge.dev/snapshot": "true"}}});
+    cluster.merge_patch::<Deployment>("web", on).await;
+    let copies = wait_for_copies(&cluster, "web", &live).await;
+    let annotations = cluster.template_annotations("Deployment", "web").await;
+    assert_eq!(
+        annotations["nudge.dev/config-hash"], hash,
+        "the same config"
+    );
+
+    let off = json!({"metadata": {"annotations": {"nudge.dev/snapshot": "false"}}});
+    cluster.merge_patch::<Deployment>("web", off).await;
+    wait_for("the live objects again", WAIT, || async {
+        (named(&cluster, "web").await == live).then_some(())
+    })
+    .await;
+    let annotations = cluster.template_annotations("Deployment", "web").await;
+    assert!(
+        !annotations.contains_key("nudge.dev/snapshots"),
+        "{annotations:?}"
+    );
+    assert_eq!(annotations["nudge.dev/config-hash"], hash);
+    // The copies stay for the revisions that used them.
+    assert!(
+        cluster
+            .api::<ConfigMap>()
+            .get_opt(&copies.0)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    nudge.stop().await;
+}
+
+/// The copies of `web` that exist: ConfigMaps and Secrets labelled as nudge's.
+async fn copies_of(cluster: &TestCluster) -> Vec<String> {
+    let labelled = kube::api::ListParams::default().labels("nudge.dev/snapshot-copy=true");
+    let maps = cluster.api::<ConfigMap>().list(&labelled).await.unwrap();
+    let secrets = cluster.api::<Secret>().list(&labelled).await.unwrap();
+    let mut names: Vec<String> = maps
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .chain(secrets.items.iter().map(ResourceExt::name_any))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_restart_neither_copies_again_nor_writes_and_deleting_the_workload_deletes_its_copies() {
+    let cluster = TestCluster::start("snap-restart").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
+    )
+    .await;
+    let config = snapshot_config(&cluster);
+    let nudge = cluster.start_ready_nudge(config.clone()).await;
+    let live = ("app-config".to_owned(), "db".to_owned());
+    let copies = wait_for_copies(&cluster, "web", &live).await;
+    cluster.history("Deployment", "web", 1).await;
+    nudge.stop().await;
+    let before = copies_of(&cluster).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    let sentinel = cluster.sentinel().await;
+    let patches = cluster.patch_counter("Deployment", "web").await;
+    let nudge = cluster.start_ready_nudge(config).await;
+    sentinel.quiesce(&nudge).await;
+    assert_eq!(
+        patches.count(&cluster).await,
+        0,
+        "nothing written after a restart"
+    );
+    assert_eq!(copies_of(&cluster).await, before, "no copy made again");
+    assert_eq!(named(&cluster, "web").await, copies);
+
+    cluster.delete::<Deployment>("web").await;
+    wait_for("the copies collected with the workload", WAIT, || async {
+        copies_of(&cluster).await.is_empty().then_some(())
+    })
+    .await;
+    nudge.stop().await;
+}
+
+#[tokio::test]
+async fn explain_shows_each_revisions_snapshot_and_the_metrics_count_the_copies() {
+    let cluster = TestCluster::start("snap-explain").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
+    )
+    .await;
+    let config = snapshot_config(&cluster);
+    let nudge = cluster.start_ready_nudge(config.clone()).await;
+    let (first, second) = two_revisions(&cluster).await;
+
+    let at = nudge.metrics_at();
+    let text = wait_for("the copies counted", WAIT, || async {
+        let text = at.text().await?;
+        (sample_sum(&text, "nudge_snapshot_copies") == 3.0).then_some(text)
+    })
+    .await;
+    // "debug" and "broken" in the ConfigMap's copies, "hunter2" in the Secret's.
+    let bytes = |kind: &str| sample(&text, &format!("nudge_snapshot_bytes{{kind=\"{kind}\"}}"));
+    assert_eq!(
+        (bytes("ConfigMap"), bytes("Secret")),
+        (Some(11.0), Some(7.0))
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "nudge_snapshot_operations_total{kind=\"ConfigMap\",operation=\"created\"}"
+        ),
+        Some(2.0)
+    );
+
+    let controller = nudge::Controller::from_config(config, cluster.client());
+    let report = controller
+        .explain(
+            "deployment",
+            Some(cluster.namespace()),
+            "web",
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let text = report.to_table();
+    assert!(
+        text.contains(&second.0) && text.contains(&second.1),
+        "{text}"
+    );
+    let history = report.history_table();
+    assert!(history.contains(&first.0), "{history}");
+    assert!(history.contains("restorable"), "{history}");
+    assert!(!text.contains("hunter2") && !history.contains("hunter2"));
     nudge.stop().await;
 }
