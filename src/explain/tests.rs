@@ -171,6 +171,7 @@ impl World {
             now: ts(NOW),
             neighbours: &self.neighbours,
             namespace_selected: self.namespace_selected,
+            copies: &Default::default(),
         })
     }
 }

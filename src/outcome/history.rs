@@ -83,14 +83,14 @@ pub struct RevisionSnapshot {
 
 impl RevisionSnapshot {
     /// The snapshot recorded, when there is one that reads.
-    pub fn snapshot(&self) -> Option<crate::snapshot::Snapshot> {
+    pub(crate) fn snapshot(&self) -> Option<crate::snapshot::Snapshot> {
         let copies = self.copies.as_ref()?;
         crate::snapshot::Snapshot::parse(&serde_json::to_string(copies).ok()?).ok()
     }
 
     /// The record of a stamp that wrote snapshot `value` (its annotation's
     /// value), `config` being its pending fingerprint.
-    pub fn written(value: &str, config: String, restores: Option<u32>) -> Self {
+    pub(crate) fn written(value: &str, config: String, restores: Option<u32>) -> Self {
         Self {
             copies: serde_json::from_str(value).ok(),
             config: Some(config),
@@ -197,6 +197,8 @@ impl Revision {
         let stamp = patch
             .changed
             .iter()
+            // A snapshot is recorded whole, in `snapshot`.
+            .filter(|output| !matches!(output, Output::Snapshots(_)))
             .filter_map(|output| {
                 let after = value_after(patch, output)?;
                 let secret = reads_a_secret(specs, output);

@@ -236,6 +236,7 @@ fn explain_verdict(case: &Case, t0: Instant) -> crate::explain::Verdict {
         now: clock(t0).at(t0 + DEBOUNCE),
         neighbours: &neighbours,
         namespace_selected: None,
+        copies: &Default::default(),
     });
     report.verdict
 }

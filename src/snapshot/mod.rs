@@ -240,6 +240,16 @@ impl Snapshot {
         serde_json::to_string(&entries).unwrap_or_else(|_| "{}".to_owned())
     }
 
+    /// What it copies, for people: `copies of configmap/app-config,
+    /// secret/db`, or `no copies`.
+    pub fn summary(&self) -> String {
+        if self.is_empty() {
+            return "no copies".to_owned();
+        }
+        let keys: Vec<String> = self.0.keys().map(ToString::to_string).collect();
+        format!("copies of {}", keys.join(", "))
+    }
+
     /// Reads an annotation value written by [`to_annotation`](Self::to_annotation).
     pub fn parse(text: &str) -> Result<Self, SnapshotError> {
         let entries: BTreeMap<String, String> =

@@ -454,6 +454,10 @@ pub(super) fn carried(patch: &StampPatch) -> String {
                 .find(|(written, _)| written.key() == key)
                 .map(|(_, value)| value.as_str())
                 .unwrap_or("lifted");
+            if let Output::Snapshots(_) = output {
+                let snapshot = Snapshot::parse(value).unwrap_or_default();
+                return format!("{key}: {}", snapshot.summary());
+            }
             format!("{key}={}", crate::errors::excerpt(value, SHOWN))
         })
         .collect();
