@@ -1225,7 +1225,7 @@ fn builtin_kinds_with_batch() -> impl Iterator<Item = (crate::model::WorkloadKin
 }
 
 /// The target for `kind`: a built-in one, or one discovered from the API.
-async fn workload_target(
+pub(crate) async fn workload_target(
     client: &kube::Client,
     config: &Config,
     kind: &TargetConfig,

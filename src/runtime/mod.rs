@@ -30,12 +30,14 @@ pub mod admin;
 pub mod lease;
 pub mod metrics;
 mod namespaces;
+mod rollback;
 pub mod shutdown;
 
 use self::admin::{AdminError, AdminServer};
 use self::lease::{LeaderElector, LeaseSettings};
 use self::metrics::Metrics;
 use self::namespaces::selected_namespaces;
+pub use self::rollback::{RollbackError, RollbackTo};
 
 /// Argo Rollouts: stamped like Deployments when their CRD is installed.
 const ARGO_ROLLOUT: (&str, &str, &str) = ("argoproj.io", "v1alpha1", "Rollout");

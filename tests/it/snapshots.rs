@@ -15,6 +15,8 @@ use nudge::__private::copies::{Copier, CopyError, CopyMetrics, Operation};
 use nudge::__private::fingerprint::{FingerprintKey, ObjectData, ObjectKind, native_object};
 use nudge::__private::model::{KeySelection, WorkloadId, WorkloadKind};
 use nudge::__private::snapshot::{CopyPlan, Owner, SnapshotKey, SnapshotNames};
+use nudge::RollbackTo;
+use nudge::error::RollbackError;
 
 use crate::support::*;
 
@@ -740,10 +742,22 @@ async fn rollback_to_takes_the_config_back_and_holds_it_until_released() {
         &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
     )
     .await;
-    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+    let config = snapshot_config(&cluster);
+    let nudge = cluster.start_ready_nudge(config.clone()).await;
     let (first, second) = two_revisions(&cluster).await;
 
-    roll_back_to(&cluster, "web", Some("1")).await;
+    // `nudge rollback`: a revision the history does not keep is refused and
+    // the workload left alone; by default, the newest before the current one.
+    let controller = nudge::Controller::from_config(config, cluster.client());
+    let rollback = |to| controller.rollback("deploy", Some(cluster.namespace()), "web", to);
+    let error = rollback(RollbackTo::Revision(Some(7))).await.unwrap_err();
+    assert!(
+        matches!(error, RollbackError::NotRestorable { .. }),
+        "{error:?}"
+    );
+    let workload = cluster.workload("Deployment", "web").await;
+    assert!(workload["metadata"]["annotations"]["nudge.dev/rollback-to"].is_null());
+    assert_eq!(rollback(RollbackTo::Revision(None)).await.unwrap(), Some(1));
     let back = wait_for_copies(&cluster, "web", &second).await;
     assert_eq!(back, first, "revision 1's copies again");
     // A revision of its own, followed to its end like any other.
@@ -767,7 +781,8 @@ async fn rollback_to_takes_the_config_back_and_holds_it_until_released() {
     );
     assert_eq!(named(&cluster, "web").await, first);
 
-    // Released: the newest content.
+    // Released (as a GitOps repository would, by removing the annotation):
+    // the newest content.
     roll_back_to(&cluster, "web", None).await;
     let newest = wait_for_copies(&cluster, "web", &first).await;
     let copy = cluster.api::<ConfigMap>().get(&newest.0).await.unwrap();
@@ -1041,4 +1056,59 @@ async fn explain_shows_each_revisions_snapshot_and_the_metrics_count_the_copies(
     assert!(history.contains("restorable"), "{history}");
     assert!(!text.contains("hunter2") && !history.contains("hunter2"));
     nudge.stop().await;
+}
+
+/// Runs `nudge rollback <args>` against the cluster, nothing from the
+/// caller's environment leaking in.
+async fn nudge_rollback(cluster: &TestCluster, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nudge"))
+        .arg("rollback")
+        .args(args)
+        .args(["-n", cluster.namespace()])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .output()
+        .await
+        .expect("run nudge rollback")
+}
+
+#[tokio::test]
+async fn nudge_rollback_says_why_it_cannot_and_releases_a_pin() {
+    let cluster = TestCluster::start("snap-cli").await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(&cluster, "web", &[("nudge.dev/rollback-to", "1")]).await;
+    let stderr =
+        |output: &std::process::Output| String::from_utf8_lossy(&output.stderr).into_owned();
+
+    let unknown = nudge_rollback(&cluster, &["gadget/web"]).await;
+    assert_eq!(unknown.status.code(), Some(2), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).contains("unknown kind"),
+        "{}",
+        stderr(&unknown)
+    );
+
+    // No history with a snapshot: nothing is written.
+    let refused = nudge_rollback(&cluster, &["deployment/web", "--to-revision", "1"]).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("no revision in its history"),
+        "{}",
+        stderr(&refused)
+    );
+    let workload = cluster.workload("Deployment", "web").await;
+    assert_eq!(
+        workload["metadata"]["annotations"]["nudge.dev/rollback-to"],
+        "1"
+    );
+
+    let released = nudge_rollback(&cluster, &["deployment/web", "--release"]).await;
+    assert!(released.status.success(), "{}", stderr(&released));
+    assert!(String::from_utf8_lossy(&released.stdout).contains("rollback-to removed"));
+    let workload = cluster.workload("Deployment", "web").await;
+    assert!(workload["metadata"]["annotations"]["nudge.dev/rollback-to"].is_null());
 }
