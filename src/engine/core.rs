@@ -787,7 +787,7 @@ impl Core {
     fn write(
         &mut self,
         id: WorkloadId,
-        workload: Workload,
+        mut workload: Workload,
         mut patch: StampPatch,
         stamping: Stamping,
         now: Instant,
@@ -800,6 +800,9 @@ impl Core {
             restores,
         } = stamping;
         let copies = snapshot_copies(&id, &workload, &patch, restores.is_some());
+        if copies.is_some() {
+            workload.uid = self.snapshots.get(&id).and_then(|s| s.uid.clone());
+        }
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
@@ -1238,6 +1241,7 @@ impl Core {
         let keys = (self.scheme.history(), self.scheme.rollout());
         let mut state = SnapshotState {
             rollback_to,
+            uid: workload.uid.clone(),
             ..SnapshotState::default()
         };
         state.refresh(workload, (&keys.0, &keys.1));

@@ -641,7 +641,8 @@ async fn write_stamp(
 }
 
 /// Makes (or, for a rollback, finds) the copies `copies` names, owned by the
-/// workload as read now: its uid guards the stamp too (`workload.uid`).
+/// workload (its uid as watched, else as read now): that uid guards the
+/// stamp too (`workload.uid`).
 /// Returns those made; on failure, the write's outcome.
 async fn make_copies(
     target: &dyn Target,
@@ -661,10 +662,15 @@ async fn make_copies(
             "snapshots are off in this installation (engine.snapshots)",
         ));
     };
-    let uid = match target.get(&id).await {
-        Ok(Some(fresh)) => fresh.uid,
-        Ok(None) => return Err(WriteOutcome::Gone),
-        Err(error) => return Err(Err::<ApplyOutcome, _>(error).into()),
+    // The uid as watched: the write's uid guard refuses a workload created
+    // again since, whose copies the garbage collector then takes.
+    let uid = match workload.uid.clone() {
+        Some(uid) => Some(uid),
+        None => match target.get(&id).await {
+            Ok(Some(fresh)) => fresh.uid,
+            Ok(None) => return Err(WriteOutcome::Gone),
+            Err(error) => return Err(Err::<ApplyOutcome, _>(error).into()),
+        },
     };
     let Some(uid) = uid else {
         return Err(refused(

@@ -3,11 +3,12 @@
 //! kube-controller-manager treat them (immutable, collected with their
 //! workload), and what nudge does with them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -1111,4 +1112,108 @@ async fn nudge_rollback_says_why_it_cannot_and_releases_a_pin() {
     assert!(String::from_utf8_lossy(&released.stdout).contains("rollback-to removed"));
     let workload = cluster.workload("Deployment", "web").await;
     assert!(workload["metadata"]["annotations"]["nudge.dev/rollback-to"].is_null());
+}
+
+/// nudge's requests since `mark` of the test namespace's workloads and
+/// objects, but the sentinel's, watches, Events and the test's own (applies
+/// as `test-user`, LISTs of Deployments: nudge makes none per change): each
+/// as `METHOD resource[/name]`, with the patch's type, counted.
+fn requests_since(cluster: &TestCluster, mark: usize) -> BTreeMap<String, usize> {
+    let mut counted = BTreeMap::new();
+    let requests = cluster.double().expect("on the double").requests();
+    for request in requests.iter().skip(mark) {
+        let path = request
+            .path
+            .rsplit("/namespaces/")
+            .next()
+            .unwrap_or_default();
+        let resource = path.split_once('/').map_or("", |(_, rest)| rest);
+        let test_user = request.query_param("fieldManager").as_deref() == Some("test-user");
+        let ours = request.query_param("watch").is_some()
+            || resource.contains("sentinel")
+            || resource.starts_with("events")
+            || test_user
+            || resource == "deployments";
+        if ours {
+            continue;
+        }
+        let patch = match request.headers.get("content-type").map(String::as_str) {
+            Some("application/json-patch+json") => " (json)",
+            Some("application/merge-patch+json") => " (merge)",
+            Some("application/apply-patch+yaml") => " (apply)",
+            _ => "",
+        };
+        *counted
+            .entry(format!("{} {resource}{patch}", request.method))
+            .or_default() += 1;
+    }
+    counted
+}
+
+/// Waits until each Deployment of `names` records `count` revisions,
+/// reading them with LISTs (which [`requests_since`] leaves out).
+async fn wait_for_histories(cluster: &TestCluster, names: &[&str], count: usize) {
+    let deployments = cluster.api::<Deployment>();
+    wait_for("the outcomes recorded", WAIT, || async {
+        let listed = deployments.list(&ListParams::default()).await.ok()?;
+        let recorded = |name: &str| {
+            let deployment = listed.items.iter().find(|d| d.name_any() == name)?;
+            recorded_history(&serde_json::to_value(deployment).ok()?)
+        };
+        names
+            .iter()
+            .all(|name| recorded(name).is_some_and(|h| h.len() >= count))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn double_only_a_snapshot_change_costs_a_read_of_its_source_a_copy_and_a_read_of_the_workload()
+ {
+    let cluster = TestCluster::start("snap-cost").await;
+    let sentinel = cluster.sentinel().await;
+    cluster
+        .put_configmap("app-config", &[("level", "debug")])
+        .await;
+    cluster.put_secret("db", &[("password", "hunter2")]).await;
+    snapshot_deployment(
+        &cluster,
+        "web",
+        &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
+    )
+    .await;
+    snapshot_deployment(&cluster, "plain", &[("nudge.dev/auto", "true")]).await;
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
+    wait_for_histories(&cluster, &["web", "plain"], 1).await;
+    sentinel.quiesce(&nudge).await;
+
+    let mark = cluster.double().expect("on the double").requests().len();
+    cluster
+        .put_configmap("app-config", &[("level", "broken")])
+        .await;
+    wait_for_histories(&cluster, &["web", "plain"], 2).await;
+    sentinel.quiesce(&nudge).await;
+    let counted = requests_since(&cluster, mark);
+    let want = BTreeMap::from(
+        [
+            // The source's read of the change, for both; and the copier's.
+            ("GET configmaps/app-config", 2),
+            // The copy of the ConfigMap; the Secret's is unchanged.
+            ("POST configmaps", 1),
+            // Without snapshots: one apply.
+            ("PATCH deployments/plain (apply)", 1),
+            // With them: the JSON patch, over the object as read.
+            ("GET deployments/web", 2),
+            ("PATCH deployments/web (json)", 1),
+            // Each outcome's record, with or without snapshots: a read and
+            // a merge patch.
+            ("GET deployments/plain", 1),
+            ("PATCH deployments/plain (merge)", 1),
+            ("PATCH deployments/web (merge)", 1),
+        ]
+        .map(|(request, n)| (request.to_owned(), n)),
+    );
+    assert_eq!(counted, want);
+    nudge.stop().await;
 }

@@ -80,6 +80,9 @@ pub(super) struct SnapshotState {
     pub(super) history: Vec<RecordedRevision>,
     /// `<prefix>/rollback-to`.
     pub(super) rollback_to: Option<u32>,
+    /// Its uid as watched: the owner of the copies a stamp makes, so the
+    /// driver need not read the workload for it.
+    pub(super) uid: Option<String>,
 }
 
 impl SnapshotState {
