@@ -95,7 +95,7 @@ pub mod source {
 /// nudge stamps) and the types it works with.
 pub mod target {
     pub use crate::model::{
-        Controller, Output, Rollout, RolloutFailure, Shared, TemplatePath, TemplatePathError,
+        ControllerRef, Output, Rollout, RolloutFailure, Shared, TemplatePath, TemplatePathError,
         Workload, WorkloadError, WorkloadId, WorkloadIdParts, WorkloadKind,
     };
     pub use crate::stamp::{Release, StampPatch};

@@ -1,6 +1,8 @@
 //! `apiserver-double`: runs the Kubernetes API server double as a process.
 //! Prints the kubeconfig path as the first line on stdout, then serves until
-//! SIGTERM or SIGINT.
+//! SIGTERM or SIGINT. A process outside drives it through the admin endpoints
+//! under `/_double/` on the same loopback port (README): faults, the request
+//! log (also as a stream, `request-log`) and bulk seeding (`objects`).
 #![forbid(unsafe_code)]
 
 use std::io::Write as _;
@@ -35,6 +37,12 @@ struct Args {
     /// Milliseconds the imitated kube-controller-manager takes per reaction.
     #[arg(long, default_value_t = 5)]
     controller_latency_ms: u64,
+    /// How many requests the log keeps (oldest dropped first).
+    #[arg(long, default_value_t = 100_000)]
+    max_recorded_requests: usize,
+    /// Keep no request bodies in the log (a long benchmark's log stays small).
+    #[arg(long)]
+    no_record_bodies: bool,
 }
 
 impl Args {
@@ -47,6 +55,8 @@ impl Args {
             history_limit,
             bookmark_interval,
             controller_latency_ms,
+            max_recorded_requests,
+            no_record_bodies,
         } = self;
         let config = Config {
             bind: ([127, 0, 0, 1], port).into(),
@@ -56,6 +66,8 @@ impl Args {
             history_limit,
             bookmark_interval: Duration::from_secs_f64(bookmark_interval.max(0.05)),
             controller_latency: Duration::from_millis(controller_latency_ms),
+            max_recorded_requests,
+            record_bodies: !no_record_bodies,
             ..Config::default()
         };
         // Listening for the signals before announcing the kubeconfig: a caller

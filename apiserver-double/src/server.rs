@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, header};
@@ -32,7 +32,7 @@ use crate::resources::NAMESPACES;
 use crate::routes::{self, Route};
 use crate::status::ApiError;
 use crate::store::Store;
-use crate::{Error, meta};
+use crate::{Error, request_log, seed};
 
 /// Settings of an [`ApiServerDouble`]. Every field has a default.
 #[derive(Debug, Clone)]
@@ -285,37 +285,7 @@ impl ApiServerDouble {
     /// defaulting and validation as a POST. `apiVersion` and `kind` pick the
     /// resource. Useful to seed large data sets quickly.
     pub fn create(&self, object: Value) -> Result<Value, Error> {
-        let av = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-        let rt = self
-            .state
-            .registry
-            .by_kind(av, kind)
-            .ok_or_else(|| Error::Api {
-                code: 404,
-                reason: "NotFound".into(),
-                message: format!("no resource for {av}, Kind={kind}"),
-            })?;
-        let mut object = object;
-        if rt.namespaced && meta::namespace(&object).is_empty() {
-            meta::set_meta(&mut object, "namespace", "default");
-        }
-        handlers::create_object(
-            &self.state,
-            &rt,
-            object,
-            handlers::Ownership::Update("unknown".into()),
-            false,
-        )
-        .map(|v| crate::managed::expanded(&v).into_owned())
-        .map_err(|e| Error::Api {
-            code: e.code,
-            reason: e.reason.to_string(),
-            message: e.message,
-        })
+        seed::create(&self.state, object)
     }
 
     /// Stops accepting connections, ends open watches and waits (up to 5 s)
@@ -390,6 +360,7 @@ fn recorded_headers(headers: &HeaderMap) -> std::collections::BTreeMap<String, S
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ResponseBody> {
     let received_at = SystemTime::now();
+    let started = Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().map(str::to_string);
@@ -424,6 +395,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ResponseB
         },
         status: response.status().as_u16(),
         received_at,
+        service_time: started.elapsed(),
+        seq: 0,
     });
     response
 }
@@ -542,6 +515,14 @@ fn admin_request(
                 all.iter().skip(since).map(recorded_json).collect(),
             ))
         }
+        ("GET", "request-log") => {
+            let after = Query::parse(query)
+                .get("after")
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0);
+            request_log::stream(state.clone(), after)
+        }
+        ("POST", "objects") => seed::create_lines(state, body),
         ("DELETE", "requests") => {
             state.recorder.clear();
             ok(json!({}))
@@ -553,6 +534,7 @@ fn admin_request(
         ("GET", "state") => ok(json!({
             "resourceVersion": state.store.current_rv().to_string(),
             "openWatches": state.open_watches.load(Ordering::SeqCst),
+            "lastRequestSeq": *state.recorder.latest().borrow(),
             "objects": state.registry.all().iter().map(|(_, r)| (r.group_resource(), Value::from(state.store.count(r.storage)))).collect::<serde_json::Map<_, _>>(),
         })),
         _ => admin_error(

@@ -45,7 +45,7 @@
 //!
 //! Layout: `scheme` spells the native names, `error` holds [`AnnotationError`],
 //! `parser` is the plumbing every scheme shares, one file per scheme (`native`,
-//! `wave`, `mutator`, `reloader`) reads that scheme's annotations, `holds` adds the
+//! `pusher_wave`, `mutator`, `reloader`) reads that scheme's annotations, `scheduling_gates` adds the
 //! release specs, `stamps` merges contributions into one spec per output,
 //! `grammar` checks values, and `go_regex` reads Reloader's `reload` list
 //! entries as the Go regular expressions Reloader takes them for.
@@ -59,20 +59,23 @@ mod delivery;
 mod error;
 mod go_regex;
 mod grammar;
-mod holds;
 mod mutator;
 mod native;
 mod parser;
+mod pusher_wave;
 mod reloader;
+mod scheduling_gates;
 mod scheme;
 mod snapshot;
 mod stamps;
-mod wave;
 
 pub use delivery::{Approval, Delivery, MAX_WAVE, Mode, WindowChoice};
 pub use error::AnnotationError;
 pub use grammar::check_object_name;
 pub use mutator::{MUTATOR_LAST_UPDATED, MUTATOR_PREFIX, MUTATOR_SKIP, mutator_checksum};
+pub use pusher_wave::{
+    WAVE_CONFIG_HASH, WAVE_EXTRA_CONFIGMAPS, WAVE_EXTRA_SECRETS, WAVE_UPDATE_ON_CONFIG_CHANGE,
+};
 pub use reloader::{
     RELOADER_AUTO, RELOADER_CONFIGMAP_AUTO, RELOADER_CONFIGMAP_RELOAD, RELOADER_CONFIGMAPS_EXCLUDE,
     RELOADER_IGNORE, RELOADER_LAST_RELOADED_FROM, RELOADER_MATCH, RELOADER_PAUSE_PERIOD,
@@ -81,9 +84,6 @@ pub use reloader::{
 };
 pub use scheme::{AnnotationScheme, DEFAULT_PREFIX, MAX_SLOT_LEN, is_ignored};
 pub use snapshot::SnapshotChoice;
-pub use wave::{
-    WAVE_CONFIG_HASH, WAVE_EXTRA_CONFIGMAPS, WAVE_EXTRA_SECRETS, WAVE_UPDATE_ON_CONFIG_CHANGE,
-};
 
 use parser::Parser;
 
@@ -131,7 +131,7 @@ pub fn dependencies(
     let annotations = merged_annotations(workload);
     let mut parser = Parser::new(workload, scheme, catalog);
     parser.native(&annotations);
-    parser.wave(&annotations);
+    parser.pusher_wave(&annotations);
     parser.mutator(&annotations);
     parser.reloader(&annotations);
     parser.finish()

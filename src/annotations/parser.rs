@@ -23,7 +23,7 @@ pub(super) struct Parser<'a> {
     /// `<prefix>/scheduling-gate`, when set and valid.
     pub(super) gate_choice: Option<bool>,
     /// Whether Wave manages the workload.
-    pub(super) wave: bool,
+    pub(super) pusher_wave: bool,
     /// The snapshot annotations, decided on in `finish`.
     pub(super) snapshot: SnapshotAnnotations,
     /// The template's snapshot, when it names copies (design §5e): discovery
@@ -56,7 +56,7 @@ impl<'a> Parser<'a> {
             stamps: Stamps::default(),
             deps: Dependencies::default(),
             gate_choice: None,
-            wave: false,
+            pusher_wave: false,
             snapshot: SnapshotAnnotations::default(),
             copies: workload
                 .template_annotations()
@@ -70,7 +70,7 @@ impl<'a> Parser<'a> {
     pub(super) fn finish(mut self) -> Dependencies {
         self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
         self.drop_unconfigured();
-        self.holds();
+        self.scheduling_gates();
         self.snapshot_choice();
         if self.workload.id.kind.adopts_first_stamp() {
             // A CronJob runs, a Job is recreated, when its template changes: the

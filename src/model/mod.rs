@@ -16,7 +16,7 @@ mod workload;
 
 pub use catalog::{PodSpecRule, ReferenceCheck, SourceCatalog, default_reference_check};
 pub use kind::{TemplatePath, TemplatePathError, WorkloadKind};
-pub use workload::{Controller, Rollout, RolloutFailure, Workload, WorkloadError};
+pub use workload::{ControllerRef, Rollout, RolloutFailure, Workload, WorkloadError};
 pub(crate) use workload::{GENERATED_JOB_LABELS, is_job};
 
 /// Wave's annotation holding the original `schedulerName` while it keeps a

@@ -80,13 +80,13 @@ pub struct Workload {
     /// copies (design §5e) is this object, not a later one of the same name.
     pub uid: Option<String>,
     /// The object that controls it (a Job's CronJob), when it has one.
-    pub controller: Option<Controller>,
+    pub controller: Option<ControllerRef>,
 }
 
 /// The controlling owner of an object: its `metadata.ownerReferences` entry
 /// with `controller: true`, in the object's namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Controller {
+pub struct ControllerRef {
     /// The owner's `apiVersion` (`batch/v1`).
     pub api_version: String,
     /// The owner's kind (`CronJob`).
@@ -95,7 +95,7 @@ pub struct Controller {
     pub name: String,
 }
 
-impl Controller {
+impl ControllerRef {
     /// Whether the owner is of `kind`.
     pub fn is(&self, kind: &WorkloadKind) -> bool {
         self.kind == kind.as_str() && self.api_version == kind.api_version()
@@ -202,13 +202,13 @@ fn ordered_pods(kind: &WorkloadKind, object: &Value) -> bool {
 }
 
 /// The owner reference of `object` with `controller: true`.
-fn controller_of(object: &Value) -> Option<Controller> {
+fn controller_of(object: &Value) -> Option<ControllerRef> {
     let owners = object.pointer("/metadata/ownerReferences")?.as_array()?;
     let owner = owners
         .iter()
         .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?;
     let field = |name: &str| owner.get(name).and_then(Value::as_str).map(str::to_owned);
-    Some(Controller {
+    Some(ControllerRef {
         api_version: field("apiVersion")?,
         kind: field("kind")?,
         name: field("name")?,

@@ -6,11 +6,13 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::annotations::AnnotationScheme;
 use crate::config::{Config, ConfigError, TargetConfig};
 use crate::copies::Copier;
 use crate::engine::{Engine, EngineError};
@@ -596,162 +598,241 @@ impl Controller {
         } = config;
         // Configuration problems first, before anything talks to the cluster.
         let notifier = notifier(&notify, &metrics)?;
-        let namespace = if kubernetes.namespace.is_empty() {
-            client.default_namespace().to_owned()
-        } else {
-            kubernetes.namespace.clone()
-        };
-        let stamp_on_delete = engine_config.stamp_on_delete;
+        let namespace = own_namespace(&kubernetes, &client);
         let key = match key {
             Some(key) => key,
-            None => {
-                installation_key(
-                    &client,
-                    fingerprint.key_file.as_deref(),
-                    &namespace,
-                    &fingerprint.key_secret,
-                )
-                .await?
-            }
+            None => configured_key(&client, &fingerprint, &namespace).await?,
         };
-        let scheme = annotations.scheme().with_snapshots(engine_config.snapshots);
+        let shared = SharedSettings::new(&annotations, &kubernetes, engine_config.snapshots);
+        let admission = shared.admission(&engine_config, &webhook_config);
+        let kube_events = KubeEvents::new(client.clone(), std::env::var("POD_NAME").ok());
+        let kube_events = kube_events.with_source_kinds(&sources.kubernetes);
+        let (events, notify_worker) = event_sinks(kube_events, notifier);
+        let snapshots = engine_config.snapshots != crate::config::SnapshotMode::Off;
+        let copier = snapshots.then(|| shared.copier(&client, &key, &kubernetes, &metrics));
+        let gauge = snapshots.then(|| shared.copy_gauge(&client, &metrics, &shutdown));
+        let engine = Engine::new(engine_config, shared.scheme.clone(), key)
+            .with_events(events)
+            .with_metrics(metrics.engine())
+            .with_health(readiness.clone(), metrics.watches());
+        let engine = copier.into_iter().fold(engine, Engine::with_copier);
+        let source_settings = shared.sources(&kubernetes);
+        let builtin =
+            crate::sources::builtin(&client, source_settings, &sources, &metrics.consul())?;
+        let engine = with_sources(engine, builtin.into_iter().chain(custom_sources))?;
+        let target_settings = shared.targets(&kubernetes);
+        let (configured, custom) = (&target_configs.kinds, custom_targets);
+        let targets = targets(&client, target_settings, configured, custom, &kubernetes).await;
+        let engine = with_targets(engine, targets, &kubernetes, &client)?;
+        let election = (&client, namespace.as_str(), &leader_election);
+        let (engine, election) = elect_if(elect, engine, election, &metrics, &shutdown);
+        // Every replica serves the webhook, leader or not.
+        let webhook = if webhook_config.enabled {
+            let (parts, cluster) = (webhook_parts(&engine), (client, namespace.as_str()));
+            let config = &webhook_config;
+            let started = start_webhook(parts, admission, config, cluster, &metrics, &shutdown);
+            Some(started.await?)
+        } else {
+            None
+        };
+        if let (Some(tx), Some(running)) = (webhook_addr, &webhook) {
+            let _ = tx.send(running.addr);
+        }
+        let beside = (notify_worker, gauge, election, webhook);
+        run_to_end(engine, beside, shutdown).await
+    }
+}
+
+/// The installation key `[fingerprint]` names: read from `key_file`, else
+/// from (or generated into) the Secret `key_secret` in `namespace`.
+async fn configured_key(
+    client: &kube::Client,
+    fingerprint: &crate::config::FingerprintConfig,
+    namespace: &str,
+) -> Result<FingerprintKey, RunError> {
+    let key_file = fingerprint.key_file.as_deref();
+    Ok(installation_key(client, key_file, namespace, &fingerprint.key_secret).await?)
+}
+
+/// What the engine, the built-in sources and targets and the webhook share:
+/// nudge's annotation names and the namespaces it watches.
+struct SharedSettings {
+    scheme: AnnotationScheme,
+    scope: NamespaceScope,
+}
+
+impl SharedSettings {
+    fn new(
+        annotations: &crate::config::AnnotationsConfig,
+        kubernetes: &crate::config::KubernetesConfig,
+        snapshots: crate::config::SnapshotMode,
+    ) -> Self {
         let scope = NamespaceScope {
             namespaces: kubernetes.namespaces.clone(),
             ignore: kubernetes.ignore_namespaces.clone(),
         };
-        let source_settings = ObjectSourceSettings {
-            scheme: scheme.clone(),
-            scope: scope.clone(),
+        Self {
+            scheme: annotations.scheme().with_snapshots(snapshots),
+            scope,
+        }
+    }
+
+    fn sources(&self, kubernetes: &crate::config::KubernetesConfig) -> ObjectSourceSettings {
+        ObjectSourceSettings {
+            scheme: self.scheme.clone(),
+            scope: self.scope.clone(),
             label_selector: kubernetes.source_label_selector.clone(),
-        };
-        let target_settings = TargetSettings {
+        }
+    }
+
+    fn targets(&self, kubernetes: &crate::config::KubernetesConfig) -> TargetSettings {
+        TargetSettings {
             field_manager: kubernetes.field_manager.clone(),
-            scheme: scheme.clone(),
-            scope: scope.clone(),
-        };
-        let instance = std::env::var("POD_NAME").ok();
-        let (events, notify_worker) = event_sinks(
-            KubeEvents::new(client.clone(), instance).with_source_kinds(&sources.kubernetes),
-            notifier,
-        );
-        let snapshots = engine_config.snapshots != crate::config::SnapshotMode::Off;
-        let gauge = snapshots.then(|| (client.clone(), scope.clone(), scheme.snapshot_names()));
-        let copier = snapshots.then(|| {
-            Copier::new(
-                client.clone(),
-                key.clone(),
-                scheme.snapshot_names(),
-                kubernetes.field_manager.clone(),
-                metrics.snapshots(),
-            )
-        });
-        let mut engine = Engine::new(engine_config, scheme.clone(), key)
-            .with_events(events)
-            .with_metrics(metrics.engine())
-            .with_health(readiness.clone(), metrics.watches());
-        if let Some(copier) = copier {
-            engine = engine.with_copier(copier);
+            scheme: self.scheme.clone(),
+            scope: self.scope.clone(),
         }
-        let sources =
-            crate::sources::builtin(&client, source_settings, &sources, &metrics.consul())?;
-        for source in sources.into_iter().chain(custom_sources) {
-            engine = engine.with_source(source)?;
-        }
-        let targets = targets(
-            &client,
-            target_settings,
-            &target_configs.kinds,
-            custom_targets,
-            &kubernetes,
+    }
+
+    /// The copier of snapshot copies (design §5e).
+    fn copier(
+        &self,
+        client: &kube::Client,
+        key: &FingerprintKey,
+        kubernetes: &crate::config::KubernetesConfig,
+        metrics: &Metrics,
+    ) -> Copier {
+        let names = self.scheme.snapshot_names();
+        let manager = kubernetes.field_manager.clone();
+        Copier::new(
+            client.clone(),
+            key.clone(),
+            names,
+            manager,
+            metrics.snapshots(),
         )
-        .await;
-        tracing::info!(
-            namespaces = %scope_description(&kubernetes.namespaces),
-            kinds = ?targets.iter().map(|t| t.kind().to_string()).collect::<Vec<_>>(),
-            sources = ?engine.catalog().names().map(SourceName::as_str).collect::<Vec<_>>(),
-            "watching"
+    }
+
+    /// The watch keeping the gauges of copies kept, stopped at `shutdown`;
+    /// not started until spawned.
+    fn copy_gauge(
+        &self,
+        client: &kube::Client,
+        metrics: &Metrics,
+        shutdown: &CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        let (scope, names) = (self.scope.clone(), self.scheme.snapshot_names());
+        let run = crate::copies::run_gauge(
+            client.clone(),
+            scope,
+            names,
+            metrics.snapshots(),
+            shutdown.clone(),
         );
-        for target in targets {
-            engine = engine.with_target(target)?;
+        run.instrument(tracing::info_span!("snapshot copies"))
+            .boxed()
+    }
+
+    fn admission(
+        &self,
+        engine: &crate::config::EngineConfig,
+        webhook: &crate::config::WebhookConfig,
+    ) -> AdmissionSettings {
+        AdmissionSettings {
+            scheme: self.scheme.clone(),
+            stamp_on_delete: engine.stamp_on_delete,
+            scope: self.scope.clone(),
+            observe_timeout: webhook.observe_timeout,
         }
-        if !kubernetes.namespace_selector.is_empty() {
-            let feed = selected_namespaces(client.clone(), &kubernetes.namespace_selector);
-            engine = engine.with_namespace_feed(feed.boxed());
-        }
-        let election = if elect {
-            let (leadership, task) =
-                start_election(&client, &namespace, &leader_election, &metrics, &shutdown);
-            engine = engine.with_leadership(leadership);
-            Some(task)
-        } else {
-            metrics.set_leader(true);
-            None
-        };
-        // Every replica serves the webhook, leader or not.
-        let webhook = if webhook_config.enabled {
-            let settings = AdmissionSettings {
-                scheme,
-                stamp_on_delete,
-                scope,
-                observe_timeout: webhook_config.observe_timeout,
-            };
-            let running = start_webhook(
-                webhook_parts(&engine),
-                settings,
-                &webhook_config,
-                (client, &namespace),
-                &metrics,
-                &shutdown,
-            )
-            .await?;
-            if let Some(tx) = webhook_addr {
-                let _ = tx.send(running.addr);
-            }
-            Some(running)
-        } else {
-            None
-        };
-        // Spawned last, so that no start-up error above leaves it behind; joined
-        // below (it stops once the engine is gone, or shortly after shutdown).
-        let gauge_task = copy_gauge(gauge, &metrics, &shutdown);
-        let notify_task = notify_worker.map(|worker| {
-            tokio::spawn(
-                worker
-                    .run(shutdown.clone())
-                    .instrument(tracing::info_span!("notify")),
-            )
-        });
-        let result = engine.run(shutdown).await;
-        if let Some(notify) = notify_task {
-            let _ = notify.await;
-        }
-        if let Some(gauge) = gauge_task {
-            let _ = gauge.await;
-        }
-        if let Some(election) = election {
-            // Returns once it has released the lease (when it led).
-            let _ = election.await;
-        }
-        if let Some(webhook) = webhook {
-            webhook.join().await;
-        }
-        Ok(result?)
     }
 }
 
-/// With snapshots on, the watch keeping the gauges of copies kept
-/// (`gauge`: its client, scope and the names of copies), stopped at
-/// `shutdown`.
-fn copy_gauge(
-    gauge: Option<(kube::Client, NamespaceScope, crate::snapshot::SnapshotNames)>,
-    metrics: &Metrics,
-    shutdown: &CancellationToken,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let (client, scope, names) = gauge?;
-    let run = crate::copies::run_gauge(client, scope, names, metrics.snapshots(), shutdown.clone());
-    Some(tokio::spawn(
-        run.instrument(tracing::info_span!("snapshot copies")),
-    ))
+/// The namespace nudge runs in: `kubernetes.namespace`, else the client's
+/// (the pod's in a cluster, else the kubeconfig context's).
+fn own_namespace(kubernetes: &crate::config::KubernetesConfig, client: &kube::Client) -> String {
+    if kubernetes.namespace.is_empty() {
+        client.default_namespace().to_owned()
+    } else {
+        kubernetes.namespace.clone()
+    }
+}
+
+/// `engine` with every source registered.
+fn with_sources(
+    mut engine: Engine,
+    sources: impl IntoIterator<Item = Arc<dyn Source>>,
+) -> Result<Engine, RunError> {
+    for source in sources {
+        engine = engine.with_source(source)?;
+    }
+    Ok(engine)
+}
+
+/// `engine` with every target registered and, when `kubernetes.namespace_selector`
+/// is set, the feed of the namespaces it selects; says in the log what is watched.
+fn with_targets(
+    mut engine: Engine,
+    targets: Vec<Arc<dyn Target>>,
+    kubernetes: &crate::config::KubernetesConfig,
+    client: &kube::Client,
+) -> Result<Engine, RunError> {
+    tracing::info!(
+        namespaces = %scope_description(&kubernetes.namespaces),
+        kinds = ?targets.iter().map(|t| t.kind().to_string()).collect::<Vec<_>>(),
+        sources = ?engine.catalog().names().map(SourceName::as_str).collect::<Vec<_>>(),
+        "watching"
+    );
+    for target in targets {
+        engine = engine.with_target(target)?;
+    }
+    if !kubernetes.namespace_selector.is_empty() {
+        let feed = selected_namespaces(client.clone(), &kubernetes.namespace_selector);
+        engine = engine.with_namespace_feed(feed.boxed());
+    }
+    Ok(engine)
+}
+
+/// What runs beside the engine: the notify worker, the gauge of snapshot
+/// copies, the election and the webhook.
+type Beside = (
+    Option<NotifyWorker>,
+    Option<BoxFuture<'static, ()>>,
+    Option<tokio::task::JoinHandle<()>>,
+    Option<webhook::RunningWebhook>,
+);
+
+/// Runs `engine` until `shutdown`, then joins what runs beside it: the notify
+/// worker, the gauge of snapshot copies, the election (which releases the
+/// lease when it led) and the webhook.
+async fn run_to_end(
+    engine: Engine,
+    (notify_worker, gauge, election, webhook): Beside,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    // Spawned last, so that no start-up error leaves it behind; joined below
+    // (it stops once the engine is gone, or shortly after shutdown).
+    let notify_task = notify_worker.map(|worker| {
+        tokio::spawn(
+            worker
+                .run(shutdown.clone())
+                .instrument(tracing::info_span!("notify")),
+        )
+    });
+    let gauge_task = gauge.map(tokio::spawn);
+    let result = engine.run(shutdown).await;
+    if let Some(notify) = notify_task {
+        let _ = notify.await;
+    }
+    if let Some(gauge) = gauge_task {
+        let _ = gauge.await;
+    }
+    if let Some(election) = election {
+        // Returns once it has released the lease (when it led).
+        let _ = election.await;
+    }
+    if let Some(webhook) = webhook {
+        webhook.join().await;
+    }
+    Ok(result?)
 }
 
 /// The notifier `[notify]` asks for, if any.
@@ -768,6 +849,23 @@ fn notifier(
         "notifying stamps"
     );
     Ok(Some(Notifier::new(settings, metrics.notify())?))
+}
+
+/// `engine` following the Lease's leadership when `elect`, with the election's
+/// task; else `engine` as it is, leading from the start.
+fn elect_if(
+    elect: bool,
+    engine: Engine,
+    (client, namespace, config): (&kube::Client, &str, &crate::config::LeaderElectionConfig),
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> (Engine, Option<tokio::task::JoinHandle<()>>) {
+    if !elect {
+        metrics.set_leader(true);
+        return (engine, None);
+    }
+    let (leadership, task) = start_election(client, namespace, config, metrics, shutdown);
+    (engine.with_leadership(leadership), Some(task))
 }
 
 /// Starts competing for the Lease: the leadership feed for the engine, and

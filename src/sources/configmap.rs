@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::kube::ContentObject;
+use super::objects::ContentObject;
 use crate::fingerprint::{ObjectData, ObjectKind};
 
 impl ContentObject for ConfigMap {

@@ -2,7 +2,7 @@
 //! source (`[sources.kubernetes.<name>]`, design §5b): custom resources, or
 //! any other namespaced kind, through kube's dynamic API.
 //!
-//! It is run by the same loop as ConfigMaps and Secrets (`super::kube`): one
+//! It is run by the same loop as ConfigMaps and Secrets (`super::objects`): one
 //! metadata-only watch per namespace stream, a GET only of objects some
 //! workload references, when their resourceVersion moves; the content is
 //! fingerprinted by the configured fields ([`FieldSelection`]) and dropped.
@@ -28,7 +28,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use tokio_util::sync::CancellationToken;
 
-use super::kube::{MetaEvent, ObjectReader, meta_streams, provenance_of, run_objects};
+use super::objects::{MetaEvent, ObjectReader, meta_streams, provenance_of, run_objects};
 use super::{ObjectSourceSettings, ObserveContext, Source, SourceContext, SourceError};
 use crate::config::{KubernetesSourceConfig, KubernetesSourcePreset};
 use crate::fingerprint::{self, Algorithm, FieldSelection, Fingerprint, Observation};

@@ -40,14 +40,14 @@ use crate::model::{PodSpecRule, Scope, SourceCatalog, SourceName, Tracked};
 mod configmap;
 pub mod consul;
 pub mod kind;
-pub mod kube;
+pub mod objects;
 mod polled;
 pub mod secret;
 mod watched;
 
 use self::consul::{ConsulMetrics, SettingsError};
 pub use self::kind::{KindConfigError, KindError, KindSource};
-pub use self::kube::{ContentObject, ObjectSource, ObjectSourceSettings};
+pub use self::objects::{ContentObject, ObjectSource, ObjectSourceSettings};
 pub use self::polled::{PollSource, Polled, poll};
 pub use self::watched::{ObservationStream, WatchSource, Watched, watch};
 

@@ -26,7 +26,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions, Pro
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use super::kube::classify;
+use super::dynamic::classify;
 use super::{ApplyOutcome, KubeTarget, Target, TargetContext, TargetError, TargetSettings};
 use crate::model::{GENERATED_JOB_LABELS, TemplatePath, Workload, WorkloadId, WorkloadKind};
 use crate::stamp::{self, AdmissionDecision, StampPatch};

@@ -23,10 +23,10 @@ use crate::model::{Workload, WorkloadId, WorkloadKind};
 use crate::stamp::StampPatch;
 
 mod batch;
-mod kube;
+mod dynamic;
 
 pub use self::batch::{CronJobTarget, JobTarget, cron_job_kind, job_kind};
-pub use self::kube::{KubeTarget, TargetSettings, TargetSetupError, builtin_kinds};
+pub use self::dynamic::{KubeTarget, TargetSettings, TargetSetupError, builtin_kinds};
 
 /// One watch stream of a target: a kind, in one namespace or all of them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -45,7 +45,7 @@ const BINARY: &[&str] = &["main"];
 
 /// The module trees where decisions live: no function in them (tests left
 /// out) may be longer than [`MAX_FUNCTION_LINES`].
-const SHORT_FUNCTIONS: &[&str] = &["engine", "stamp"];
+const SHORT_FUNCTIONS: &[&str] = &["engine", "stamp", "runtime"];
 
 /// The most lines a function may span, from its `fn` to its closing brace.
 const MAX_FUNCTION_LINES: usize = 80;

@@ -4,7 +4,7 @@
 //! file here and name it below. `cargo nextest run --test it <module>::` runs
 //! one file's tests.
 
-// examples/loadtest.rs (the benchmark, run here as `loadtest_ci`) brings its own
+// examples/loadtest/ (the benchmark, run here as `loadtest_ci`) brings its own
 // copy of support/consul.rs: it is an example of its own, without this crate.
 #![allow(clippy::duplicate_mod)]
 
@@ -27,7 +27,6 @@ mod docs;
 mod explain;
 mod faults;
 mod golden;
-mod holds;
 mod kubernetes_source;
 mod layers;
 mod leader_election;
@@ -37,6 +36,7 @@ mod notify;
 mod pacing;
 mod reloader;
 mod rollouts;
+mod scheduling_gates;
 mod scoping;
 mod snapshots;
 mod targets;

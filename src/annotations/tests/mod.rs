@@ -21,13 +21,13 @@ const NS: &str = "shop";
 
 mod csi;
 mod delivery;
-mod holds;
 mod mutator;
 mod native;
+mod pusher_wave;
 mod reloader;
+mod scheduling_gates;
 mod scheme;
 mod snapshot;
-mod wave;
 
 // --- builders ---
 

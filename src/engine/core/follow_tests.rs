@@ -6,7 +6,7 @@ use serde_json::json;
 use super::harness::{CHECKSUM, Harness, batch, cron_job, job, native_deployment, reloader_auto};
 use super::*;
 use crate::fingerprint::Observation;
-use crate::model::{Controller, RolloutFailure, WorkloadKind};
+use crate::model::{ControllerRef, RolloutFailure, WorkloadKind};
 use crate::outcome::history::{Change, Outcome, Revision};
 
 const MARKER: &str = "nudge.dev/rollout";
@@ -342,7 +342,7 @@ fn run_of(h: &Harness, name: &str, rollout: Rollout) -> Workload {
         ordered_pods: false,
         resource_version: Some("900".into()),
         uid: None,
-        controller: Some(Controller {
+        controller: Some(ControllerRef {
             api_version: "batch/v1".into(),
             kind: "CronJob".into(),
             name: h.workload.id.name.to_string(),

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 /// failed test): `RUST_LOG` when set, else nudge's `info` and everyone's
 /// warnings. Once per process; a test that set its own subscriber keeps it.
 /// (Here rather than in `support/mod.rs` because this file is the one the
-/// Consul tests' [`Driver`] and `examples/loadtest.rs` share.)
+/// Consul tests' [`Driver`] and `examples/loadtest/` share.)
 pub fn capture_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,nudge=info"));
@@ -176,6 +176,11 @@ impl ConsulAgent {
     /// The HTTP port.
     pub fn http_port(&self) -> u16 {
         self.ports.http
+    }
+
+    /// The agent's process id, while it runs (the benchmark reads its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Kills the agent (SIGKILL) and waits for it to exit.

@@ -13,7 +13,7 @@ impl Parser<'_> {
     /// Adds the release specs: the scheduling gate (opted in, or a Wave workload
     /// not opted out) and Wave's `scheduling-disabled` on a migrated workload,
     /// each released once every required input of every stamp exists.
-    pub(super) fn holds(&mut self) {
+    pub(super) fn scheduling_gates(&mut self) {
         let required = self.required_inputs();
         let mut holds = Vec::new();
         if self.wants_gate(!required.is_empty()) {
@@ -60,7 +60,7 @@ impl Parser<'_> {
         // Nothing required, nothing to wait for: no gate. A Job's pod template is
         // immutable, so a gate could never be lifted from it.
         let mutable_template = !self.workload.id.kind.has_immutable_template();
-        let wanted = self.gate_choice.unwrap_or(self.wave);
+        let wanted = self.gate_choice.unwrap_or(self.pusher_wave);
         if wanted && self.workload.ordered_pods {
             // kube's StatefulSet controller waits for a Pending pod-0 forever
             // (kubernetes#67250), so lifting the gate would not start it.

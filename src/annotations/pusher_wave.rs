@@ -18,11 +18,11 @@ pub const WAVE_EXTRA_SECRETS: &str = "wave.pusher.com/extra-secrets";
 pub const WAVE_CONFIG_HASH: &str = "wave.pusher.com/config-hash";
 
 impl Parser<'_> {
-    pub(super) fn wave(&mut self, annotations: &Annotations<'_>) {
+    pub(super) fn pusher_wave(&mut self, annotations: &Annotations<'_>) {
         if !self.flag(annotations, WAVE_UPDATE_ON_CONFIG_CHANGE) {
             return;
         }
-        self.wave = true;
+        self.pusher_wave = true;
         let output = Output::PodTemplateAnnotation(WAVE_CONFIG_HASH.to_owned());
         self.stamps
             .declare(&output, Combine::Wave, WAVE_UPDATE_ON_CONFIG_CHANGE);
