@@ -72,7 +72,7 @@ pub mod explain;
 pub mod window;
 
 pub use config::Config;
-pub use runtime::{Controller, RollbackTo, RunError};
+pub use runtime::{Controller, RunError};
 
 /// The source contract: what a custom source implements and the types it
 /// works with. See [`Source`](source::Source) for the guarantees every source
@@ -132,7 +132,6 @@ pub mod error {
     pub use crate::config::ConfigError;
     pub use crate::engine::EngineError;
     pub use crate::events::notify::NotifyError;
-    pub use crate::runtime::RollbackError;
     pub use crate::runtime::admin::AdminError;
     pub use crate::sources::consul::SettingsError as ConsulSettingsError;
     pub use crate::sources::secret::KeyError;

@@ -39,7 +39,7 @@ use self::admin::{AdminError, AdminServer};
 use self::lease::{LeaderElector, LeaseSettings};
 use self::metrics::Metrics;
 use self::namespaces::selected_namespaces;
-pub use self::rollback::{RollbackError, RollbackTo};
+pub(crate) use self::rollback::{RollbackError, RollbackTo};
 
 /// Argo Rollouts: stamped like Deployments when their CRD is installed.
 const ARGO_ROLLOUT: (&str, &str, &str) = ("argoproj.io", "v1alpha1", "Rollout");

@@ -22,7 +22,7 @@ use super::Controller;
 /// Why a workload could not be rolled back (or released).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum RollbackError {
+pub(crate) enum RollbackError {
     /// The workload could not be found or read, or its kind is unknown.
     #[error(transparent)]
     Workload(#[from] ExplainError),
@@ -52,7 +52,7 @@ pub enum RollbackError {
 /// What `nudge rollback` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum RollbackTo {
+pub(crate) enum RollbackTo {
     /// Hold the workload at this revision's snapshot; `None`: the newest
     /// completed revision before the one its template runs.
     Revision(Option<u32>),
@@ -66,7 +66,7 @@ impl Controller {
     /// [`RollbackTo::Release`], removes it). Returns the revision set (`None`
     /// when released). `kind` and `namespace` as [`Controller::explain`]
     /// takes them.
-    pub async fn rollback(
+    pub(crate) async fn rollback(
         &self,
         kind: &str,
         namespace: Option<&str>,

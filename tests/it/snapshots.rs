@@ -16,8 +16,6 @@ use nudge::__private::copies::{Copier, CopyError, CopyMetrics, Operation};
 use nudge::__private::fingerprint::{FingerprintKey, ObjectData, ObjectKind, native_object};
 use nudge::__private::model::{KeySelection, WorkloadId, WorkloadKind};
 use nudge::__private::snapshot::{CopyPlan, Owner, SnapshotKey, SnapshotNames};
-use nudge::RollbackTo;
-use nudge::error::RollbackError;
 
 use crate::support::*;
 
@@ -743,22 +741,20 @@ async fn rollback_to_takes_the_config_back_and_holds_it_until_released() {
         &[("nudge.dev/auto", "true"), ("nudge.dev/snapshot", "true")],
     )
     .await;
-    let config = snapshot_config(&cluster);
-    let nudge = cluster.start_ready_nudge(config.clone()).await;
+    let nudge = cluster.start_ready_nudge(snapshot_config(&cluster)).await;
     let (first, second) = two_revisions(&cluster).await;
 
     // `nudge rollback`: a revision the history does not keep is refused and
     // the workload left alone; by default, the newest before the current one.
-    let controller = nudge::Controller::from_config(config, cluster.client());
-    let rollback = |to| controller.rollback("deploy", Some(cluster.namespace()), "web", to);
-    let error = rollback(RollbackTo::Revision(Some(7))).await.unwrap_err();
-    assert!(
-        matches!(error, RollbackError::NotRestorable { .. }),
-        "{error:?}"
-    );
+    let refused = nudge_rollback(&cluster, &["deployment/web", "--to-revision", "7"]).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("revision 7"), "{stderr}");
     let workload = cluster.workload("Deployment", "web").await;
     assert!(workload["metadata"]["annotations"]["nudge.dev/rollback-to"].is_null());
-    assert_eq!(rollback(RollbackTo::Revision(None)).await.unwrap(), Some(1));
+    let set = nudge_rollback(&cluster, &["deployment/web"]).await;
+    let stdout = String::from_utf8_lossy(&set.stdout);
+    assert!(stdout.contains("rollback-to set to revision 1"), "{stdout}");
     let back = wait_for_copies(&cluster, "web", &second).await;
     assert_eq!(back, first, "revision 1's copies again");
     // A revision of its own, followed to its end like any other.
