@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
     let file = std::env::args().nth(1).map(std::path::PathBuf::from);
-    let config = Config::load(file.as_deref(), &Default::default())?;
+    let config = Config::load(file.as_deref())?;
     let client = kube::Client::try_default().await?;
     let shutdown = nudge::shutdown::on_signal();
     controller(config, client).run(shutdown).await?;

@@ -1,41 +1,119 @@
 //! The `nudge` command line, for the `nudge` binary and for an embedder's own
 //! binary: [`run`] gives it `run`, `explain`, `check-config` and `version`, with
-//! the embedder's sources and targets in every command.
+//! the embedder's sources and targets in every command; [`Binary`] does the
+//! same under the embedder's own name, version and description.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
 //! # fn my_source() -> Arc<dyn nudge::source::Source> { unimplemented!() }
 //! #[tokio::main]
 //! async fn main() -> std::process::ExitCode {
-//!     nudge::cli::run(|controller| controller.with_source(my_source())).await
+//!     nudge::cli::Binary::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
+//!         .about("Rolls workloads when their files change.")
+//!         .run(|controller| controller.with_source(my_source()))
+//!         .await
 //! }
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use figment::Figment;
 
 use crate::config::{Config, LogFormat, Overrides};
 use crate::runtime::{Controller, RollbackError, RollbackTo};
 
-/// Runs the command line of `std::env::args()`: the controller (`run`),
-/// `explain`, `check-config` or `version`. `customize` adds the embedder's
-/// sources and targets to the controller every command builds.
+/// Runs the command line of `std::env::args()` as the `nudge` binary: the
+/// controller (`run`), `explain`, `check-config` or `version`. `customize`
+/// adds the embedder's sources and targets to the controller every command
+/// builds. [`Binary`] runs it under another name.
 pub async fn run(customize: impl FnOnce(Controller) -> Controller) -> ExitCode {
-    run_with(|figment| figment, customize).await
+    Binary::nudge().run(customize).await
 }
 
-/// [`run`], with configuration providers of the embedder's own: `providers`
-/// gets nudge's stack (defaults, TOML file, `NUDGE_*` variables, flags) and
-/// returns it with its own merged in.
-pub async fn run_with(
-    providers: impl FnOnce(Figment) -> Figment,
-    customize: impl FnOnce(Controller) -> Controller,
-) -> ExitCode {
-    Cli::parse().run(providers, customize).await
+/// The command line of a binary built on nudge: [`run`]'s commands under the
+/// binary's own name and version, which `--help`, `--version`, `version`,
+/// `check-config` and every error message show.
+pub struct Binary {
+    name: &'static str,
+    version: &'static str,
+    about: Option<&'static str>,
+    providers: Box<dyn FnOnce(Figment) -> Figment + Send>,
+}
+
+impl std::fmt::Debug for Binary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binary")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("about", &self.about)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Binary {
+    /// A binary called `name` (as `--help` and error messages say it), at
+    /// `version`: usually `env!("CARGO_PKG_NAME")` and
+    /// `env!("CARGO_PKG_VERSION")`. `version` prints nudge's version beside it.
+    pub fn new(name: &'static str, version: &'static str) -> Self {
+        Self {
+            name,
+            version,
+            about: None,
+            providers: Box::new(|figment| figment),
+        }
+    }
+
+    /// The `nudge` binary itself.
+    fn nudge() -> Self {
+        Self::new("nudge", env!("CARGO_PKG_VERSION")).about(env!("CARGO_PKG_DESCRIPTION"))
+    }
+
+    /// What `--help` says the binary does (one line).
+    pub fn about(mut self, about: &'static str) -> Self {
+        self.about = Some(about);
+        self
+    }
+
+    /// Configuration providers of the binary's own: `providers` gets nudge's
+    /// stack (defaults, TOML file, `NUDGE_*` variables, flags) and returns it
+    /// with its own merged in.
+    pub fn providers(
+        mut self,
+        providers: impl FnOnce(Figment) -> Figment + Send + 'static,
+    ) -> Self {
+        self.providers = Box::new(providers);
+        self
+    }
+
+    /// Runs the command line of `std::env::args()`, as [`run`] does.
+    pub async fn run(self, customize: impl FnOnce(Controller) -> Controller) -> ExitCode {
+        let mut command = Cli::command()
+            .name(self.name)
+            .bin_name(self.name)
+            .version(self.version);
+        if let Some(about) = self.about {
+            command = command.about(about);
+        }
+        let cli = match Cli::from_arg_matches(&command.get_matches()) {
+            Ok(cli) => cli,
+            Err(error) => error.exit(),
+        };
+        let name = Name {
+            name: self.name,
+            version: self.version,
+        };
+        cli.run(name, self.providers, customize).await
+    }
+}
+
+/// How the binary calls itself in what it prints.
+#[derive(Debug, Clone, Copy)]
+struct Name {
+    name: &'static str,
+    version: &'static str,
 }
 
 /// Rolls Kubernetes workloads when the ConfigMaps, Secrets or Consul keys they
@@ -48,12 +126,30 @@ struct Cli {
     config: Option<PathBuf>,
     /// Log format (overrides log.format).
     #[arg(long, global = true, value_enum)]
-    log_format: Option<LogFormat>,
+    log_format: Option<LogFormatArg>,
     /// tracing filter directives, e.g. `info,nudge=debug` (overrides log.filter).
     #[arg(long, global = true, value_name = "FILTER")]
     log_filter: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`: [`LogFormat`]'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormatArg {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(format: LogFormatArg) -> Self {
+        match format {
+            LogFormatArg::Plain => LogFormat::Plain,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -120,6 +216,7 @@ impl Cli {
     /// Runs the chosen subcommand; the exit code says whether it succeeded.
     async fn run(
         self,
+        binary: Name,
         providers: impl FnOnce(Figment) -> Figment,
         customize: impl FnOnce(Controller) -> Controller,
     ) -> ExitCode {
@@ -130,31 +227,33 @@ impl Cli {
             command,
         } = self;
         if let Command::Version = command {
-            println!("{}", version());
+            println!("{}", version(binary));
             return ExitCode::SUCCESS;
         }
         let overrides = Overrides {
-            log_format,
+            log_format: log_format.map(LogFormat::from),
             log_filter,
         };
-        let figment = match Config::providers(config.as_deref(), &overrides) {
-            Ok(figment) => providers(figment),
-            Err(error) => return config_failed(&error),
+        let figment = match Config::providers(config.as_deref()) {
+            Ok(figment) => providers(figment.merge(overrides.figment())),
+            Err(error) => return config_failed(binary, &error),
         };
         let config = match Config::from_figment(&figment) {
             Ok(config) => config,
-            Err(error) => return config_failed(&error),
+            Err(error) => return config_failed(binary, &error),
         };
         if let Command::CheckConfig = command {
-            let controller = Controller::assemble(config, figment, offline_client());
-            return check_config(&customize(controller));
+            let controller =
+                Controller::assemble(config, figment, crate::runtime::offline_client());
+            return check_config(binary, &customize(controller));
         }
         crate::telemetry::init_logging(&config.log);
         let client = match kube::Client::try_default().await {
             Ok(client) => client,
             Err(error) => {
                 eprintln!(
-                    "nudge: cannot configure the Kubernetes client: {}. To fix: point KUBECONFIG at a cluster (or run in a pod with a service account).",
+                    "{}: cannot configure the Kubernetes client: {}. To fix: point KUBECONFIG at a cluster (or run in a pod with a service account).",
+                    binary.name,
                     crate::errors::error_chain(&error)
                 );
                 return ExitCode::FAILURE;
@@ -163,7 +262,7 @@ impl Cli {
         let controller =
             customize(Controller::assemble(config, figment, client).operate_as_configured());
         match command {
-            Command::Run => run_controller(controller).await,
+            Command::Run => run_controller(binary, controller).await,
             Command::Explain {
                 workload,
                 namespace,
@@ -172,7 +271,8 @@ impl Cli {
                 history,
             } => {
                 let show = Show { output, history };
-                explain(&controller, &workload, namespace.as_deref(), show, timeout).await
+                let workload = (workload.as_str(), namespace.as_deref());
+                explain(binary, &controller, workload, show, timeout).await
             }
             Command::Rollback {
                 workload,
@@ -193,65 +293,57 @@ impl Cli {
 }
 
 /// A configuration problem: one line, exit code 2.
-fn config_failed(error: &crate::config::ConfigError) -> ExitCode {
-    eprintln!("nudge: {error}");
+fn config_failed(binary: Name, error: &crate::config::ConfigError) -> ExitCode {
+    eprintln!("{}: {error}", binary.name);
     ExitCode::from(2)
 }
 
-/// A client that answers every request with an error: `check-config` builds
-/// the controller, with its custom sources, without a cluster, and so can an
-/// embedder's test of its configuration (`Controller::from_figment`, then
-/// [`Controller::check`]). Call it inside a tokio runtime.
-pub fn offline_client() -> kube::Client {
-    let refuse = tower::service_fn(|_: http::Request<kube::client::Body>| async {
-        Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
-            "check-config reads no cluster",
-        ))
-    });
-    kube::Client::new(refuse, "default")
-}
-
-/// `nudge check-config`: every configuration problem, or the effective
+/// `check-config`: every configuration problem, or the effective
 /// configuration as TOML, secrets redacted.
-fn check_config(controller: &Controller) -> ExitCode {
+fn check_config(binary: Name, controller: &Controller) -> ExitCode {
     if let Err(error) = controller.check() {
-        return config_failed(&error);
+        return config_failed(binary, &error);
     }
     match toml::to_string(&controller.effective_config()) {
         Ok(text) => {
             println!(
-                "# nudge {}: the configuration is valid",
-                env!("CARGO_PKG_VERSION")
+                "# {} {}: the configuration is valid",
+                binary.name, binary.version
             );
             print!("{text}");
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("nudge check-config: cannot print the configuration: {error}");
+            let name = binary.name;
+            eprintln!("{name} check-config: cannot print the configuration: {error}");
             ExitCode::FAILURE
         }
     }
 }
 
-/// `nudge version` output.
-fn version() -> String {
+/// The `version` line: the binary's, and nudge's when the binary is another.
+fn version(binary: Name) -> String {
+    let nudge = env!("CARGO_PKG_VERSION");
+    let api = crate::KUBERNETES_MIN_VERSION;
+    if binary.name == "nudge" {
+        return format!("nudge {nudge} (Kubernetes API {api}+)");
+    }
     format!(
-        "nudge {} (Kubernetes API {}+)",
-        env!("CARGO_PKG_VERSION"),
-        crate::KUBERNETES_MIN_VERSION
+        "{} {} (nudge {nudge}, Kubernetes API {api}+)",
+        binary.name, binary.version
     )
 }
 
-async fn run_controller(controller: Controller) -> ExitCode {
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting");
+async fn run_controller(binary: Name, controller: Controller) -> ExitCode {
+    tracing::info!(binary = binary.name, version = binary.version, "starting");
     let shutdown = crate::runtime::shutdown::on_signal();
     match controller.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             let text = crate::errors::error_chain(&error);
             let hint = error.hint();
-            tracing::error!(error = %text, hint = hint.as_deref().unwrap_or(""), "nudge stopped");
-            eprintln!("nudge: {}", one_line(&text, hint.as_deref()));
+            tracing::error!(error = %text, hint = hint.as_deref().unwrap_or(""), "{} stopped", binary.name);
+            eprintln!("{}: {}", binary.name, one_line(&text, hint.as_deref()));
             ExitCode::FAILURE
         }
     }
@@ -265,37 +357,38 @@ fn one_line(error: &str, hint: Option<&str>) -> String {
     }
 }
 
-/// How `nudge explain` shows its report.
+/// How `explain` shows its report.
 struct Show {
     output: ExplainFormat,
     history: bool,
 }
 
 async fn explain(
+    binary: Name,
     controller: &Controller,
-    workload: &str,
-    namespace: Option<&str>,
+    (workload, namespace): (&str, Option<&str>),
     show: Show,
     timeout: std::time::Duration,
 ) -> ExitCode {
+    let failed = |problem: &dyn std::fmt::Display| eprintln!("{} explain: {problem}", binary.name);
     let Some((kind, name)) = workload.split_once('/') else {
-        eprintln!("nudge explain: expected <kind>/<name>, got {workload:?}");
+        failed(&format_args!("expected <kind>/<name>, got {workload:?}"));
         return ExitCode::from(2);
     };
     let report = match controller.explain(kind, namespace, name, timeout).await {
         Ok(report) => report,
         Err(error @ crate::explain::ExplainError::UnknownKind(_)) => {
-            eprintln!("nudge explain: {error}");
+            failed(&error);
             return ExitCode::from(2);
         }
         Err(error) => {
-            eprintln!("nudge explain: {}", crate::errors::error_chain(&error));
+            failed(&crate::errors::error_chain(&error));
             return ExitCode::FAILURE;
         }
     };
     match show.output {
         ExplainFormat::Table => {
-            print!("{}", report.to_table());
+            print!("{report}");
             if show.history {
                 print!("{}", report.history_table());
             }
@@ -303,7 +396,7 @@ async fn explain(
         ExplainFormat::Json => match serde_json::to_string_pretty(&report) {
             Ok(json) => println!("{json}"),
             Err(error) => {
-                eprintln!("nudge explain: cannot encode the report: {error}");
+                failed(&format_args!("cannot encode the report: {error}"));
                 return ExitCode::FAILURE;
             }
         },

@@ -1,7 +1,8 @@
 //! `nudge explain <kind>/<name>`: what a workload tracks, the current and desired
 //! fingerprints, and in one line why it is or is not in sync. Run it through
 //! [`Controller::explain`](crate::Controller::explain), which knows an
-//! embedder's sources and targets, or [`explain`] for the built-in ones.
+//! embedder's sources and targets. The [`Report`] prints as `nudge explain`'s
+//! table and serializes as its `-o json`; its parts are nudge's own.
 //!
 //! Two halves, as everywhere in nudge:
 //!
@@ -11,7 +12,7 @@
 //!   desired stamp with the controller's own stamp decision and reads the stamped
 //!   value the same way, so explain and the controller cannot disagree about what
 //!   "in sync" means.
-//! - [`explain`] is the thin I/O part: it reads the workload through its target,
+//! - `explain_with` is the thin I/O part: it reads the workload through its target,
 //!   builds the same sources as `nudge run`, observes every input within a
 //!   deadline, and reads each referenced ConfigMap's, Secret's and configured
 //!   kind's object's metadata for its last write time (`managedFields[].time`). It never writes to the cluster: the
@@ -50,15 +51,13 @@ use crate::model::{
     Workload, WorkloadId,
 };
 use crate::outcome::history;
-pub use crate::outcome::history::{Change, Outcome, Revision, RevisionSnapshot, ValueChange};
+pub(crate) use crate::outcome::history::Revision;
 use crate::scope::NamespaceScope;
 use crate::sources::consul::ConsulMetrics;
 use crate::sources::secret::read_installation_key;
 use crate::sources::{ObjectSourceSettings, ObserveContext, Source, SourceError};
 use crate::stamp::{self, BlockReason, FingerprintLookup};
-use crate::targets::{
-    KubeTarget, Target, TargetError, TargetSettings, TargetSetupError, builtin_kinds,
-};
+use crate::targets::{KubeTarget, Target, TargetError, TargetSettings, builtin_kinds};
 
 /// Allowance for the second granularity of `managedFields[].time` and for clock
 /// skew between this machine and the API server, added to debounce and
@@ -72,30 +71,30 @@ pub(crate) const CLOCK_SLACK: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
     /// The workload explained.
-    pub workload: WorkloadId,
+    pub(crate) workload: WorkloadId,
     /// The one-line answer for the whole workload (the most pressing output's).
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// One entry per value nudge keeps up to date on the workload.
-    pub outputs: Vec<OutputReport>,
+    pub(crate) outputs: Vec<OutputReport>,
     /// Annotations nudge cannot use; the workload's other references still work.
-    pub annotation_errors: Vec<AnnotationProblem>,
+    pub(crate) annotation_errors: Vec<AnnotationProblem>,
     /// The timing the verdicts were judged against.
-    pub timing: Timing,
+    pub(crate) timing: Timing,
     /// The rollout nudge started and is following (`<prefix>/rollout`), if any.
-    pub rollout: Option<Revision>,
+    pub(crate) rollout: Option<Revision>,
     /// The workload's config history (`<prefix>/history`), oldest first.
-    pub history: Vec<Revision>,
+    pub(crate) history: Vec<Revision>,
     /// Its delivery settings and the config they hold back (design §5d).
-    pub delivery: DeliveryReport,
+    pub(crate) delivery: DeliveryReport,
     /// Its snapshots (design §5e), when it takes them or its template names
     /// copies (left out of the JSON otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<SnapshotReport>,
+    pub(crate) snapshot: Option<SnapshotReport>,
 }
 
 /// A state and a one-line explanation of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// Machine-readable state.
     pub state: State,
     /// What to tell a human, e.g. `waiting for debounce (changed 2s ago, debounce 5s)`.
@@ -107,7 +106,7 @@ pub struct Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum State {
+pub(crate) enum State {
     /// The stamped value is the desired one.
     InSync,
     /// A referenced object changed within the debounce window; nudge stamps soon.
@@ -138,7 +137,7 @@ pub enum State {
 
 /// One value nudge keeps up to date on the workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OutputReport {
+pub(crate) struct OutputReport {
     /// The annotation key or env var name.
     pub output: String,
     /// Where it lives: `annotation`, `annotation+metadata` or `env`.
@@ -155,7 +154,7 @@ pub struct OutputReport {
 
 /// One input of an output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ReferenceReport {
+pub(crate) struct ReferenceReport {
     /// The reference, short: `secret/db[password]`, `consul/app/config`; the
     /// namespace appears only when it is not the workload's.
     pub reference: String,
@@ -183,7 +182,7 @@ pub struct ReferenceReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum ReferenceState {
+pub(crate) enum ReferenceState {
     /// It exists; its fingerprint is known.
     Present,
     /// It does not exist.
@@ -194,7 +193,7 @@ pub enum ReferenceState {
 
 /// An annotation nudge cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AnnotationProblem {
+pub(crate) struct AnnotationProblem {
     /// The annotation key.
     pub annotation: String,
     /// What is wrong with it.
@@ -203,7 +202,7 @@ pub struct AnnotationProblem {
 
 /// The timing a report's verdicts were judged against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// When the report was made (RFC 3339).
     pub now: String,
     /// Effective debounce (the workload's override, else `engine.debounce`).
@@ -793,10 +792,18 @@ fn human_age(age: Duration) -> String {
 
 // === table ===
 
+/// The human table, as `nudge explain` prints it: one row per reference, then
+/// annotation errors, then the verdict line.
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_table())
+    }
+}
+
 impl Report {
     /// The human table: one row per reference, then annotation errors, then the
     /// verdict line (`verdict: …`).
-    pub fn to_table(&self) -> String {
+    pub(crate) fn to_table(&self) -> String {
         let namespace = &self.workload.namespace;
         let mut rows: Vec<[String; 6]> = vec![[
             "OUTPUT".into(),
@@ -1022,17 +1029,17 @@ pub enum ExplainError {
     UnknownKind(String),
     /// The kind is not served by the API server (its CRD is not installed).
     #[error(transparent)]
-    NotServed(#[from] TargetSetupError),
+    NotServed(Box<dyn std::error::Error + Send + Sync>),
     /// A Consul source could not be set up (address, token file, TLS files).
     #[error(transparent)]
-    Consul(#[from] crate::sources::consul::SettingsError),
+    Consul(Box<dyn std::error::Error + Send + Sync>),
     /// The configuration is invalid (a custom source's section).
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     /// No installation key could be read and no placeholder generated (the
     /// operating system's random number generator failed).
     #[error("cannot set up fingerprinting")]
-    Fingerprint(#[source] crate::fingerprint::FingerprintError),
+    Fingerprint(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// `namespace shop`, or `all namespaces` for the empty name.
@@ -1074,22 +1081,10 @@ pub(crate) fn resolve_kind(name: &str, config: &Config) -> Option<TargetConfig> 
     }
 }
 
-/// Explains the workload `name` of `kind` in `namespace`: reads it, observes
-/// every input with `config`'s sources within `timeout`, and builds the
+/// Explains the workload `name` of `kind` in `namespace`: reads it (with the
+/// embedder's target for `kind`, when it registered one), observes every input
+/// with `config`'s sources and the embedder's within `timeout`, and builds the
 /// [`Report`]. Writes nothing to the cluster.
-pub async fn explain(
-    client: kube::Client,
-    config: &Config,
-    kind: &TargetConfig,
-    namespace: &str,
-    name: &str,
-    timeout: Duration,
-) -> Result<Report, ExplainError> {
-    explain_with(client, config, kind, namespace, name, timeout, &[], &[]).await
-}
-
-/// [`explain`] with an embedder's sources besides the built-in ones, and its
-/// targets (the one for `kind`, when it registered one, reads the workload).
 #[expect(
     clippy::too_many_arguments,
     reason = "the report's inputs, each needed"
@@ -1256,7 +1251,8 @@ pub(crate) async fn workload_target(
                 template,
                 target_settings,
             )
-            .await?,
+            .await
+            .map_err(|error| ExplainError::NotServed(Box::new(error)))?,
         ),
     };
     Ok(target)
@@ -1285,7 +1281,8 @@ fn observe_context(key: &Result<FingerprintKey, String>) -> Result<ObserveContex
         Ok(key) => key.clone(),
         // Secret fingerprints made with this key are discarded by `observe`;
         // only absence is reported.
-        Err(_) => FingerprintKey::try_generate().map_err(ExplainError::Fingerprint)?,
+        Err(_) => FingerprintKey::try_generate()
+            .map_err(|error| ExplainError::Fingerprint(Box::new(error)))?,
     };
     Ok(ObserveContext::new(source_key))
 }
@@ -1310,7 +1307,8 @@ fn configured_sources(
         source_settings,
         &config.sources,
         &ConsulMetrics::default(),
-    )?;
+    )
+    .map_err(ExplainError::Consul)?;
     Ok(sources
         .into_iter()
         .chain(custom.iter().cloned())
@@ -1492,10 +1490,10 @@ mod delivery;
 mod neighbours;
 mod snapshot;
 
+pub(crate) use delivery::DeliveryReport;
 pub(crate) use delivery::Neighbour;
-pub use delivery::{DeliveryReport, WaveMember};
 use delivery::{delivery_report, held_verdict};
-pub use snapshot::{CopyReport, RevisionCopies, SnapshotReport};
+pub(crate) use snapshot::SnapshotReport;
 
 #[cfg(test)]
 mod tests;

@@ -283,8 +283,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 // === impl FingerprintKey ===
 
-/// Installation key for Secret fingerprints (at least [`FingerprintKey::MIN_LEN`]
-/// bytes). `Debug` prints `FingerprintKey(redacted)`.
+/// Installation key for Secret fingerprints (at least 32 bytes). `Debug` prints `FingerprintKey(redacted)`.
 #[derive(Clone)]
 pub struct FingerprintKey {
     /// The key material, as configured or generated.
@@ -295,10 +294,10 @@ pub struct FingerprintKey {
 
 impl FingerprintKey {
     /// Shortest accepted key, in bytes (the output size of SHA-256).
-    pub const MIN_LEN: usize = 32;
+    pub(crate) const MIN_LEN: usize = 32;
 
     /// Wraps configured key material; fails when it is shorter than [`Self::MIN_LEN`].
-    pub fn new(bytes: Vec<u8>) -> Result<Self, FingerprintError> {
+    pub(crate) fn new(bytes: Vec<u8>) -> Result<Self, FingerprintError> {
         if bytes.len() < Self::MIN_LEN {
             return Err(FingerprintError::KeyTooShort {
                 len: bytes.len(),
@@ -309,26 +308,26 @@ impl FingerprintKey {
         Ok(Self { bytes, mac })
     }
 
-    /// A fresh key of [`Self::MIN_LEN`] bytes from the operating system's random
+    /// A fresh key of `MIN_LEN` bytes from the operating system's random
     /// number generator.
     ///
     /// # Panics
     ///
     /// When the operating system cannot provide random bytes; use
-    /// [`Self::try_generate`] to handle that case.
+    /// `try_generate` to handle that case.
     pub fn generate() -> Self {
         Self::try_generate().expect("the operating system's random number generator failed")
     }
 
     /// Like [`Self::generate`], but reports a failing random number generator.
-    pub fn try_generate() -> Result<Self, FingerprintError> {
+    pub(crate) fn try_generate() -> Result<Self, FingerprintError> {
         let mut bytes = vec![0_u8; Self::MIN_LEN];
-        getrandom::fill(&mut bytes).map_err(FingerprintError::Random)?;
+        getrandom::fill(&mut bytes).map_err(|e| FingerprintError::Random(e.into()))?;
         Self::new(bytes)
     }
 
     /// The key material, for storing a generated key. Never log it.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.bytes
     }
 
@@ -348,7 +347,7 @@ impl fmt::Debug for FingerprintKey {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FingerprintError {
-    /// The configured key has fewer than [`FingerprintKey::MIN_LEN`] bytes.
+    /// The configured key has fewer than 32 bytes.
     #[error("fingerprint key has {len} bytes, at least {min} are required")]
     KeyTooShort {
         /// Length of the rejected key.
@@ -362,17 +361,7 @@ pub enum FingerprintError {
     KeyRejected,
     /// The operating system's random number generator failed while generating a key.
     #[error("could not generate a fingerprint key")]
-    Random(#[source] getrandom::Error),
-}
-
-impl FingerprintError {
-    /// A short, static label for metrics and Events.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::KeyTooShort { .. } | Self::KeyRejected => "invalid-fingerprint-key",
-            Self::Random(_) => "random-unavailable",
-        }
-    }
+    Random(#[source] std::io::Error),
 }
 
 // === impl ObjectData ===

@@ -29,7 +29,7 @@
 //! `docs/design.md` §1a says what each module owns):
 //!
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
-//!    `annotations`, `discovery`, `stamp`, [`window`], `outcome` (rollout
+//!    `annotations`, `discovery`, `stamp`, `window`, `outcome` (rollout
 //!    outcomes and the config history), `delivery` (holds, windows, waves),
 //!    `snapshot` (copies of a revision's config), plus the shared utilities
 //!    `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
@@ -69,7 +69,7 @@ mod webhook;
 pub mod cli;
 pub mod config;
 pub mod explain;
-pub mod window;
+mod window;
 
 pub use config::Config;
 pub use runtime::{Controller, RunError};
@@ -78,16 +78,14 @@ pub use runtime::{Controller, RunError};
 /// works with. See [`Source`](source::Source) for the guarantees every source
 /// gives.
 pub mod source {
-    pub use crate::fingerprint::{
-        DigestValue, Fingerprint, FingerprintError, FingerprintKey, Observation, WaveFragment,
-    };
+    pub use crate::fingerprint::{Fingerprint, Observation};
     pub use crate::model::{
-        Algorithm, Gate, KeySelection, Name, NameError, PodSpecRule, Reference, Scope, Shared,
-        SourceName, Tracked, TrackedItem, default_reference_check,
+        Algorithm, NameError, PodSpecRule, Reference, Scope, SourceName, Tracked,
+        default_reference_check,
     };
     pub use crate::sources::{
         Interest, ObservationStream, ObserveContext, PollSource, Provenance, Source, SourceContext,
-        SourceError, SourceHarness, SourceUpdate, WatchSource, poll, watch,
+        SourceError, WatchSource, poll, watch,
     };
 }
 
@@ -95,13 +93,12 @@ pub mod source {
 /// nudge stamps) and the types it works with.
 pub mod target {
     pub use crate::model::{
-        ControllerRef, Output, Rollout, RolloutFailure, Shared, TemplatePath, TemplatePathError,
-        Workload, WorkloadError, WorkloadId, WorkloadIdParts, WorkloadKind,
+        TemplatePath, TemplatePathError, Workload, WorkloadError, WorkloadId, WorkloadKind,
     };
-    pub use crate::stamp::{Release, StampPatch};
+    pub use crate::stamp::StampPatch;
     pub use crate::targets::{
-        ApplyOutcome, KubeTarget, Target, TargetContext, TargetError, TargetSettings,
-        TargetSetupError, WatchScope, WorkloadEvent,
+        ApplyOutcome, KubeTarget, Target, TargetContext, TargetError, TargetSettings, WatchScope,
+        WorkloadEvent,
     };
 }
 
@@ -126,20 +123,42 @@ pub mod shutdown {
     pub use tokio_util::sync::CancellationToken;
 }
 
-/// The errors inside [`RunError`] and [`explain::ExplainError`], so that an
-/// embedder can name and match them.
-pub mod error {
-    pub use crate::config::ConfigError;
-    pub use crate::engine::EngineError;
-    pub use crate::events::notify::NotifyError;
-    pub use crate::runtime::admin::AdminError;
-    pub use crate::sources::consul::SettingsError as ConsulSettingsError;
-    pub use crate::sources::secret::KeyError;
-    pub use crate::webhook::WebhookError;
+/// Helpers for the tests of code built on nudge (cargo feature `testing`,
+/// for `[dev-dependencies]`): drive a custom source without the engine
+/// ([`harness`](testing::harness), with an
+/// [`observe_context`](testing::observe_context) for its `observe`), and
+/// build a [`Controller`] that reads no cluster to check configuration
+/// ([`offline_client`](testing::offline_client)).
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use crate::runtime::offline_client;
+    pub use crate::sources::{SourceHarness, SourceUpdate, harness};
+
+    /// The context a source observes with, keyed with a fresh installation
+    /// key, as nudge hands it to [`Source::observe`](crate::source::Source::observe).
+    pub fn observe_context() -> crate::source::ObserveContext {
+        crate::sources::ObserveContext::new(crate::fingerprint::FingerprintKey::generate())
+    }
+
+    /// What a source tracks for the reference `name` (an object in
+    /// `namespace` for a namespaced source, else a key) of `source`, read
+    /// with `algorithm`, as the engine asks a source to track it.
+    pub fn tracked(
+        source: crate::source::SourceName,
+        namespace: Option<&str>,
+        name: &str,
+        algorithm: crate::source::Algorithm,
+    ) -> crate::source::Tracked {
+        let reference = match namespace {
+            Some(namespace) => crate::model::Reference::object(source, namespace, name),
+            None => crate::model::Reference::key(source, name),
+        };
+        crate::model::Tracked::new(reference, algorithm)
+    }
 }
 
 /// The oldest Kubernetes API version nudge is built against (k8s-openapi `v1_33`).
-pub const KUBERNETES_MIN_VERSION: &str = "1.33";
+pub(crate) const KUBERNETES_MIN_VERSION: &str = "1.33";
 
 /// Internals for nudge's own tests, benchmark and fuzz targets. **Not public API**:
 /// anything here may change in any release.
@@ -195,4 +214,74 @@ pub mod __private {
         pub use crate::webhook::*;
     }
     pub use crate::errors::error_chain;
+
+    /// Crate-private functions and methods nudge's tests call.
+    pub mod crate_fns {
+        use crate::fingerprint::{FingerprintError, FingerprintKey};
+        use crate::model::{
+            Algorithm, KeySelection, Reference, Rollout, SourceName, Tracked, Workload, WorkloadId,
+            WorkloadKind,
+        };
+
+        /// `FingerprintKey::new`.
+        pub fn fingerprint_key(bytes: Vec<u8>) -> Result<FingerprintKey, FingerprintError> {
+            FingerprintKey::new(bytes)
+        }
+
+        /// `WorkloadKind::deployment`.
+        pub fn deployment() -> WorkloadKind {
+            WorkloadKind::deployment()
+        }
+
+        /// `Reference::with_keys`.
+        pub fn with_keys(reference: Reference, keys: KeySelection) -> Reference {
+            reference.with_keys(keys)
+        }
+
+        /// `Reference::object`.
+        pub fn object(source: SourceName, namespace: &str, name: &str) -> Reference {
+            Reference::object(source, namespace, name)
+        }
+
+        /// `Reference::key`.
+        pub fn key(source: SourceName, name: &str) -> Reference {
+            Reference::key(source, name)
+        }
+
+        /// `Tracked::new`.
+        pub fn tracked(reference: Reference, algorithm: Algorithm) -> Tracked {
+            Tracked::new(reference, algorithm)
+        }
+
+        /// A workload with what the fuzz targets vary (`Workload` is
+        /// `#[non_exhaustive]`, its rollout fields crate-private).
+        pub fn workload(
+            id: WorkloadId,
+            annotations: std::collections::BTreeMap<String, String>,
+            template: k8s_openapi::api::core::v1::PodTemplateSpec,
+            rollout: Rollout,
+            ordered_pods: bool,
+        ) -> Workload {
+            Workload {
+                id,
+                annotations,
+                template,
+                rollout,
+                ordered_pods,
+                resource_version: None,
+                uid: None,
+                controller: None,
+            }
+        }
+
+        /// The field names of `kind`'s template path (`spec`, `template`).
+        pub fn template_segments(kind: &WorkloadKind) -> Vec<&str> {
+            kind.template_path().segments().collect()
+        }
+
+        /// `Reference::canonical_id`.
+        pub fn canonical_id(reference: &Reference) -> String {
+            reference.canonical_id()
+        }
+    }
 }

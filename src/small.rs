@@ -166,6 +166,10 @@ impl<K: Ord, V> SmallMap<K, V> {
     }
 
     /// The values, in key order.
+    #[cfg_attr(
+        not(feature = "consul"),
+        allow(dead_code, reason = "the Consul source's")
+    )]
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.0.iter().map(|(_, v)| v)
     }

@@ -67,7 +67,7 @@ pub enum WindowError {
 
 impl Window {
     /// Whether `at` falls inside one of the spans.
-    pub fn contains(&self, at: Timestamp) -> bool {
+    pub(crate) fn contains(&self, at: Timestamp) -> bool {
         self.occurrences(at)
             .any(|(start, end)| start <= at && at < end)
     }
@@ -75,7 +75,7 @@ impl Window {
     /// `at` itself when the window is open then, else the next time it opens.
     /// `None` only when no span opens within the next week (the time zone's
     /// rules skip every start, which no real zone does).
-    pub fn next_opening(&self, at: Timestamp) -> Option<Timestamp> {
+    pub(crate) fn next_opening(&self, at: Timestamp) -> Option<Timestamp> {
         if self.contains(at) {
             return Some(at);
         }
@@ -86,12 +86,12 @@ impl Window {
     }
 
     /// `at` in the window's zone, e.g. `2026-11-30T22:00:00+01:00[Europe/Berlin]`.
-    pub fn in_zone(&self, at: Timestamp) -> jiff::Zoned {
+    pub(crate) fn in_zone(&self, at: Timestamp) -> jiff::Zoned {
         at.to_zoned(self.zone.clone())
     }
 
     /// The time zone's name.
-    pub fn zone(&self) -> &str {
+    pub(crate) fn zone(&self) -> &str {
         self.zone.iana_name().unwrap_or("UTC")
     }
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use arbitrary::{Arbitrary, Result, Unstructured};
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use nudge::__private::fingerprint::{self, DataValue, FingerprintKey, ObjectData, ObjectKind};
+use nudge::__private::fingerprint::{self, DataValue, ObjectData, ObjectKind};
 use sha1::{Digest, Sha1};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -111,7 +111,7 @@ fn check_wave_fragment(data: &ObjectData) -> fingerprint::WaveFragment {
 
 fn run(u: &mut Unstructured<'_>) -> Result<()> {
     let objects: Vec<Object> = u.arbitrary()?;
-    let key = FingerprintKey::new(vec![7; 32]).expect("a 32-byte key");
+    let key = nudge::__private::crate_fns::fingerprint_key(vec![7; 32]).expect("a 32-byte key");
     let mut config_maps = BTreeMap::new();
     let mut secrets = BTreeMap::new();
     let mut combined = Vec::new();

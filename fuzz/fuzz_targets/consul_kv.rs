@@ -11,7 +11,7 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use nudge::__private::sources::consul::client::{
+use nudge::__private::sources::consul::kv::{
     ClientError, parse_key_response, parse_prefix_response,
 };
 use serde_json::json;

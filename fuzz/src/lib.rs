@@ -382,24 +382,35 @@ pub fn pod_spec(u: &mut Unstructured<'_>) -> Result<PodSpec> {
 
 /// The kinds nudge stamps out of the box.
 pub fn kinds() -> Vec<WorkloadKind> {
-    vec![
-        WorkloadKind::deployment(),
-        WorkloadKind::stateful_set(),
-        WorkloadKind::daemon_set(),
+    let builtin = nudge::__private::targets::builtin_kinds();
+    let batch = [
         nudge::__private::targets::cron_job_kind(),
         nudge::__private::targets::job_kind(),
-    ]
+    ];
+    builtin
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .chain(batch)
+        .collect()
 }
 
 /// Sources as a typical installation configures them.
 pub fn catalog(with_consul: bool) -> SourceCatalog {
     let object_name = |r: &str| annotations::check_object_name(r).map_err(str::to_owned);
     let catalog = SourceCatalog::new()
-        .with(SourceName::configmap(), Scope::Namespaced, object_name)
-        .with(SourceName::secret(), Scope::Namespaced, object_name);
+        .with(
+            SourceName::new("configmap").unwrap(),
+            Scope::Namespaced,
+            object_name,
+        )
+        .with(
+            SourceName::new("secret").unwrap(),
+            Scope::Namespaced,
+            object_name,
+        );
     if with_consul {
         catalog.with(
-            SourceName::consul(),
+            SourceName::new("consul").unwrap(),
             Scope::External,
             nudge::__private::sources::consul::check_key,
         )
@@ -425,23 +436,23 @@ pub fn workload(u: &mut Unstructured<'_>, prefix: &str) -> Result<Workload> {
         Some(pod_spec(u)?)
     };
     let rollout = *u.choose(&[Rollout::Complete, Rollout::InProgress, Rollout::Unknown])?;
-    Ok(Workload {
-        id: WorkloadId::new(kind, "shop", "web"),
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            annotations: (!template_annotations.is_empty() || u.arbitrary()?)
+                .then_some(template_annotations),
+            ..ObjectMeta::default()
+        }),
+        spec,
+    };
+    let id = WorkloadId::new(kind, "shop", "web");
+    let ordered_pods = u.arbitrary()?;
+    Ok(nudge::__private::crate_fns::workload(
+        id,
         annotations,
-        template: PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                annotations: (!template_annotations.is_empty() || u.arbitrary()?)
-                    .then_some(template_annotations),
-                ..ObjectMeta::default()
-            }),
-            spec,
-        },
+        template,
         rollout,
-        ordered_pods: u.arbitrary()?,
-        resource_version: None,
-        uid: None,
-        controller: None,
-    })
+        ordered_pods,
+    ))
 }
 
 /// A small arbitrary JSON value, for the places a review may carry garbage.
@@ -501,7 +512,7 @@ pub fn workload_json(u: &mut Unstructured<'_>, kind: &WorkloadKind, prefix: &str
     });
     // Put the template at the kind's path (`spec.template`,
     // `spec.jobTemplate.spec.template`).
-    let segments: Vec<&str> = kind.template_path().segments().collect();
+    let segments = nudge::__private::crate_fns::template_segments(kind);
     let mut at = &mut object;
     for (index, segment) in segments.iter().enumerate() {
         let map = at.as_object_mut().expect("built as objects");
@@ -552,7 +563,7 @@ pub mod admission {
     #[async_trait::async_trait]
     impl InputReader for Instant {
         async fn read(&self, tracked: &Tracked) -> Result<Observation, ReadError> {
-            let name = tracked.reference.name.as_str();
+            let name = tracked.reference().name();
             match name {
                 "db" => return Ok(Observation::Absent),
                 "a" => {
@@ -567,9 +578,9 @@ pub mod admission {
                 "k".to_owned(),
                 DataValue::Text(name.to_owned()),
             )]));
-            let kind =
-                ObjectKind::of_source(&tracked.reference.source).unwrap_or(ObjectKind::ConfigMap);
-            let found = match tracked.algorithm {
+            let kind = ObjectKind::of_source(tracked.reference().source())
+                .unwrap_or(ObjectKind::ConfigMap);
+            let found = match tracked.algorithm() {
                 Algorithm::Md5 => fingerprint::md5_value(name.as_bytes()),
                 Algorithm::Reloader => fingerprint::reloader_object(kind, &data),
                 Algorithm::Wave => {

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// `[admin]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct AdminConfig {
     /// Address of the admin HTTP server (`/live`, `/ready`, `/metrics`).
     pub bind: SocketAddr,

@@ -7,6 +7,7 @@ use super::{Problem, is_dns_subdomain};
 /// `[annotations]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct AnnotationsConfig {
     /// Prefix of nudge's own annotations (`<prefix>/auto`, `<prefix>/checksum-x`).
     pub prefix: String,

@@ -1,16 +1,16 @@
 //! `[sources.consul]`.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Problem, duration};
+use super::{Problem, Secret, duration};
 
 /// `[sources.consul]` and `[sources.consul.instances.<name>]`: one Consul cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ConsulConfig {
     /// Whether this cluster is watched. Unset means `false` for `[sources.consul]` and
     /// `true` for each listed instance.
@@ -20,7 +20,7 @@ pub struct ConsulConfig {
     /// `http://127.0.0.1:8500` (default instance only; instances must set it).
     pub address: String,
     /// ACL token. Empty: `token_file`, else `$CONSUL_HTTP_TOKEN` (default instance only).
-    pub token: ConsulToken,
+    pub token: Secret,
     /// File holding the ACL token (read at start-up). Empty: `$CONSUL_HTTP_TOKEN_FILE`
     /// (default instance only).
     pub token_file: String,
@@ -63,7 +63,7 @@ impl Default for ConsulConfig {
         Self {
             enabled: None,
             address: String::new(),
-            token: ConsulToken::default(),
+            token: Secret::default(),
             token_file: String::new(),
             datacenter: String::new(),
             namespace: String::new(),
@@ -133,6 +133,7 @@ impl ConsulConfig {
 /// `[sources.consul.tls]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ConsulTlsConfig {
     /// PEM file of the CA that signed Consul's certificate. Empty: the built-in roots.
     pub ca_file: String,
@@ -159,30 +160,13 @@ impl Default for ConsulTlsConfig {
     }
 }
 
-/// A Consul ACL token from the configuration; never printed.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ConsulToken(pub String);
-
-impl ConsulToken {
-    /// Whether no token is configured.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for ConsulToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "\"\""
-        } else {
-            "<redacted>"
-        })
-    }
-}
-
 /// `[sources.consul]`, then each of its instances.
 pub(super) fn consul_problem(consul: &ConsulConfig) -> Problem {
+    #[cfg(not(feature = "consul"))]
+    if let Some(key) = enabled_without_the_feature(consul) {
+        let problem = "asks for a Consul source, but this binary is built without it (cargo feature `consul`)";
+        return Some((key, problem.to_owned()));
+    }
     if let Some((key, problem)) = consul.problem(None) {
         return Some((consul_key(key), problem));
     }
@@ -201,6 +185,16 @@ pub(super) fn consul_problem(consul: &ConsulConfig) -> Problem {
         }
     }
     None
+}
+
+/// The key that enables a Consul cluster, when one is enabled.
+#[cfg(not(feature = "consul"))]
+fn enabled_without_the_feature(consul: &ConsulConfig) -> Option<&'static str> {
+    if consul.enabled == Some(true) {
+        return Some("sources.consul.enabled");
+    }
+    let instance = consul.instances.values().any(|i| i.enabled != Some(false));
+    instance.then_some("sources.consul.instances")
 }
 
 /// The full dotted key of a `[sources.consul]` key, for error messages.

@@ -9,6 +9,7 @@ use super::{Problem, SnapshotMode, duration};
 /// `[engine]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// Changes to a workload's references within this window produce one stamp.
     #[serde(with = "duration")]

@@ -9,6 +9,7 @@ use super::{Problem, is_dns_subdomain};
 /// `[fingerprint]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct FingerprintConfig {
     /// File holding the installation key for Secret fingerprints (at least 32
     /// bytes). Empty: nudge generates a key once and keeps it in `key_secret`.

@@ -7,6 +7,7 @@ use super::{Problem, is_dns_label, selector};
 /// `[kubernetes]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct KubernetesConfig {
     /// Namespaces whose workloads, ConfigMaps and Secrets are watched; empty
     /// means all namespaces.
@@ -110,7 +111,7 @@ impl KubernetesConfig {
 
     /// Whether the built-in kind `kind` (`CronJob`, …) is turned off by
     /// `ignore_kinds`.
-    pub fn ignores_kind(&self, kind: &str) -> bool {
+    pub(crate) fn ignores_kind(&self, kind: &str) -> bool {
         ignores_kind(&self.ignore_kinds, kind)
     }
 

@@ -9,6 +9,7 @@ use super::{Problem, duration, is_dns_subdomain};
 /// `[leader_election]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct LeaderElectionConfig {
     /// Elect a leader through a Lease; when false every replica stamps.
     pub enabled: bool,

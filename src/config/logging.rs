@@ -7,6 +7,7 @@ use super::Problem;
 /// `[log]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct LogConfig {
     /// `plain` or `json`.
     pub format: LogFormat,
@@ -25,7 +26,7 @@ impl Default for LogConfig {
 }
 
 /// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum LogFormat {

@@ -26,7 +26,7 @@ mod webhook;
 pub use crate::snapshot::SnapshotMode;
 pub use admin::AdminConfig;
 pub use annotations::AnnotationsConfig;
-pub use consul::{ConsulConfig, ConsulTlsConfig, ConsulToken};
+pub use consul::{ConsulConfig, ConsulTlsConfig};
 pub use engine::EngineConfig;
 pub use fingerprint::FingerprintConfig;
 pub use kubernetes::KubernetesConfig;
@@ -34,7 +34,7 @@ pub(crate) use kubernetes::ignores_kind;
 pub use leader_election::LeaderElectionConfig;
 pub use logging::{LogConfig, LogFormat};
 pub(crate) use notify::parse_webhook_url;
-pub use notify::{NotifyConfig, NotifyFormat, WebhookUrl};
+pub use notify::{NotifyConfig, NotifyFormat};
 pub(crate) use sources::{BUILTIN_SOURCE_SECTIONS, kubernetes_sources_problem};
 pub use sources::{
     BuiltinSourceConfig, DiscoverConfig, KubernetesSourceConfig, KubernetesSourcePreset,
@@ -42,6 +42,8 @@ pub use sources::{
 };
 pub use targets::{TargetConfig, TargetsConfig};
 pub use webhook::WebhookConfig;
+
+pub use crate::window::{Window, WindowError};
 
 use consul::consul_problem;
 use targets::targets_problem;
@@ -89,6 +91,7 @@ pub enum ConfigError {
 /// The whole configuration. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Config {
     /// Annotation names.
     pub annotations: AnnotationsConfig,
@@ -118,16 +121,17 @@ pub struct Config {
 
 /// Values from CLI flags; `None` leaves the lower layers' value.
 #[derive(Debug, Clone, Default)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     /// `--log-format`
-    pub log_format: Option<LogFormat>,
+    pub(crate) log_format: Option<LogFormat>,
     /// `--log-filter`
-    pub log_filter: Option<String>,
+    pub(crate) log_filter: Option<String>,
 }
 
 impl Overrides {
-    /// The flags as a figment provider layer, keyed by dotted config keys.
-    fn figment(&self) -> Figment {
+    /// The flags as a figment provider layer, keyed by dotted config keys, to
+    /// merge over [`Config::providers`].
+    pub(crate) fn figment(&self) -> Figment {
         let mut figment = Figment::new();
         if let Some(format) = self.log_format {
             figment = figment.merge(Serialized::default("log.format", format));
@@ -136,6 +140,32 @@ impl Overrides {
             figment = figment.merge(Serialized::default("log.filter", filter));
         }
         figment
+    }
+}
+
+/// A secret value of the configuration (a Consul ACL token; a notification
+/// webhook URL, which embeds the token that lets anyone post): never printed
+/// (`Debug` and [`Controller::effective_config`](crate::Controller::effective_config)
+/// show `<redacted>`), and read only by nudge.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub(crate) String);
+
+impl Secret {
+    /// Wraps a value given in code rather than in the configuration.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// Whether no value is set.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { REDACTED })
     }
 }
 
@@ -157,32 +187,31 @@ impl Config {
     /// The same configuration with every secret value (Consul tokens, the
     /// notification URL, which carries its token) replaced by `<redacted>`,
     /// for printing. Empty values stay empty.
-    pub fn redacted(&self) -> Self {
+    pub(crate) fn redacted(&self) -> Self {
         fn redact_consul(consul: &mut ConsulConfig) {
             if !consul.token.is_empty() {
-                consul.token = ConsulToken(REDACTED.to_owned());
+                consul.token = Secret::new(REDACTED);
             }
             consul.instances.values_mut().for_each(redact_consul);
         }
         let mut config = self.clone();
         redact_consul(&mut config.sources.consul);
         if !config.notify.url.is_empty() {
-            config.notify.url = WebhookUrl(REDACTED.to_owned());
+            config.notify.url = Secret::new(REDACTED);
         }
         config
     }
 
     /// Loads defaults, then `file` (if given it must exist), then `NUDGE_*`
-    /// environment variables, then `overrides`, and validates the result.
-    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
-        Self::from_figment(&Self::providers(file, overrides)?)
+    /// environment variables, and validates the result.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::from_figment(&Self::providers(file)?)
     }
 
     /// nudge's configuration providers: defaults, then `file` (if given it must
-    /// exist), then `NUDGE_*` environment variables, then `overrides`. Merge
-    /// providers of your own into it before
-    /// [`from_figment`](Self::from_figment).
-    pub fn providers(file: Option<&Path>, overrides: &Overrides) -> Result<Figment, ConfigError> {
+    /// exist), then `NUDGE_*` environment variables. Merge providers of your
+    /// own into it before [`from_figment`](Self::from_figment).
+    pub fn providers(file: Option<&Path>) -> Result<Figment, ConfigError> {
         if let Some(path) = file
             && !path.exists()
         {
@@ -190,7 +219,7 @@ impl Config {
                 path: path.to_owned(),
             });
         }
-        Ok(Self::figment(file, overrides))
+        Ok(Self::figment(file))
     }
 
     /// The configuration `figment` holds, validated.
@@ -216,7 +245,7 @@ impl Config {
         self
     }
 
-    fn figment(file: Option<&Path>, overrides: &Overrides) -> Figment {
+    fn figment(file: Option<&Path>) -> Figment {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = file {
             figment = figment.merge(Toml::file_exact(path));
@@ -224,7 +253,7 @@ impl Config {
         let env = Env::prefixed(ENV_PREFIX)
             .filter(|key| key.as_str().contains(ENV_SEPARATOR))
             .split(ENV_SEPARATOR);
-        figment.merge(env).merge(overrides.figment())
+        figment.merge(env)
     }
 
     /// The first invalid value, in the order of the sections below, as a

@@ -1,21 +1,21 @@
 //! `[notify]`.
 
-use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::duration;
+use super::{Secret, duration};
 
 /// `[notify]`: one message per stamp, POSTed to a webhook (Slack, Microsoft Teams,
 /// Google Chat, or nudge's own JSON). Off by default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct NotifyConfig {
     /// Whether stamps are notified.
     pub enabled: bool,
     /// The webhook URL. It usually embeds a token: prefer `url_file`.
-    pub url: WebhookUrl,
+    pub url: Secret,
     /// File holding the webhook URL (read once at start-up, surrounding whitespace
     /// trimmed), e.g. a key of a Secret mounted as a volume.
     pub url_file: String,
@@ -33,7 +33,7 @@ impl Default for NotifyConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            url: WebhookUrl::default(),
+            url: Secret::default(),
             url_file: String::new(),
             format: NotifyFormat::Json,
             timeout: Duration::from_secs(10),
@@ -83,29 +83,6 @@ pub(crate) fn parse_webhook_url(text: &str) -> Result<reqwest::Url, &'static str
     Ok(url)
 }
 
-/// A webhook URL from the configuration; never printed (Slack, Teams and Google
-/// Chat URLs embed the token that lets anyone post).
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct WebhookUrl(pub String);
-
-impl WebhookUrl {
-    /// Whether no URL is configured.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for WebhookUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "\"\""
-        } else {
-            "<redacted>"
-        })
-    }
-}
-
 /// The payload of notifications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -123,7 +100,7 @@ pub enum NotifyFormat {
 
 impl NotifyFormat {
     /// The name in the configuration and in the `format` metric label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Slack => "slack",
             Self::Teams => "teams",

@@ -10,6 +10,7 @@ use super::{ConsulConfig, Problem, is_dns_label, is_dns_subdomain};
 /// `[sources]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct SourcesConfig {
     /// `[sources.configmap]`: the built-in ConfigMap source (`configmap`).
     pub configmap: BuiltinSourceConfig,
@@ -114,7 +115,7 @@ pub enum KubernetesSourcePreset {
 
 impl KubernetesSourcePreset {
     /// The preset's name, as configured.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::SecretsStoreCsi => "secrets-store-csi",
         }
@@ -198,7 +199,7 @@ impl KubernetesSourceConfig {
     }
 
     /// The entry as it takes effect: a preset's fields filled in.
-    pub fn resolved(&self) -> Self {
+    pub(crate) fn resolved(&self) -> Self {
         match self.preset {
             None => self.clone(),
             Some(KubernetesSourcePreset::SecretsStoreCsi) => Self {
@@ -238,7 +239,7 @@ impl KubernetesSourceConfig {
     }
 
     /// `group/version`, or `version` for the core group.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
         } else {

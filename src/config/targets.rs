@@ -12,6 +12,7 @@ use super::Problem;
 /// each custom target's section under `[targets.<key>]` (TOML cannot mix the two
 /// forms in one document).
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct TargetsConfig {
     /// The kinds stamped by configuration.
     pub kinds: Vec<TargetConfig>,
@@ -86,6 +87,7 @@ impl<'de> Deserialize<'de> for TargetsConfig {
 /// dynamic API (its plural is found by API discovery at start-up).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TargetConfig {
     /// API group, e.g. `apps.kruise.io` (empty: the core group).
     #[serde(default)]
@@ -97,6 +99,23 @@ pub struct TargetConfig {
     /// Where the pod template is, as dot-separated field names.
     #[serde(default = "default_template_path")]
     pub template: String,
+}
+
+impl TargetConfig {
+    /// The kind `group/version` `kind`, its pod template at `spec.template`
+    /// (set `template` for another place).
+    pub fn new(
+        group: impl Into<String>,
+        version: impl Into<String>,
+        kind: impl Into<String>,
+    ) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            template: default_template_path(),
+        }
+    }
 }
 
 fn default_template_path() -> String {

@@ -13,8 +13,7 @@ fn example_path() -> PathBuf {
 #[test]
 fn example_file_equals_defaults() {
     Jail::expect_with(|_| {
-        let config = Config::load(Some(&example_path()), &Overrides::default())
-            .expect("config.example.toml loads");
+        let config = Config::load(Some(&example_path())).expect("config.example.toml loads");
         assert_eq!(config, Config::default());
         Ok(())
     });
@@ -57,7 +56,8 @@ fn env_overrides_file_and_flags_override_env() {
             log_format: Some(LogFormat::Plain),
             log_filter: None,
         };
-        let config = Config::load(Some(Path::new("nudge.toml")), &overrides).unwrap();
+        let figment = Config::providers(Some(Path::new("nudge.toml"))).unwrap();
+        let config = Config::from_figment(&figment.merge(overrides.figment())).unwrap();
         assert_eq!(config.engine.debounce, Duration::from_secs(10));
         assert_eq!(config.engine.burst, 9);
         assert_eq!(config.log.format, LogFormat::Plain);
@@ -70,10 +70,7 @@ fn env_vars_without_section_separator_are_not_config() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_TEST_KUBECONFIG", "/tmp/kubeconfig");
         jail.set_env("NUDGE_CONFIG", "/etc/nudge.toml");
-        assert_eq!(
-            Config::load(None, &Overrides::default()).unwrap(),
-            Config::default()
-        );
+        assert_eq!(Config::load(None).unwrap(), Config::default());
         Ok(())
     });
 }
@@ -82,7 +79,7 @@ fn env_vars_without_section_separator_are_not_config() {
 fn unknown_key_in_file_names_key_and_file() {
     Jail::expect_with(|jail| {
         jail.create_file("nudge.toml", "[engine]\ndebounse = \"10s\"\n")?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("debounse"), "{err}");
@@ -98,12 +95,11 @@ fn engine_window_parses_and_a_bad_one_names_the_key() {
             "nudge.toml",
             "[engine]\nwindow = \"Mon-Fri 22:00-06:00 Europe/Berlin\"\n",
         )?;
-        let config = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
-            .expect("a valid window");
+        let config = Config::load(Some(Path::new("nudge.toml"))).expect("a valid window");
         let window = config.engine.window.expect("set");
         assert_eq!(window.zone(), "Europe/Berlin");
         jail.set_env("NUDGE_ENGINE__WINDOW", "Mon-Fri 22:00 Europe/Berlin");
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("engine.window"), "{err}");
@@ -117,9 +113,7 @@ fn engine_window_parses_and_a_bad_one_names_the_key() {
 fn wrong_type_in_env_names_key_and_variable() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_ENGINE__BURST", "lots");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("burst"), "{err}");
         assert!(err.contains("NUDGE_ENGINE__BURST"), "{err}");
         Ok(())
@@ -130,9 +124,7 @@ fn wrong_type_in_env_names_key_and_variable() {
 fn unknown_section_in_env_is_rejected() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_ENGIN__BURST", "3");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("engin"), "{err}");
         Ok(())
     });
@@ -142,7 +134,7 @@ fn unknown_section_in_env_is_rejected() {
 fn unparsable_duration_names_key() {
     Jail::expect_with(|jail| {
         jail.create_file("nudge.toml", "[engine]\ndebounce = \"soon\"\n")?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("debounce"), "{err}");
@@ -154,9 +146,7 @@ fn unparsable_duration_names_key() {
 fn out_of_range_value_names_key_and_origin() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_ENGINE__BURST", "0");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("engine.burst"), "{err}");
         assert!(err.contains("NUDGE_ENGINE__BURST"), "{err}");
         Ok(())
@@ -167,7 +157,7 @@ fn out_of_range_value_names_key_and_origin() {
 fn max_delay_shorter_than_debounce_is_rejected() {
     Jail::expect_with(|jail| {
         jail.create_file("nudge.toml", "[engine]\ndebounce = \"2m\"\n")?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("engine.max_delay"), "{err}");
@@ -179,9 +169,7 @@ fn max_delay_shorter_than_debounce_is_rejected() {
 fn bad_prefix_is_rejected() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_ANNOTATIONS__PREFIX", "Not_A_Domain");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("annotations.prefix"), "{err}");
         Ok(())
     });
@@ -191,9 +179,7 @@ fn bad_prefix_is_rejected() {
 fn namespace_list_from_env_is_validated() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_KUBERNETES__NAMESPACES", "[team-a, Team_B]");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("kubernetes.namespaces"), "{err}");
         assert!(err.contains("Team_B"), "{err}");
         Ok(())
@@ -207,16 +193,14 @@ fn a_selector_that_does_not_parse_names_its_key_and_where_it_came_from() {
             "nudge.toml",
             "[kubernetes]\nnamespace_selector = \"team in (a,b\"\n",
         )?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("kubernetes.namespace_selector"), "{err}");
         assert!(err.contains("expected ',' or ')'"), "{err}");
         assert!(err.contains("nudge.toml"), "{err}");
         jail.set_env("NUDGE_KUBERNETES__SOURCE_LABEL_SELECTOR", "app=web)");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("kubernetes.source_label_selector"), "{err}");
         assert!(
             err.contains("NUDGE_KUBERNETES__SOURCE_LABEL_SELECTOR"),
@@ -230,7 +214,7 @@ fn a_selector_that_does_not_parse_names_its_key_and_where_it_came_from() {
 fn reloaders_key_value_selectors_are_read_in_kubernetes_form() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_KUBERNETES__SOURCE_LABEL_SELECTOR", "app:web,tier:*");
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         assert_eq!(config.kubernetes.source_label_selector, "app=web,tier");
         Ok(())
     });
@@ -240,15 +224,13 @@ fn reloaders_key_value_selectors_are_read_in_kubernetes_form() {
 fn ignore_kinds_takes_built_in_kinds_and_plurals_and_names_a_wrong_one() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_KUBERNETES__IGNORE_KINDS", "[jobs, CronJob, rollout]");
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         for kind in ["Job", "CronJob", "Rollout"] {
             assert!(config.kubernetes.ignores_kind(kind), "{kind}");
         }
         assert!(!config.kubernetes.ignores_kind("Deployment"));
         jail.set_env("NUDGE_KUBERNETES__IGNORE_KINDS", "[jobs, Widget]");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("kubernetes.ignore_kinds"), "{err}");
         assert!(err.contains("\"Widget\" is not a built-in kind"), "{err}");
         Ok(())
@@ -258,10 +240,10 @@ fn ignore_kinds_takes_built_in_kinds_and_plurals_and_names_a_wrong_one() {
 #[test]
 fn configmaps_and_secrets_are_on_unless_turned_off() {
     Jail::expect_with(|jail| {
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         assert!(config.sources.configmap.enabled && config.sources.secret.enabled);
         jail.set_env("NUDGE_SOURCES__CONFIGMAP__ENABLED", "false");
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         assert!(!config.sources.configmap.enabled && config.sources.secret.enabled);
         assert!(config.sources.custom.is_empty());
         Ok(())
@@ -299,7 +281,7 @@ address = "https://consul.eu.example.com:8501"
 wait = "2m"
 "#,
         )?;
-        let config = Config::load(Some(Path::new("nudge.toml")), &Overrides::default()).unwrap();
+        let config = Config::load(Some(Path::new("nudge.toml"))).unwrap();
         let consul = &config.sources.consul;
         assert_eq!(consul.enabled, Some(true));
         assert_eq!(consul.max_concurrent_queries, 32);
@@ -323,7 +305,7 @@ fn consul_env_vars_reach_the_default_and_extra_instances() {
             "NUDGE_SOURCES__CONSUL__INSTANCES__EU__ADDRESS",
             "http://eu:8500",
         );
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         let consul = &config.sources.consul;
         assert_eq!(consul.enabled, Some(true));
         assert_eq!(consul.address, "http://consul:8500");
@@ -336,7 +318,7 @@ fn consul_env_vars_reach_the_default_and_extra_instances() {
 #[test]
 fn consul_token_is_never_printed() {
     let config = ConsulConfig {
-        token: ConsulToken("s3cr3t".to_owned()),
+        token: Secret::new("s3cr3t"),
         ..ConsulConfig::default()
     };
     assert!(!format!("{config:?}").contains("s3cr3t"));
@@ -349,7 +331,7 @@ fn consul_instance_without_address_is_rejected() {
             "nudge.toml",
             "[sources.consul.instances.eu]\nwait = \"1m\"\n",
         )?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("sources.consul.instances"), "{err}");
@@ -365,7 +347,7 @@ fn consul_instance_name_must_make_a_source_name() {
             "nudge.toml",
             "[sources.consul.instances.eu-west]\naddress = \"http://x:8500\"\n",
         )?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("eu-west"), "{err}");
@@ -377,9 +359,7 @@ fn consul_instance_name_must_make_a_source_name() {
 fn consul_wait_beyond_consuls_limit_names_key_and_variable() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_SOURCES__CONSUL__WAIT", "11m");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("sources.consul.wait"), "{err}");
         assert!(err.contains("NUDGE_SOURCES__CONSUL__WAIT"), "{err}");
         Ok(())
@@ -404,7 +384,7 @@ version = "v1"
 kind = "ConfigMap"
 "#,
         )?;
-        let config = Config::load(Some(Path::new("nudge.toml")), &Overrides::default()).unwrap();
+        let config = Config::load(Some(Path::new("nudge.toml"))).unwrap();
         let sources = &config.sources.kubernetes;
         let flags = &sources["flags"];
         assert_eq!(flags.api_version(), "example.com/v1");
@@ -432,7 +412,7 @@ fn a_kubernetes_source_can_be_configured_from_env() {
         jail.set_env("NUDGE_SOURCES__KUBERNETES__FLAGS__VERSION", "v1");
         jail.set_env("NUDGE_SOURCES__KUBERNETES__FLAGS__KIND", "FeatureFlags");
         jail.set_env("NUDGE_SOURCES__KUBERNETES__FLAGS__FIELDS", "[/spec]");
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         let flags = &config.sources.kubernetes["flags"];
         assert_eq!(flags.kind, "FeatureFlags");
         assert_eq!(flags.fields, ["/spec"]);
@@ -475,7 +455,7 @@ fn a_bad_kubernetes_source_names_its_key_and_file() {
     for (toml, expected) in cases {
         Jail::expect_with(|jail| {
             jail.create_file("nudge.toml", &toml)?;
-            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+            let err = Config::load(Some(Path::new("nudge.toml")))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("sources.kubernetes"), "{err}");
@@ -493,7 +473,7 @@ fn the_secrets_store_csi_preset_fills_in_its_entry_and_keeps_secret() {
             "nudge.toml",
             "[sources.kubernetes.csi]\npreset = \"secrets-store-csi\"\n",
         )?;
-        let config = Config::load(Some(Path::new("nudge.toml")), &Overrides::default()).unwrap();
+        let config = Config::load(Some(Path::new("nudge.toml"))).unwrap();
         let csi = &config.sources.kubernetes["csi"];
         assert_eq!(
             *csi,
@@ -566,7 +546,7 @@ fn a_bad_discovery_rule_or_preset_names_its_key() {
     for (toml, expected) in cases {
         Jail::expect_with(|jail| {
             jail.create_file("nudge.toml", &toml)?;
-            let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+            let err = Config::load(Some(Path::new("nudge.toml")))
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("sources.kubernetes"), "{err}");
@@ -583,7 +563,7 @@ fn a_kubernetes_source_without_a_kind_names_the_missing_field() {
             "nudge.toml",
             "[sources.kubernetes.flags]\nversion = \"v1\"\n",
         )?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("sources.kubernetes"), "{err}");
@@ -596,9 +576,7 @@ fn a_kubernetes_source_without_a_kind_names_the_missing_field() {
 fn renew_deadline_not_shorter_than_lease_duration_is_rejected() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_LEADER_ELECTION__RENEW_DEADLINE", "20s");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("leader_election.lease_duration"), "{err}");
         Ok(())
     });
@@ -608,12 +586,10 @@ fn renew_deadline_not_shorter_than_lease_duration_is_rejected() {
 fn admin_bind_from_env_is_a_socket_address() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_ADMIN__BIND", "127.0.0.1:0");
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         assert_eq!(config.admin.bind, SocketAddr::from(([127, 0, 0, 1], 0)));
         jail.set_env("NUDGE_ADMIN__BIND", "localhost");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("admin.bind"), "{err}");
         Ok(())
     });
@@ -626,7 +602,7 @@ fn webhook_is_off_by_default_and_configurable_from_env() {
         jail.set_env("NUDGE_WEBHOOK__ENABLED", "true");
         jail.set_env("NUDGE_WEBHOOK__BIND", "127.0.0.1:9443");
         jail.set_env("NUDGE_WEBHOOK__EXTRA_NAMES", "[127.0.0.1]");
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         assert!(config.webhook.enabled);
         assert_eq!(
             config.webhook.bind,
@@ -641,9 +617,7 @@ fn webhook_is_off_by_default_and_configurable_from_env() {
 fn webhook_renewal_window_must_fit_in_the_validity() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_WEBHOOK__RENEW_BEFORE", "400days");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("webhook.renew_before"), "{err}");
         Ok(())
     });
@@ -659,7 +633,7 @@ fn notify_is_off_by_default_and_configurable_from_env() {
         jail.set_env("NUDGE_NOTIFY__FORMAT", "gchat");
         jail.set_env("NUDGE_NOTIFY__TIMEOUT", "3s");
         jail.set_env("NUDGE_NOTIFY__ADDITIONAL_INFO", "prod-eu");
-        let config = Config::load(None, &Overrides::default()).unwrap();
+        let config = Config::load(None).unwrap();
         let notify = &config.notify;
         assert!(notify.enabled);
         assert_eq!(notify.url.0, "https://hooks.example.com/T0/B0/tok3n");
@@ -680,13 +654,11 @@ fn notify_formats_are_named_in_lower_case() {
             NotifyFormat::Json,
         ] {
             jail.set_env("NUDGE_NOTIFY__FORMAT", format.as_str());
-            let config = Config::load(None, &Overrides::default()).unwrap();
+            let config = Config::load(None).unwrap();
             assert_eq!(config.notify.format, format);
         }
         jail.set_env("NUDGE_NOTIFY__FORMAT", "raw");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("notify.format"), "{err}");
         Ok(())
     });
@@ -696,7 +668,7 @@ fn notify_formats_are_named_in_lower_case() {
 fn notify_enabled_without_a_url_is_rejected() {
     Jail::expect_with(|jail| {
         jail.create_file("nudge.toml", "[notify]\nenabled = true\n")?;
-        let err = Config::load(Some(Path::new("nudge.toml")), &Overrides::default())
+        let err = Config::load(Some(Path::new("nudge.toml")))
             .unwrap_err()
             .to_string();
         assert!(err.contains("notify.enabled"), "{err}");
@@ -714,9 +686,7 @@ fn notify_url_and_url_file_together_are_rejected() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_NOTIFY__URL", "https://hooks.example.com/x");
         jail.set_env("NUDGE_NOTIFY__URL_FILE", "/etc/nudge/notify/url");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("notify.url"), "{err}");
         assert!(err.contains("not both"), "{err}");
         Ok(())
@@ -733,9 +703,7 @@ fn a_notify_url_that_is_not_http_is_rejected_without_repeating_it() {
         Jail::expect_with(|jail| {
             jail.set_env("NUDGE_NOTIFY__ENABLED", "true");
             jail.set_env("NUDGE_NOTIFY__URL", url);
-            let err = Config::load(None, &Overrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = Config::load(None).unwrap_err().to_string();
             assert!(err.contains("notify.url"), "{err}");
             assert!(err.contains(problem), "{url}: {err}");
             assert!(err.contains("NUDGE_NOTIFY__URL"), "{err}");
@@ -749,9 +717,7 @@ fn a_notify_url_that_is_not_http_is_rejected_without_repeating_it() {
 fn a_zero_notify_timeout_is_rejected() {
     Jail::expect_with(|jail| {
         jail.set_env("NUDGE_NOTIFY__TIMEOUT", "0s");
-        let err = Config::load(None, &Overrides::default())
-            .unwrap_err()
-            .to_string();
+        let err = Config::load(None).unwrap_err().to_string();
         assert!(err.contains("notify.timeout"), "{err}");
         Ok(())
     });
@@ -760,7 +726,7 @@ fn a_zero_notify_timeout_is_rejected() {
 #[test]
 fn the_webhook_url_is_never_printed() {
     let config = NotifyConfig {
-        url: WebhookUrl("https://hooks.example.com/s3cr3t".to_owned()),
+        url: Secret::new("https://hooks.example.com/s3cr3t"),
         ..NotifyConfig::default()
     };
     assert!(!format!("{config:?}").contains("s3cr3t"));
@@ -768,10 +734,6 @@ fn the_webhook_url_is_never_printed() {
 
 #[test]
 fn missing_explicit_file_is_an_error() {
-    let err = Config::load(
-        Some(Path::new("/nonexistent/nudge.toml")),
-        &Overrides::default(),
-    )
-    .unwrap_err();
+    let err = Config::load(Some(Path::new("/nonexistent/nudge.toml"))).unwrap_err();
     assert!(matches!(err, ConfigError::MissingFile { .. }));
 }

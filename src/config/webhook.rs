@@ -11,6 +11,7 @@ use super::{Problem, duration, is_dns_label, is_dns_subdomain};
 /// `[webhook]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct WebhookConfig {
     /// Whether `nudge run` serves the admission webhook. Off by default (it needs a
     /// certificate and a MutatingWebhookConfiguration); the install manifests in

@@ -543,7 +543,9 @@ fn source_ended(
     match result {
         Ok(()) => tracing::warn!(source = %name, restart_in = ?delay, "source stopped; restarting"),
         Err(error) => {
-            tracing::error!(source = %name, %error, category = error.category(), restart_in = ?delay, "source failed; restarting");
+            let category = error.category();
+            let error = crate::errors::error_chain(&error);
+            tracing::error!(source = %name, %error, category, restart_in = ?delay, "source failed; restarting");
         }
     }
     let name = name.clone();

@@ -77,7 +77,7 @@ pub enum NotifyError {
 
 impl NotifyError {
     /// What an operator should do about it.
-    pub fn hint(&self) -> Option<String> {
+    pub(crate) fn hint(&self) -> Option<String> {
         match self {
             Self::ReadUrlFile { .. } | Self::EmptyUrlFile { .. } => Some(
                 "mount the Secret holding the webhook URL at notify.url_file \

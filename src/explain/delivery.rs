@@ -20,7 +20,7 @@ use crate::stamp::{self, Decision, FingerprintLookup};
 /// One workload of a wave plan: the explained one, or one sharing an input
 /// with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WaveMember {
+pub(crate) struct WaveMember {
     /// `Kind/name`.
     pub workload: String,
     /// Its `<prefix>/wave`.
@@ -125,7 +125,7 @@ fn wave_plan(this: &Judged<'_>, neighbours: &[Judged<'_>]) -> Vec<WaveMember> {
 
 /// How the workload takes config changes. Serialized as is by `-o json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DeliveryReport {
+pub(crate) struct DeliveryReport {
     /// `auto`, `notify` or `manual` (`<prefix>/mode`).
     pub mode: &'static str,
     /// `<prefix>/wave` (0 when unset).
@@ -153,7 +153,7 @@ pub struct DeliveryReport {
 impl DeliveryReport {
     /// One line for the table, or `None` when every setting is the default
     /// and nothing is pending.
-    pub fn line(&self) -> Option<String> {
+    pub(crate) fn line(&self) -> Option<String> {
         let mut parts = Vec::new();
         if self.mode != "auto" {
             parts.push(format!("mode {}", self.mode));
@@ -177,7 +177,7 @@ impl DeliveryReport {
     }
 
     /// The wave plan for the table, one line per workload.
-    pub fn plan_lines(&self) -> Vec<String> {
+    pub(crate) fn plan_lines(&self) -> Vec<String> {
         self.plan
             .iter()
             .map(|member| {

@@ -231,7 +231,7 @@ async fn list_kind(
                         source,
                     });
                 }
-                Err(error) => return Err(error.into()),
+                Err(error) => return Err(ExplainError::NotServed(Box::new(error))),
             }
         }
     };

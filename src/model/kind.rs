@@ -45,7 +45,7 @@ impl TemplatePath {
     }
 
     /// The field names, from the object's root.
-    pub fn segments(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn segments(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(String::as_str)
     }
 }
@@ -159,17 +159,17 @@ impl WorkloadKind {
     }
 
     /// `apps/v1` Deployment.
-    pub fn deployment() -> Self {
+    pub(crate) fn deployment() -> Self {
         DEPLOYMENT.clone()
     }
 
     /// `apps/v1` StatefulSet.
-    pub fn stateful_set() -> Self {
+    pub(crate) fn stateful_set() -> Self {
         STATEFUL_SET.clone()
     }
 
     /// `apps/v1` DaemonSet.
-    pub fn daemon_set() -> Self {
+    pub(crate) fn daemon_set() -> Self {
         DAEMON_SET.clone()
     }
 
@@ -198,7 +198,7 @@ impl WorkloadKind {
     }
 
     /// Where the pod template is.
-    pub fn template_path(&self) -> &TemplatePath {
+    pub(crate) fn template_path(&self) -> &TemplatePath {
         &self.0.template
     }
 

@@ -65,7 +65,7 @@ pub struct SourceName(SmolStr);
 
 impl SourceName {
     /// Grammar a source name must match.
-    pub const GRAMMAR: &'static str = "[a-z0-9]+(.[a-z0-9]+)*";
+    pub(crate) const GRAMMAR: &'static str = "[a-z0-9]+(.[a-z0-9]+)*";
 
     /// Validates and wraps a source name.
     pub fn new(value: impl Into<String>) -> Result<Self, NameError> {
@@ -95,17 +95,17 @@ impl SourceName {
     }
 
     /// The built-in ConfigMap source.
-    pub fn configmap() -> Self {
+    pub(crate) fn configmap() -> Self {
         Self(SmolStr::new_static("configmap"))
     }
 
     /// The built-in Secret source.
-    pub fn secret() -> Self {
+    pub(crate) fn secret() -> Self {
         Self(SmolStr::new_static("secret"))
     }
 
     /// The default Consul source.
-    pub fn consul() -> Self {
+    pub(crate) fn consul() -> Self {
         Self(SmolStr::new_static("consul"))
     }
 
@@ -242,31 +242,69 @@ impl<T: Serialize> Serialize for Shared<T> {
     }
 }
 
-/// Identity of one workload: a [`Shared`] handle, so the records, the graph's
-/// dependent sets and the queue hold one copy between them. Fields: `id.kind`,
-/// `id.namespace`, `id.name`.
-pub type WorkloadId = Shared<WorkloadIdParts>;
+/// Identity of one workload: its kind, namespace and name. Cheap to clone:
+/// the records, the graph's dependent sets and the queue hold one shared copy
+/// between them.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct WorkloadId(Shared<WorkloadIdParts>);
 
-/// The contents of a [`WorkloadId`].
+/// The contents of a [`WorkloadId`], read inside the crate through `Deref`
+/// (`id.namespace`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[non_exhaustive]
 pub struct WorkloadIdParts {
     /// Its kind.
-    pub kind: WorkloadKind,
+    pub(crate) kind: WorkloadKind,
     /// Its namespace.
-    pub namespace: Name,
+    pub(crate) namespace: Name,
     /// Its name.
-    pub name: Name,
+    pub(crate) name: Name,
 }
 
 impl WorkloadId {
     /// Builds an id.
-    pub fn new(kind: WorkloadKind, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
-        Self::new_shared(WorkloadIdParts {
+    pub fn new(kind: WorkloadKind, namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        Self(Shared::new_shared(WorkloadIdParts {
             kind,
-            namespace: namespace.into(),
-            name: name.into(),
-        })
+            namespace: Name::from(namespace.as_ref()),
+            name: Name::from(name.as_ref()),
+        }))
+    }
+
+    /// Its namespace.
+    pub fn namespace(&self) -> &str {
+        &self.0.namespace
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Whether both handles point at the same copy (not only equal contents).
+    #[cfg(test)]
+    pub(crate) fn shares(&self, other: &Self) -> bool {
+        self.0.shares(&other.0)
+    }
+}
+
+impl std::ops::Deref for WorkloadId {
+    type Target = WorkloadIdParts;
+
+    fn deref(&self) -> &WorkloadIdParts {
+        &self.0
+    }
+}
+
+impl fmt::Debug for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Display for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -314,41 +352,62 @@ impl KeySelection {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Reference {
     /// The source that holds it.
-    pub source: SourceName,
+    pub(crate) source: SourceName,
     /// Namespace, for namespaced sources (ConfigMap, Secret); `None` for Consul and
     /// other cluster-external sources.
-    pub namespace: Option<Name>,
+    pub(crate) namespace: Option<Name>,
     /// Object name (ConfigMap/Secret) or key path (Consul).
-    pub name: Name,
+    pub(crate) name: Name,
     /// Which keys count.
-    pub keys: KeySelection,
+    pub(crate) keys: KeySelection,
 }
 
 impl Reference {
     /// A reference to a whole namespaced object.
-    pub fn object(source: SourceName, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
+    pub(crate) fn object(
+        source: SourceName,
+        namespace: impl AsRef<str>,
+        name: impl AsRef<str>,
+    ) -> Self {
         Self {
             source,
-            namespace: Some(namespace.into()),
-            name: name.into(),
+            namespace: Some(Name::from(namespace.as_ref())),
+            name: Name::from(name.as_ref()),
             keys: KeySelection::All,
         }
     }
 
     /// A reference to a key of a cluster-external source such as Consul.
-    pub fn key(source: SourceName, path: impl Into<Name>) -> Self {
+    pub(crate) fn key(source: SourceName, path: impl AsRef<str>) -> Self {
         Self {
             source,
             namespace: None,
-            name: path.into(),
+            name: Name::from(path.as_ref()),
             keys: KeySelection::All,
         }
     }
 
     /// The same reference narrowed to `keys`.
-    pub fn with_keys(mut self, keys: KeySelection) -> Self {
+    pub(crate) fn with_keys(mut self, keys: KeySelection) -> Self {
         self.keys = keys;
         self
+    }
+
+    /// The source that holds it.
+    pub fn source(&self) -> &SourceName {
+        &self.source
+    }
+
+    /// Its namespace, for namespaced sources (ConfigMap, Secret); `None` for
+    /// Consul and other cluster-external sources.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The object's name (ConfigMap, Secret) or key path (Consul): what the
+    /// annotation wrote.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 }
 
@@ -358,7 +417,7 @@ impl Reference {
     /// and independent of [`Display`](fmt::Display), so that changing how
     /// references print never changes a stamp. `source/name` or
     /// `source/namespace/name`, then `[k1,k2]` (keys in byte order) when narrowed.
-    pub fn canonical_id(&self) -> String {
+    pub(crate) fn canonical_id(&self) -> String {
         let mut id = format!("{}/", self.source.as_str());
         if let Some(ns) = &self.namespace {
             id.push_str(ns);
@@ -377,8 +436,7 @@ impl Reference {
 
 impl fmt::Display for Reference {
     /// `source/name`, or `source/namespace/name`, plus `[k1,k2]` when narrowed.
-    /// Never contains content. For people; the stamp uses
-    /// [`canonical_id`](Reference::canonical_id).
+    /// Never contains content. For people; the stamp uses `canonical_id`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/", self.source)?;
         if let Some(ns) = &self.namespace {
@@ -426,22 +484,23 @@ impl fmt::Display for Algorithm {
 /// What a source must fingerprint: a reference and the algorithm to use on it.
 /// This is the unit sources track and the fingerprint store is keyed by.
 ///
-/// A [`Shared`] handle: the graph, the fingerprint store and the sources hold
-/// one copy between them (at 10× scale there are tens of thousands, each held
-/// in five places). Fields: `tracked.reference`, `tracked.algorithm`,
-/// `tracked.gate`.
-pub type Tracked = Shared<TrackedItem>;
+/// Cheap to clone: the graph, the fingerprint store and the sources hold one
+/// shared copy between them (at 10× scale there are tens of thousands, each
+/// held in five places).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Tracked(Shared<TrackedItem>);
 
-/// The contents of a [`Tracked`].
+/// The contents of a [`Tracked`], read inside the crate through `Deref`
+/// (`tracked.reference`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[non_exhaustive]
 pub struct TrackedItem {
     /// What is fingerprinted.
-    pub reference: Reference,
+    pub(crate) reference: Reference,
     /// How.
-    pub algorithm: Algorithm,
+    pub(crate) algorithm: Algorithm,
     /// When the object's changes count.
-    pub gate: Gate,
+    pub(crate) gate: Gate,
 }
 
 /// When changes of a tracked object count. Outside the gate the source keeps the
@@ -459,18 +518,59 @@ pub enum Gate {
 
 impl Tracked {
     /// Builds a tracked item whose changes always count.
-    pub fn new(reference: Reference, algorithm: Algorithm) -> Self {
-        Self::new_shared(TrackedItem {
+    pub(crate) fn new(reference: Reference, algorithm: Algorithm) -> Self {
+        Self(Shared::new_shared(TrackedItem {
             reference,
             algorithm,
             gate: Gate::Always,
-        })
+        }))
+    }
+
+    /// What is fingerprinted.
+    pub fn reference(&self) -> &Reference {
+        &self.0.reference
+    }
+
+    /// How it is fingerprinted.
+    pub fn algorithm(&self) -> Algorithm {
+        self.0.algorithm
     }
 
     /// The same item, counting changes only inside `gate`.
-    pub fn gated(mut self, gate: Gate) -> Self {
-        Arc::make_mut(&mut self.0).gate = gate;
+    pub(crate) fn gated(mut self, gate: Gate) -> Self {
+        Arc::make_mut(&mut (self.0).0).gate = gate;
         self
+    }
+
+    /// Whether both handles point at the same copy (not only equal contents).
+    #[cfg(test)]
+    pub(crate) fn shares(&self, other: &Self) -> bool {
+        self.0.shares(&other.0)
+    }
+
+    /// The contents, without a copy when this is the only handle.
+    pub(crate) fn into_inner(self) -> TrackedItem {
+        self.0.into_inner()
+    }
+}
+
+impl std::ops::Deref for Tracked {
+    type Target = TrackedItem;
+
+    fn deref(&self) -> &TrackedItem {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Tracked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Display for Tracked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 

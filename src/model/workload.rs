@@ -47,7 +47,7 @@ pub enum RolloutFailure {
 
 impl RolloutFailure {
     /// The condition reason or phase, as the controller wrote it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
             Self::Degraded => "Degraded",
@@ -60,6 +60,7 @@ impl RolloutFailure {
 /// what the stamp diff compares against, and the rollout state pacing needs.
 /// `managedFields`, the rest of the spec and the status are dropped.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Workload {
     /// Which workload.
     pub id: WorkloadId,
@@ -68,11 +69,11 @@ pub struct Workload {
     /// The pod template (at the kind's [`TemplatePath`](super::TemplatePath)).
     pub template: PodTemplateSpec,
     /// Whether its last rollout has finished.
-    pub rollout: Rollout,
+    pub(crate) rollout: Rollout,
     /// Whether its controller starts or replaces a pod only once the previous
     /// one is Running and Ready (a StatefulSet without `podManagementPolicy:
     /// Parallel`): a pod held `Pending` would stall it for good.
-    pub ordered_pods: bool,
+    pub(crate) ordered_pods: bool,
     /// `metadata.resourceVersion`, when the object has one: tells an event that
     /// reached nudge late (older than nudge's own write) from a newer one.
     pub resource_version: Option<String>,
@@ -80,7 +81,7 @@ pub struct Workload {
     /// copies (design §5e) is this object, not a later one of the same name.
     pub uid: Option<String>,
     /// The object that controls it (a Job's CronJob), when it has one.
-    pub controller: Option<ControllerRef>,
+    pub(crate) controller: Option<ControllerRef>,
 }
 
 /// The controlling owner of an object: its `metadata.ownerReferences` entry
@@ -93,13 +94,6 @@ pub struct ControllerRef {
     pub kind: String,
     /// The owner's name.
     pub name: String,
-}
-
-impl ControllerRef {
-    /// Whether the owner is of `kind`.
-    pub fn is(&self, kind: &WorkloadKind) -> bool {
-        self.kind == kind.as_str() && self.api_version == kind.api_version()
-    }
 }
 
 /// Why an object could not be read as a workload.
@@ -180,7 +174,7 @@ impl Workload {
     }
 
     /// The pod template's annotations, or an empty map.
-    pub fn template_annotations(&self) -> &BTreeMap<String, String> {
+    pub(crate) fn template_annotations(&self) -> &BTreeMap<String, String> {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         self.template
             .metadata
@@ -532,7 +526,9 @@ mod tests {
         );
         let controller = job(json!([])).controller.unwrap();
         assert_eq!(controller.name, "nightly");
-        let cron_job = TemplatePath::parse("spec.jobTemplate.spec.template").unwrap();
-        assert!(controller.is(&WorkloadKind::new("batch", "v1", "CronJob", cron_job)));
+        assert_eq!(
+            (controller.api_version.as_str(), controller.kind.as_str()),
+            ("batch/v1", "CronJob")
+        );
     }
 }

@@ -143,7 +143,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// `complete`, `failed`, `superseded` (metric label, history, explain).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Complete => "complete",
             Self::Failed => "failed",
@@ -154,12 +154,12 @@ impl Outcome {
 
 impl Revision {
     /// The in-flight annotation's value.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
 
     /// Reads an in-flight annotation; `None` when it is not one.
-    pub fn parse(json: &str) -> Option<Self> {
+    pub(crate) fn parse(json: &str) -> Option<Self> {
         serde_json::from_str(json).ok()
     }
 
@@ -224,7 +224,7 @@ impl Revision {
     }
 
     /// `nudge.dev/config-hash sha256-ab12… → sha256-cd34…`, per value.
-    pub fn values_text(&self) -> String {
+    pub(crate) fn values_text(&self) -> String {
         let shown: Vec<String> = self
             .stamp
             .iter()
@@ -237,7 +237,7 @@ impl Revision {
     }
 
     /// `ConfigMap/ns/app (by kubectl-edit at …, version 12)`, per change.
-    pub fn changes_text(&self) -> String {
+    pub(crate) fn changes_text(&self) -> String {
         let shown: Vec<String> = self.changed.iter().map(Change::to_string).collect();
         shown.join(", ")
     }

@@ -15,14 +15,13 @@ use tracing::Instrument;
 use crate::annotations::AnnotationScheme;
 use crate::config::{Config, ConfigError, TargetConfig};
 use crate::copies::Copier;
-use crate::engine::{Engine, EngineError};
+use crate::engine::Engine;
 use crate::events::notify::{Notifier, NotifyError, NotifySettings, NotifyWorker};
 use crate::events::{EventSink, FanOut, KubeEvents};
 use crate::fingerprint::FingerprintKey;
 use crate::health::Readiness;
 use crate::model::{SourceName, TemplatePath, WorkloadKind};
 use crate::scope::NamespaceScope;
-use crate::sources::consul::SettingsError;
 use crate::sources::secret::{KeyError, installation_key};
 use crate::sources::{ObjectSourceSettings, Source};
 use crate::targets::{CronJobTarget, JobTarget, KubeTarget, Target, TargetSettings, builtin_kinds};
@@ -44,7 +43,9 @@ pub(crate) use self::rollback::{RollbackError, RollbackTo};
 /// Argo Rollouts: stamped like Deployments when their CRD is installed.
 const ARGO_ROLLOUT: (&str, &str, &str) = ("argoproj.io", "v1alpha1", "Rollout");
 
-/// Why the controller could not start or stopped with an error.
+/// Why the controller could not start or stopped with an error. Each variant
+/// names the part that failed; its [`source`](std::error::Error::source)
+/// chain says why, and [`hint`](Self::hint) what to do, when nudge can tell.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
@@ -53,22 +54,22 @@ pub enum RunError {
     Client(#[source] kube::Error),
     /// The installation key could not be loaded or created.
     #[error(transparent)]
-    Key(#[from] KeyError),
+    Key(Box<dyn std::error::Error + Send + Sync>),
     /// A Consul source could not be set up (address, token file, TLS files).
     #[error(transparent)]
-    Consul(#[from] SettingsError),
-    /// The engine could not be assembled.
+    Consul(Box<dyn std::error::Error + Send + Sync>),
+    /// The engine could not be assembled (two sources or targets under one name).
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    Engine(Box<dyn std::error::Error + Send + Sync>),
     /// The admission webhook could not start.
     #[error(transparent)]
-    Webhook(#[from] WebhookError),
+    Webhook(Box<dyn std::error::Error + Send + Sync>),
     /// The admin server could not listen or failed.
     #[error(transparent)]
-    Admin(#[from] AdminError),
+    Admin(Box<dyn std::error::Error + Send + Sync>),
     /// Notifications could not be set up (`notify.url_file` unreadable, a bad URL).
     #[error(transparent)]
-    Notify(#[from] NotifyError),
+    Notify(Box<dyn std::error::Error + Send + Sync>),
     /// The configuration is invalid (a custom source's section, a section no
     /// source is registered for).
     #[error(transparent)]
@@ -79,20 +80,30 @@ impl RunError {
     /// What an operator should do about it, when nudge can tell.
     pub fn hint(&self) -> Option<String> {
         match self {
-            Self::Key(error) => error.hint(),
             Self::Client(_) => Some(
                 "point KUBECONFIG at a cluster (or run in a pod with a service account)".into(),
             ),
-            Self::Admin(AdminError::Bind { .. }) => {
-                Some("choose another admin.bind (NUDGE_ADMIN__BIND)".into())
-            }
-            Self::Webhook(WebhookError::Bind { .. }) => {
-                Some("choose another webhook.bind (NUDGE_WEBHOOK__BIND)".into())
-            }
-            Self::Notify(error) => error.hint(),
+            Self::Key(error) => error.downcast_ref::<KeyError>().and_then(KeyError::hint),
+            Self::Admin(error) => matches!(error.downcast_ref(), Some(AdminError::Bind { .. }))
+                .then(|| "choose another admin.bind (NUDGE_ADMIN__BIND)".into()),
+            Self::Webhook(error) => matches!(error.downcast_ref(), Some(WebhookError::Bind { .. }))
+                .then(|| "choose another webhook.bind (NUDGE_WEBHOOK__BIND)".into()),
+            Self::Notify(error) => error
+                .downcast_ref::<NotifyError>()
+                .and_then(NotifyError::hint),
             _ => None,
         }
     }
+}
+
+/// `error` boxed into the `RunError` `variant` it belongs in.
+fn failed<E>(
+    variant: fn(Box<dyn std::error::Error + Send + Sync>) -> RunError,
+) -> impl Fn(E) -> RunError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    move |error| variant(Box::new(error))
 }
 
 /// Runs the controller as the `nudge` binary does (admin server and leader
@@ -145,23 +156,39 @@ pub async fn run_with_client_reporting(
     controller.run(shutdown).await
 }
 
+/// A client that answers every request with an error: `check-config` builds
+/// the controller, with its custom sources, without a cluster, and so can an
+/// embedder's test of its configuration (`Controller::from_figment`, then
+/// [`Controller::check`]). Call it inside a tokio runtime.
+pub fn offline_client() -> kube::Client {
+    let refuse = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+        Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
+            "check-config reads no cluster",
+        ))
+    });
+    kube::Client::new(refuse, "default")
+}
+
 /// The controller: the built-in sources and targets plus any a library user adds.
 ///
 /// A library opens nothing its caller did not ask for: a `Controller` serves no
-/// admin endpoint and takes no Lease until [`admin`](Self::admin),
-/// [`leader_election`](Self::leader_election) or
+/// admin endpoint and takes no Lease until
 /// [`operate_as_configured`](Self::operate_as_configured) (what the `nudge`
-/// binary and [`cli::run`](crate::cli::run) do) ask for them. The admission
-/// webhook runs only when `webhook.enabled` says so.
+/// binary and [`cli::run`](crate::cli::run) do) asks for what `admin.bind`
+/// and `leader_election.enabled` say. The admission webhook runs only when
+/// `webhook.enabled` says so.
 ///
 /// ```no_run
 /// # async fn demo(client: nudge::kube::Client, my_source: std::sync::Arc<dyn nudge::source::Source>)
 /// # -> Result<(), nudge::RunError> {
-/// use nudge::Controller;
+/// use nudge::{Config, Controller};
+/// let mut config = Config::default();
+/// config.admin.bind = ([127, 0, 0, 1], 9090).into();
+/// config.leader_election.enabled = false;
 /// let shutdown = nudge::shutdown::on_signal();
-/// Controller::new(client)
+/// Controller::from_config(config, client)
+///     .operate_as_configured()
 ///     .with_source(my_source)
-///     .admin(([127, 0, 0, 1], 9090).into())
 ///     .run(shutdown)
 ///     .await
 /// # }
@@ -180,7 +207,6 @@ pub struct Controller {
     client: kube::Client,
     sources: Vec<Arc<dyn Source>>,
     targets: Vec<Arc<dyn Target>>,
-    key: Option<FingerprintKey>,
     metrics: Metrics,
     /// Where the admin server listens; `None`: no admin server.
     admin: Option<SocketAddr>,
@@ -190,12 +216,6 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// A controller with the default settings (see `config.example.toml`)
-    /// talking to the cluster through `client`; no admin server, no Lease.
-    pub fn new(client: kube::Client) -> Self {
-        Self::from_config(Config::default(), client)
-    }
-
     /// A controller with every setting from `config`, but still no admin server
     /// and no Lease: see [`operate_as_configured`](Self::operate_as_configured).
     pub fn from_config(config: Config, client: kube::Client) -> Self {
@@ -232,7 +252,6 @@ impl Controller {
             client,
             sources: Vec::new(),
             targets: Vec::new(),
-            key: None,
             metrics: Metrics::new(),
             admin: None,
             elect: false,
@@ -251,52 +270,6 @@ impl Controller {
     /// The configuration the controller runs with.
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// Timing and pacing of stamps (`[engine]`).
-    pub fn engine(mut self, engine: crate::config::EngineConfig) -> Self {
-        self.config.engine = engine;
-        self
-    }
-
-    /// What part of the cluster nudge works on (`[kubernetes]`).
-    pub fn kubernetes(mut self, kubernetes: crate::config::KubernetesConfig) -> Self {
-        self.config.kubernetes = kubernetes;
-        self
-    }
-
-    /// The annotation prefix (`nudge.dev` by default).
-    pub fn annotation_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.config.annotations.prefix = prefix.into();
-        self
-    }
-
-    /// Takes a `coordination.k8s.io` Lease as `election` says, so that only one
-    /// replica stamps (when `election.enabled`; off by default).
-    pub fn leader_election(mut self, election: crate::config::LeaderElectionConfig) -> Self {
-        self.elect = election.enabled;
-        self.config.leader_election = election;
-        self
-    }
-
-    /// The admission webhook (`[webhook]`).
-    pub fn webhook(mut self, webhook: crate::config::WebhookConfig) -> Self {
-        self.config.webhook = webhook;
-        self
-    }
-
-    /// Serves `/live`, `/ready` and `/metrics` at `addr` (off by default).
-    pub fn admin(mut self, addr: SocketAddr) -> Self {
-        self.config.admin.bind = addr;
-        self.admin = Some(addr);
-        self
-    }
-
-    /// The installation key for secret fingerprints, instead of loading it from
-    /// `fingerprint.key_file` or the key Secret.
-    pub fn fingerprint_key(mut self, key: FingerprintKey) -> Self {
-        self.key = Some(key);
-        self
     }
 
     /// Adds a custom source; workloads reference it as `<prefix>/<name>-<slot>`.
@@ -405,6 +378,9 @@ impl Controller {
     /// `[sources.<key>]` and `[targets.<key>]` sections nothing is registered
     /// for.
     pub fn check(&self) -> Result<(), ConfigError> {
+        // A section nothing is registered for comes first: a misspelt section
+        // leaves the one meant empty, whose own problem would hide the typo.
+        self.unregistered_section()?;
         if let Some(problem) = self.problems.first() {
             return Err(problem.clone());
         }
@@ -420,6 +396,12 @@ impl Controller {
                 origin: crate::config::origin_of(&self.figment, key),
             });
         }
+        Ok(())
+    }
+
+    /// The first `[sources.<key>]` or `[targets.<key>]` section nothing is
+    /// registered for, naming the known section closest to it.
+    fn unregistered_section(&self) -> Result<(), ConfigError> {
         let sections: [(_, _, _, &[&str]); 2] = [
             (
                 "sources",
@@ -443,14 +425,18 @@ impl Controller {
                 .copied()
                 .chain(registered.iter().map(String::as_str))
                 .collect();
+            let mut problem = format!(
+                "nothing is configured under this key (configured: {})",
+                known.join(", ")
+            );
+            if let Some(meant) = closest(key, &known) {
+                problem.push_str(&format!("; did you mean {table}.{meant}?"));
+            }
             let path = format!("{table}.{key}");
             return Err(ConfigError::Load {
                 origin: crate::config::origin_of(&self.figment, &path),
                 key: path,
-                problem: format!(
-                    "nothing is configured under this key (configured: {})",
-                    known.join(", ")
-                ),
+                problem,
             });
         }
         Ok(())
@@ -543,8 +529,11 @@ impl Controller {
             tracing::info!("stopped");
             return Ok(());
         };
-        let admin = AdminServer::bind(bind, readiness.clone(), self.metrics.clone()).await?;
-        tracing::info!(addr = %admin.local_addr()?, "admin server listening");
+        let admin = AdminServer::bind(bind, readiness.clone(), self.metrics.clone())
+            .await
+            .map_err(failed(RunError::Admin))?;
+        let addr = admin.local_addr().map_err(failed(RunError::Admin))?;
+        tracing::info!(%addr, "admin server listening");
         let admin_stop = CancellationToken::new();
         let admin_task = tokio::spawn(
             admin
@@ -556,7 +545,7 @@ impl Controller {
         let served = admin_task.await;
         result?;
         if let Ok(Err(error)) = served {
-            return Err(error.into());
+            return Err(failed(RunError::Admin)(error));
         }
         tracing::info!("stopped");
         Ok(())
@@ -577,7 +566,6 @@ impl Controller {
             client,
             sources: custom_sources,
             targets: custom_targets,
-            key,
             metrics,
             admin: _,
             elect,
@@ -599,10 +587,7 @@ impl Controller {
         // Configuration problems first, before anything talks to the cluster.
         let notifier = notifier(&notify, &metrics)?;
         let namespace = own_namespace(&kubernetes, &client);
-        let key = match key {
-            Some(key) => key,
-            None => configured_key(&client, &fingerprint, &namespace).await?,
-        };
+        let key = configured_key(&client, &fingerprint, &namespace).await?;
         let shared = SharedSettings::new(&annotations, &kubernetes, engine_config.snapshots);
         let admission = shared.admission(&engine_config, &webhook_config);
         let kube_events = KubeEvents::new(client.clone(), std::env::var("POD_NAME").ok());
@@ -618,7 +603,8 @@ impl Controller {
         let engine = copier.into_iter().fold(engine, Engine::with_copier);
         let source_settings = shared.sources(&kubernetes);
         let builtin =
-            crate::sources::builtin(&client, source_settings, &sources, &metrics.consul())?;
+            crate::sources::builtin(&client, source_settings, &sources, &metrics.consul())
+                .map_err(RunError::Consul)?;
         let engine = with_sources(engine, builtin.into_iter().chain(custom_sources))?;
         let target_settings = shared.targets(&kubernetes);
         let (configured, custom) = (&target_configs.kinds, custom_targets);
@@ -651,7 +637,9 @@ async fn configured_key(
     namespace: &str,
 ) -> Result<FingerprintKey, RunError> {
     let key_file = fingerprint.key_file.as_deref();
-    Ok(installation_key(client, key_file, namespace, &fingerprint.key_secret).await?)
+    installation_key(client, key_file, namespace, &fingerprint.key_secret)
+        .await
+        .map_err(failed(RunError::Key))
 }
 
 /// What the engine, the built-in sources and targets and the webhook share:
@@ -762,7 +750,9 @@ fn with_sources(
     sources: impl IntoIterator<Item = Arc<dyn Source>>,
 ) -> Result<Engine, RunError> {
     for source in sources {
-        engine = engine.with_source(source)?;
+        engine = engine
+            .with_source(source)
+            .map_err(failed(RunError::Engine))?;
     }
     Ok(engine)
 }
@@ -782,7 +772,9 @@ fn with_targets(
         "watching"
     );
     for target in targets {
-        engine = engine.with_target(target)?;
+        engine = engine
+            .with_target(target)
+            .map_err(failed(RunError::Engine))?;
     }
     if !kubernetes.namespace_selector.is_empty() {
         let feed = selected_namespaces(client.clone(), &kubernetes.namespace_selector);
@@ -832,7 +824,7 @@ async fn run_to_end(
     if let Some(webhook) = webhook {
         webhook.join().await;
     }
-    Ok(result?)
+    result.map_err(failed(RunError::Engine))
 }
 
 /// The notifier `[notify]` asks for, if any.
@@ -840,7 +832,8 @@ fn notifier(
     notify: &crate::config::NotifyConfig,
     metrics: &Metrics,
 ) -> Result<Option<(Notifier, NotifyWorker)>, RunError> {
-    let Some(settings) = NotifySettings::from_config(notify)? else {
+    let Some(settings) = NotifySettings::from_config(notify).map_err(failed(RunError::Notify))?
+    else {
         return Ok(None);
     };
     tracing::info!(
@@ -848,7 +841,8 @@ fn notifier(
         format = settings.format.as_str(),
         "notifying stamps"
     );
-    Ok(Some(Notifier::new(settings, metrics.notify())?))
+    let notifier = Notifier::new(settings, metrics.notify()).map_err(failed(RunError::Notify))?;
+    Ok(Some(notifier))
 }
 
 /// `engine` following the Lease's leadership when `elect`, with the election's
@@ -911,7 +905,7 @@ async fn start_webhook(
 ) -> Result<webhook::RunningWebhook, RunError> {
     let prefix = settings.scheme.prefix.clone();
     let admission = Arc::new(Admission::new(settings, parts, metrics.webhook()));
-    Ok(webhook::start(
+    webhook::start(
         config,
         admission,
         client,
@@ -919,7 +913,19 @@ async fn start_webhook(
         &prefix,
         shutdown.clone(),
     )
-    .await?)
+    .await
+    .map_err(failed(RunError::Webhook))
+}
+
+/// The name in `known` that `key` is most likely a misspelling of, if any is
+/// close (Jaro-Winkler similarity above 0.8, as `envfil` is to `envfile`).
+fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|name| (strsim::jaro_winkler(key, name), *name))
+        .filter(|(similarity, _)| *similarity > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
 }
 
 /// Replaces the values of fields whose names say they hold secrets.

@@ -34,7 +34,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use crate::config::SourcesConfig;
 use crate::fingerprint::{Algorithm, Fingerprint, FingerprintKey, Observation};
 pub use crate::health::SourceMetrics;
-use crate::health::{Readiness, ReadyStatus, WatchHealth, WatchReady};
+#[cfg(any(test, feature = "testing"))]
+use crate::health::{Readiness, ReadyStatus};
+use crate::health::{WatchHealth, WatchReady};
 use crate::model::{PodSpecRule, Scope, SourceCatalog, SourceName, Tracked};
 
 mod configmap;
@@ -45,7 +47,7 @@ mod polled;
 pub mod secret;
 mod watched;
 
-use self::consul::{ConsulMetrics, SettingsError};
+use self::consul::ConsulMetrics;
 pub use self::kind::{KindConfigError, KindError, KindSource};
 pub use self::objects::{ContentObject, ObjectSource, ObjectSourceSettings};
 pub use self::polled::{PollSource, Polled, poll};
@@ -85,7 +87,7 @@ impl SourceUpdate {
     }
 
     /// The same report, saying who changed the content last.
-    pub fn with_provenance(mut self, provenance: Provenance) -> Self {
+    pub(crate) fn with_provenance(mut self, provenance: Provenance) -> Self {
         self.provenance = Some(Box::new(provenance));
         self
     }
@@ -154,12 +156,12 @@ pub struct ObserveContext {
 
 impl ObserveContext {
     /// A context fingerprinting secrets with `key`.
-    pub fn new(key: FingerprintKey) -> Self {
+    pub(crate) fn new(key: FingerprintKey) -> Self {
         Self { key }
     }
 
     /// The installation key.
-    pub fn key(&self) -> &FingerprintKey {
+    pub(crate) fn key(&self) -> &FingerprintKey {
         &self.key
     }
 
@@ -232,7 +234,7 @@ impl SourceContext {
     }
 
     /// The next request if one is waiting (to take a burst of requests at once).
-    pub fn try_next_interest(&mut self) -> Option<Interest> {
+    pub(crate) fn try_next_interest(&mut self) -> Option<Interest> {
         self.interest.try_recv().ok()
     }
 
@@ -275,21 +277,21 @@ impl SourceContext {
 
     /// A watch of the source failed and is being restarted
     /// (`nudge_watch_restarts_total{watch="<source name>"}`).
-    pub fn watch_restarted(&self) {
+    pub(crate) fn watch_restarted(&self) {
         self.health.restarted(self.name.as_str());
     }
 
     /// Reading one reference took `took`
     /// (`nudge_source_observe_duration_seconds{source}`). The [`poll`] and
     /// [`watch`] wrappers record this themselves; a low-level source may.
-    pub fn observe_took(&self, took: Duration) {
+    pub(crate) fn observe_took(&self, took: Duration) {
         self.health.sources().observe_took(self.name.as_str(), took);
     }
 
     /// Reading a reference failed with `error`
     /// (`nudge_source_errors_total{source,category}`). The [`poll`] and
     /// [`watch`] wrappers record this themselves; a low-level source may.
-    pub fn observe_failed(&self, error: &SourceError) {
+    pub(crate) fn observe_failed(&self, error: &SourceError) {
         self.health
             .sources()
             .failed(self.name.as_str(), error.category());
@@ -298,41 +300,6 @@ impl SourceContext {
     /// Resolves when nudge shuts down.
     pub async fn cancelled(&self) {
         self.shutdown.cancelled().await;
-    }
-
-    /// Whether nudge is shutting down.
-    pub fn is_cancelled(&self) -> bool {
-        self.shutdown.is_cancelled()
-    }
-
-    /// A context for source `name` outside the engine, and the engine's side of
-    /// it: how a source is driven in its own tests. Up to `capacity` reports
-    /// wait unread before [`report`](Self::report) waits.
-    pub fn harness(
-        name: SourceName,
-        observe: ObserveContext,
-        capacity: usize,
-    ) -> (Self, SourceHarness) {
-        let (updates_tx, updates) = mpsc::channel(capacity.max(1));
-        let shutdown = CancellationToken::new();
-        let readiness = Readiness::new(CancellationToken::new());
-        let ready = readiness.register(format!("source {name}"));
-        readiness.seal();
-        let (ctx, interest) = Self::new(
-            name,
-            updates_tx,
-            observe,
-            ready,
-            WatchHealth::default(),
-            shutdown.clone(),
-        );
-        let harness = SourceHarness {
-            interest,
-            updates,
-            readiness,
-            shutdown,
-        };
-        (ctx, harness)
     }
 
     pub(crate) fn into_parts(self) -> (ContextParts, WatchHealth) {
@@ -349,7 +316,39 @@ impl SourceContext {
     }
 }
 
-/// The engine's side of a [`SourceContext`] made by [`SourceContext::harness`]:
+#[cfg(any(test, feature = "testing"))]
+/// A context for source `name` outside the engine, and the engine's side of
+/// it: how a source is driven in its own tests. Up to `capacity` reports
+/// wait unread before [`report`](SourceContext::report) waits.
+pub fn harness(
+    name: SourceName,
+    observe: ObserveContext,
+    capacity: usize,
+) -> (SourceContext, SourceHarness) {
+    let (updates_tx, updates) = mpsc::channel(capacity.max(1));
+    let shutdown = CancellationToken::new();
+    let readiness = Readiness::new(CancellationToken::new());
+    let ready = readiness.register(format!("source {name}"));
+    readiness.seal();
+    let (ctx, interest) = SourceContext::new(
+        name,
+        updates_tx,
+        observe,
+        ready,
+        WatchHealth::default(),
+        shutdown.clone(),
+    );
+    let harness = SourceHarness {
+        interest,
+        updates,
+        readiness,
+        shutdown,
+    };
+    (ctx, harness)
+}
+
+#[cfg(any(test, feature = "testing"))]
+/// The engine's side of a [`SourceContext`] made by [`harness`]:
 /// tell the source what to track, read what it reports, see whether it is
 /// ready, shut it down.
 #[derive(Debug)]
@@ -360,6 +359,7 @@ pub struct SourceHarness {
     shutdown: CancellationToken,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl SourceHarness {
     /// Asks the source to track `tracked` (as when a workload references it).
     pub fn track(&self, tracked: Tracked) {
@@ -439,7 +439,7 @@ pub enum SourceError {
 
 impl SourceError {
     /// A low-cardinality label for metrics and Events.
-    pub fn category(&self) -> &'static str {
+    pub(crate) fn category(&self) -> &'static str {
         match self {
             Self::Backend { .. } => "backend",
             Self::InvalidReference { .. } => "invalid_reference",
@@ -584,7 +584,7 @@ pub fn builtin(
     settings: ObjectSourceSettings,
     config: &SourcesConfig,
     consul_metrics: &ConsulMetrics,
-) -> Result<Vec<Arc<dyn Source>>, SettingsError> {
+) -> Result<Vec<Arc<dyn Source>>, Box<dyn std::error::Error + Send + Sync>> {
     let mut sources: Vec<Arc<dyn Source>> = Vec::new();
     if config.configmap.enabled {
         sources.push(Arc::new(ObjectSource::<ConfigMap>::new(
@@ -600,9 +600,13 @@ pub fn builtin(
             settings.clone(),
         )));
     }
+    #[cfg(feature = "consul")]
     for source in consul::settings::sources_from_config(&config.consul)? {
         sources.push(Arc::new(source.with_metrics(consul_metrics.clone())));
     }
+    // Configuration validation refuses an enabled Consul source without it.
+    #[cfg(not(feature = "consul"))]
+    let _ = consul_metrics;
     // `kubernetes.source_label_selector` is for ConfigMaps and Secrets.
     let kind_settings = ObjectSourceSettings {
         label_selector: String::new(),

@@ -189,7 +189,9 @@ impl<S: PollSource> Poller<S> {
                     .backoff
                     .get_or_insert_with(|| Backoff::new(FIRST_RETRY_DELAY.min(interval), interval))
                     .next_delay();
-                tracing::warn!(%tracked, %error, category = error.category(), retry_in = ?delay, "read failed; keeping the last observation");
+                let category = error.category();
+                let error = crate::errors::error_chain(&error);
+                tracing::warn!(%tracked, %error, category, retry_in = ?delay, "read failed; keeping the last observation");
                 (delay, None)
             }
         };
@@ -320,7 +322,11 @@ mod tests {
                 .unwrap_or(Ok("same"));
             match next {
                 Ok(body) => Ok(Observation::Present(cx.fingerprint(body.as_bytes()))),
-                Err(()) => Err(SourceError::backend_message(&self.name, "down")),
+                Err(()) => Err(SourceError::backend(
+                    &self.name,
+                    "down",
+                    std::io::Error::other("connection refused"),
+                )),
             }
         }
     }
@@ -431,6 +437,46 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &h.registry).unwrap();
         assert!(
             text.contains(r#"source_observe_duration_seconds_count{source="scripted"} 4"#),
+            "{text}"
+        );
+        h.shutdown.cancel();
+        h.task.await.unwrap().unwrap();
+    }
+
+    /// What a test subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The log line of a failed read carries the whole error chain: the cause
+    /// the source gave `SourceError::backend` (an I/O error) as well.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_read_is_logged_with_the_cause_the_source_gave() {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _logging = tracing::subscriber::set_default(subscriber);
+        let mut h = start(&[("motd", vec![Err(()), Ok("b")])]);
+        h.interest
+            .send(Interest::Track(mk_tracked("motd")))
+            .unwrap();
+        assert_eq!(h.updates.recv().await.unwrap().observation, body("b"));
+        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("scripted backend error: down: connection refused"),
             "{text}"
         );
         h.shutdown.cancel();

@@ -54,7 +54,7 @@ pub enum KeyError {
 
 impl KeyError {
     /// What an operator should do about it, when it can be told.
-    pub fn hint(&self) -> Option<String> {
+    pub(crate) fn hint(&self) -> Option<String> {
         match self {
             Self::File { path, .. } => Some(format!(
                 "check fingerprint.key_file ({}) or unset it to keep the key in a Secret",

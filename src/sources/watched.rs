@@ -169,7 +169,7 @@ impl<S: WatchSource> Watcher<S> {
                 item.last = Some(observation.clone());
                 return changed.then_some(observation);
             }
-            Some(Err(error)) => error.to_string(),
+            Some(Err(error)) => crate::errors::error_chain(&error),
             None => "the watch ended".to_owned(),
         };
         self.streams.remove(&tracked);

@@ -208,7 +208,9 @@ impl DesiredStamp {
     }
 }
 
-/// What to write to one workload.
+/// What to write to one workload. A target renders it with
+/// [`TargetSettings::apply_patch`](crate::target::TargetSettings::apply_patch)
+/// or [`TargetSettings::json_patch`](crate::target::TargetSettings::json_patch).
 ///
 /// The patch is applied by **server-side apply with field manager `nudge`**, and a
 /// field nudge owned but leaves out of an apply is removed. So `values` holds every
@@ -216,20 +218,20 @@ impl DesiredStamp {
 /// changed outputs at their new value, unchanged outputs at their current value,
 /// and blocked outputs at their current value when they have one. Bookkeeping
 /// fields the writer adds itself (such as `last-updated`) are not in `values`.
-/// One entry is a request rather than a value: an [`Output::RestartAt`] key is
+/// One entry is a request rather than a value: an `Output::RestartAt` key is
 /// there only when the write restarts the pods (`spec.restartAt` set to now).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StampPatch {
     /// The workload to patch.
-    pub id: WorkloadId,
+    pub(crate) id: WorkloadId,
     /// The outputs whose value changes, in spec order (never empty).
-    pub changed: Vec<Output>,
+    pub(crate) changed: Vec<Output>,
     /// Every value nudge owns on the workload after the patch.
-    pub values: BTreeMap<Output, String>,
+    pub(crate) values: BTreeMap<Output, String>,
     /// What to lift in the same change: fields nudge does not own (a scheduling
     /// gate the webhook added to the user's object, Wave's scheduler swap), so a
     /// writer must remove them explicitly rather than by leaving them out.
-    pub releases: Vec<Release>,
+    pub(crate) releases: Vec<Release>,
 }
 
 /// A hold on a workload's pods that nudge lifts once its config exists.

@@ -46,7 +46,68 @@ pub struct TargetSettings {
     pub(crate) scope: NamespaceScope,
 }
 
+/// Whether `kind` is stamped by server-side apply (see
+/// `KubeTarget::applies_by_ssa`).
+fn applies_by_ssa(kind: &WorkloadKind) -> bool {
+    matches!(kind.group(), "apps" | "batch")
+}
+
 impl TargetSettings {
+    /// The server-side apply of `patch` on `current`, with its parameters
+    /// (nudge's field manager, forced): every annotation and env var nudge owns
+    /// and its `last-updated` annotations (now), nothing else. For kinds whose
+    /// pod spec merges containers and env vars by name (the built-in kinds
+    /// do). It cannot lift the holds `patch` releases:
+    /// [`json_patch`](Self::json_patch) can.
+    pub fn apply_patch(
+        &self,
+        current: &Workload,
+        patch: &StampPatch,
+    ) -> (PatchParams, Patch<Value>) {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let params = PatchParams::apply(&self.field_manager).force();
+        let body = stamp::apply_body(current, patch, &self.scheme, &now);
+        (params, Patch::Apply(body))
+    }
+
+    /// The JSON patch (RFC 6902) writing `patch` onto `object` (the workload as
+    /// read now) and lifting the holds it releases, with its parameters
+    /// (nudge's field manager); on a kind outside `apps` and `batch` it also
+    /// removes what nudge gave up. It tests `object`'s `resourceVersion`
+    /// first: when the workload changed meanwhile the API server answers 422,
+    /// and the workload is to be read again.
+    pub fn json_patch(&self, object: &Value, patch: &StampPatch) -> (PatchParams, Patch<Value>) {
+        let kind = &patch.id.kind;
+        let version = object["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
+        let decision = stamp::AdmissionDecision {
+            values: patch.values.clone(),
+            outputs: patch.changed.clone(),
+            stamp_changed: true,
+            gates: Vec::new(),
+        };
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut ops = vec![json_patch::PatchOperation::Test(
+            json_patch::TestOperation {
+                path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+                value: Value::from(version),
+            },
+        )];
+        let written = stamp::admission_patch(object, None, kind, &decision, &self.scheme, &now);
+        ops.extend(written.0);
+        ops.extend(stamp::release_ops(object, kind, &patch.releases));
+        if !applies_by_ssa(kind) {
+            let (manager, scheme) = (&self.field_manager, &self.scheme);
+            ops.extend(stamp::given_up_ops(object, kind, patch, manager, scheme));
+        }
+        let params = PatchParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        (params, Patch::Json(json_patch::Patch(ops)))
+    }
+
     /// The settings `config` gives every target (field manager, annotation
     /// prefix, watched namespaces).
     pub fn from_config(config: &crate::config::Config) -> Self {
@@ -119,7 +180,7 @@ impl TargetSetupError {
 
     /// Whether the API server answered that it does not serve the kind (no CRD
     /// installed), as opposed to failing to answer.
-    pub fn is_absent(&self) -> bool {
+    pub(crate) fn is_absent(&self) -> bool {
         matches!(self, Self::NotServed { .. })
     }
 }
@@ -187,7 +248,7 @@ impl KubeTarget {
     /// Makes this an optional kind (as Argo Rollouts are): while the API
     /// server does not serve it, one info line and no `/ready` note (most
     /// clusters do not have it). Other discovery failures are still noted.
-    pub fn optional(mut self) -> Self {
+    pub(crate) fn optional(mut self) -> Self {
         self.optional = true;
         self
     }
@@ -195,7 +256,7 @@ impl KubeTarget {
     /// A target for `group/version` `kind` with its pod template at `template`,
     /// its plural resolved by API discovery. Fails when the API server does not
     /// serve the kind (e.g. its CRD is not installed).
-    pub async fn discover(
+    pub(crate) async fn discover(
         client: Client,
         group: &str,
         version: &str,
@@ -305,11 +366,9 @@ impl KubeTarget {
             return self.apply_json_patch(current, patch).await;
         }
         let id = &current.id;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let body = stamp::apply_body(current, patch, &self.settings.scheme, &now);
-        let params = PatchParams::apply(&self.settings.field_manager).force();
+        let (params, body) = self.settings.apply_patch(current, patch);
         let api = self.api(Some(&id.namespace));
-        match api.patch(&id.name, &params, &Patch::Apply(&body)).await {
+        match api.patch(&id.name, &params, &body).await {
             Ok(obj) => Ok(Some(obj)),
             Err(error) if is_status(&error, 404) => Ok(None),
             // Apply is an upsert: on a workload deleted meanwhile the server tries to
@@ -330,7 +389,7 @@ impl KubeTarget {
     /// every write alike, so that one path knows every output nudge wrote
     /// there and removes those it gave up.
     fn applies_by_ssa(&self) -> bool {
-        matches!(self.kind.group(), "apps" | "batch")
+        applies_by_ssa(&self.kind)
     }
 
     /// Writes `patch` (and lifts its releases) in one JSON patch over the object
@@ -350,59 +409,17 @@ impl KubeTarget {
         let Some(object) = self.get_object(id).await? else {
             return Ok(None);
         };
-        let version = object.resource_version();
         let value = serde_json::to_value(&object).unwrap_or_default();
-        let mut guards = Vec::new();
+        let (params, mut body) = self.settings.json_patch(&value, patch);
         if stamp::changes_snapshot(patch) {
-            guards = self.snapshot_guards(current, patch, &value)?;
+            let guards = self.snapshot_guards(current, patch, &value)?;
+            if let Patch::Json(json_patch::Patch(ops)) = &mut body {
+                // After the resourceVersion's test, before any write.
+                ops.splice(1..1, guards);
+            }
         }
-        let decision = stamp::AdmissionDecision {
-            values: patch.values.clone(),
-            outputs: patch.changed.clone(),
-            stamp_changed: true,
-            gates: Vec::new(),
-        };
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let mut ops = vec![json_patch::PatchOperation::Test(
-            json_patch::TestOperation {
-                path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-                value: Value::from(version.unwrap_or_default()),
-            },
-        )];
-        let written = stamp::admission_patch(
-            &value,
-            None,
-            &self.kind,
-            &decision,
-            &self.settings.scheme,
-            &now,
-        );
-        ops.extend(guards);
-        ops.extend(written.0);
-        ops.extend(stamp::release_ops(&value, &self.kind, &patch.releases));
-        if !self.applies_by_ssa() {
-            let settings = &self.settings;
-            ops.extend(stamp::given_up_ops(
-                &value,
-                &self.kind,
-                patch,
-                &settings.field_manager,
-                &settings.scheme,
-            ));
-        }
-        let params = PatchParams {
-            field_manager: Some(self.settings.field_manager.clone()),
-            ..PatchParams::default()
-        };
         let api = self.api(Some(&id.namespace));
-        match api
-            .patch(
-                &id.name,
-                &params,
-                &Patch::<Value>::Json(json_patch::Patch(ops)),
-            )
-            .await
-        {
+        match api.patch(&id.name, &params, &body).await {
             Ok(obj) => Ok(Some(obj)),
             Err(error) if is_status(&error, 404) => Ok(None),
             // The test of resourceVersion failed: changed meanwhile; read again.

@@ -106,7 +106,7 @@ pub enum TargetError {
 
 impl TargetError {
     /// A low-cardinality label for metrics and Events.
-    pub fn category(&self) -> &'static str {
+    pub(crate) fn category(&self) -> &'static str {
         match self {
             Self::Conflict { .. } => "conflict",
             Self::Transient { .. } => "transient",
@@ -115,7 +115,7 @@ impl TargetError {
     }
 
     /// Whether retrying the same request may succeed.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         !matches!(self, Self::Rejected { .. })
     }
 }
@@ -176,29 +176,24 @@ impl TargetContext {
     /// Shows `text` in `/ready` as a `note:` line (replacing this target's
     /// previous note) until [`clear_note`](Self::clear_note): e.g. that the
     /// target's kind is not served yet. Notes never make nudge unready.
-    pub fn note(&self, text: impl Into<String>) {
+    pub(crate) fn note(&self, text: impl Into<String>) {
         self.ready.note(text);
     }
 
     /// Removes this target's `/ready` note.
-    pub fn clear_note(&self) {
+    pub(crate) fn clear_note(&self) {
         self.ready.clear_note();
     }
 
     /// A watch stream failed and is being restarted (`nudge_watch_restarts_total`
     /// with the kind's label).
-    pub fn watch_restarted(&self, watch: &str) {
+    pub(crate) fn watch_restarted(&self, watch: &str) {
         self.health.restarted(watch);
     }
 
     /// Resolves when nudge shuts down.
     pub async fn cancelled(&self) {
         self.shutdown.cancelled().await;
-    }
-
-    /// Whether nudge is shutting down.
-    pub fn is_cancelled(&self) -> bool {
-        self.shutdown.is_cancelled()
     }
 }
 

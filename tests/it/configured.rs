@@ -45,7 +45,7 @@ fn figment(toml: &str) -> Figment {
 
 fn controller(toml: &str, seen: &Arc<std::sync::Mutex<Vec<String>>>) -> Controller {
     let controller =
-        Controller::from_figment(figment(toml), nudge::cli::offline_client()).expect("loads");
+        Controller::from_figment(figment(toml), nudge::testing::offline_client()).expect("loads");
     let client = controller.client().clone();
     let settings = TargetSettings::from_config(controller.config());
     let gadgets = seen.clone();
@@ -148,6 +148,36 @@ async fn unknown_fields_and_sections_are_errors_naming_their_key() {
     );
 }
 
+/// A misspelt section leaves the one meant empty: the typo is what is
+/// reported, with the name meant, not the empty section's missing field.
+#[tokio::test]
+async fn a_misspelt_section_is_named_with_the_section_meant() {
+    #[derive(Default, serde::Deserialize)]
+    #[serde(default)]
+    struct EnvFileConfig {
+        root: String,
+    }
+    let controller = Controller::from_figment(
+        figment("[sources.envfil]\nroot = \"/srv\"\n"),
+        nudge::testing::offline_client(),
+    )
+    .expect("loads")
+    .with_configured_source("envfile", |config: EnvFileConfig| {
+        if config.root.is_empty() {
+            return Err("root is required");
+        }
+        Ok(nudge::source::poll(Motd(
+            SourceName::new("envfile").unwrap(),
+        )))
+    });
+    let error = controller.check().unwrap_err().to_string();
+    assert!(
+        error.contains("sources.envfil:") && error.contains("did you mean sources.envfile?"),
+        "{error}"
+    );
+    assert!(!error.contains("root is required"), "{error}");
+}
+
 #[tokio::test]
 async fn the_effective_configuration_prints_custom_sections_with_secrets_redacted() {
     let seen = Arc::default();
@@ -171,7 +201,7 @@ async fn kubernetes_sources_are_checked_and_their_section_is_not_for_custom_sour
     let mut flags = nudge::config::KubernetesSourceConfig::new("example.com", "v1", "Flags");
     flags.fields = vec!["spec".to_owned()];
     config.sources.kubernetes.insert("flags".to_owned(), flags);
-    let error = Controller::from_config(config, nudge::cli::offline_client())
+    let error = Controller::from_config(config, nudge::testing::offline_client())
         .check()
         .unwrap_err()
         .to_string();

@@ -13,7 +13,8 @@ use nudge::__private::fingerprint::{Algorithm, Observation, md5_value, native_va
 use nudge::__private::sources::consul::{
     ClientSettings, ONE_OFF_READS, TlsSettings, WatchSettings,
 };
-use nudge::source::{Source, SourceError, SourceUpdate};
+use nudge::source::{Source, SourceError};
+use nudge::testing::SourceUpdate;
 
 /// Generous bound for a change to show up (min_query_interval is 50 ms in tests).
 const SOON: Duration = Duration::from_secs(5);
@@ -388,7 +389,15 @@ async fn keys_over_the_query_limit_share_a_prefix_query_and_regroup() -> Result<
     }
     let mut first: Vec<String> = Vec::new();
     for _ in 0..3 {
-        first.push(driver.next(SOON).await?.tracked.reference.name.to_string());
+        first.push(
+            driver
+                .next(SOON)
+                .await?
+                .tracked
+                .reference()
+                .name()
+                .to_string(),
+        );
     }
     first.sort();
     assert_eq!(first, ["svc/a/x", "svc/a/y", "svc/b/z"]);

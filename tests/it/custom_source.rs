@@ -42,7 +42,7 @@ impl PollSource for Files {
         cx: &ObserveContext,
     ) -> Result<Observation, SourceError> {
         Ok(Observation::Present(
-            cx.fingerprint(tracked.reference.name.as_bytes()),
+            cx.fingerprint(tracked.reference().name().as_bytes()),
         ))
     }
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use nudge::__private::runtime::metrics::Metrics;
 use nudge::target::{
     ApplyOutcome, KubeTarget, StampPatch, Target, TargetContext, TargetError, TargetSettings,
-    Workload, WorkloadId, WorkloadKind,
+    TemplatePath, Workload, WorkloadId, WorkloadKind,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -611,7 +611,12 @@ async fn after_a_restart_a_later_wave_waits_for_an_earlier_wave_of_a_kind_listed
     config.admin.bind = admin;
     let statefulsets = KubeTarget::new(
         cluster.client(),
-        WorkloadKind::stateful_set(),
+        WorkloadKind::new(
+            "apps",
+            "v1",
+            "StatefulSet",
+            TemplatePath::parse("spec.template").unwrap(),
+        ),
         "statefulsets",
         TargetSettings::from_config(&config),
     );

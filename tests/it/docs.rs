@@ -428,7 +428,7 @@ fn custom_sections(config: &Json) -> (Vec<String>, Vec<String>) {
 async fn check_config(settings: Figment, custom: bool) -> Result<(), String> {
     let values: Json = settings.extract().map_err(|e| e.to_string())?;
     let figment = Figment::from(Serialized::defaults(Config::default())).merge(settings);
-    let mut controller = Controller::from_figment(figment, nudge::cli::offline_client())
+    let mut controller = Controller::from_figment(figment, nudge::testing::offline_client())
         .map_err(|e| e.to_string())?;
     if custom {
         let (sources, targets) = custom_sections(&values);

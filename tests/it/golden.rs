@@ -8,7 +8,7 @@ use nudge::__private::fingerprint::{
     self, DataValue, Fingerprint, FingerprintKey, ObjectData, ObjectKind, Observation,
 };
 use nudge::__private::model::{
-    Combine, Input, KeySelection, Output, Reference, SourceName, StampSpec, Tracked,
+    Combine, Input, KeySelection, Output, Reference, SourceName, StampSpec,
 };
 use nudge::__private::stamp::{FingerprintStore, desired};
 use serde_json::Value;
@@ -23,7 +23,10 @@ fn vectors() -> Value {
 }
 
 fn key(vectors: &Value) -> FingerprintKey {
-    FingerprintKey::new(vectors["key_utf8"].as_str().unwrap().as_bytes().to_vec()).unwrap()
+    nudge::__private::crate_fns::fingerprint_key(
+        vectors["key_utf8"].as_str().unwrap().as_bytes().to_vec(),
+    )
+    .unwrap()
 }
 
 fn object_data(entries: &Value) -> ObjectData {
@@ -83,15 +86,18 @@ fn reference(vector: &Value) -> Reference {
     let source = SourceName::new(vector["source"].as_str().unwrap()).unwrap();
     let name = vector["name"].as_str().unwrap();
     let reference = match vector["namespace"].as_str() {
-        Some(namespace) => Reference::object(source, namespace, name),
-        None => Reference::key(source, name),
+        Some(namespace) => nudge::__private::crate_fns::object(source, namespace, name),
+        None => nudge::__private::crate_fns::key(source, name),
     };
     match vector["keys"].as_array() {
-        Some(keys) => reference.with_keys(KeySelection::Only(
-            keys.iter()
-                .map(|k| k.as_str().unwrap().to_owned())
-                .collect::<BTreeSet<_>>(),
-        )),
+        Some(keys) => nudge::__private::crate_fns::with_keys(
+            reference,
+            KeySelection::Only(
+                keys.iter()
+                    .map(|k| k.as_str().unwrap().to_owned())
+                    .collect::<BTreeSet<_>>(),
+            ),
+        ),
         None => reference,
     }
 }
@@ -100,7 +106,7 @@ fn reference(vector: &Value) -> Reference {
 fn canonical_reference_ids_match_the_golden_vectors() {
     for vector in vectors()["references"].as_array().unwrap() {
         assert_eq!(
-            reference(vector).canonical_id(),
+            nudge::__private::crate_fns::canonical_id(&reference(vector)),
             vector["canonical_id"],
             "{vector}"
         );
@@ -123,7 +129,8 @@ fn the_combined_config_hash_matches_the_golden_vectors() {
         let mut inputs = Vec::new();
         for entry in combined["entries"].as_array().unwrap() {
             let reference = references[entry["id"].as_str().unwrap()].clone();
-            let tracked = Tracked::new(reference, nudge::__private::fingerprint::Algorithm::Native);
+            let algorithm = nudge::__private::fingerprint::Algorithm::Native;
+            let tracked = nudge::__private::crate_fns::tracked(reference, algorithm);
             let observation = match entry["digest"].as_str() {
                 Some(digest) => Observation::Present(Fingerprint::digest(digest)),
                 None => Observation::Absent,

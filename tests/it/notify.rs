@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::support::*;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
-use nudge::config::{NotifyConfig, NotifyFormat, WebhookUrl};
+use nudge::config::{NotifyConfig, NotifyFormat, Secret};
 use serde_json::{Value, json};
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
@@ -108,12 +108,11 @@ impl Receiver {
 }
 
 fn notify_config(receiver: &Receiver, format: NotifyFormat) -> NotifyConfig {
-    NotifyConfig {
-        enabled: true,
-        url: WebhookUrl(receiver.url.clone()),
-        format,
-        ..NotifyConfig::default()
-    }
+    let mut config = NotifyConfig::default();
+    config.enabled = true;
+    config.url = Secret::new(receiver.url.clone());
+    config.format = format;
+    config
 }
 
 /// An auto Deployment `web` mounting ConfigMap `app-config`, nudge notifying the
@@ -258,11 +257,9 @@ async fn a_receiver_that_never_answers_does_not_delay_stamps_of_another_workload
         .auto_deployment("second", "second-config", &[("a", "1")])
         .await;
     let mut config = cluster.nudge_config();
-    config.notify = NotifyConfig {
-        // Far beyond WAIT: a stamp that waited for a POST would time the test out.
-        timeout: Duration::from_secs(300),
-        ..notify_config(&receiver, NotifyFormat::Slack)
-    };
+    config.notify = notify_config(&receiver, NotifyFormat::Slack);
+    // Far beyond WAIT: a stamp that waited for a POST would time the test out.
+    config.notify.timeout = Duration::from_secs(300);
     let nudge = cluster.start_nudge(config);
     wait_for_stamp(&cluster, "Deployment", "first", CONFIG_HASH, None).await;
     let second = wait_for_stamp(&cluster, "Deployment", "second", CONFIG_HASH, None).await;
@@ -305,11 +302,8 @@ async fn an_unreadable_url_file_stops_nudge_at_start_up_saying_what_to_do() {
     let cluster = TestCluster::start("notify-url-file").await;
     let path = std::env::temp_dir().join(format!("{}-absent/url", cluster.namespace()));
     let mut config = cluster.nudge_config();
-    config.notify = NotifyConfig {
-        enabled: true,
-        url_file: path.display().to_string(),
-        ..NotifyConfig::default()
-    };
+    config.notify.enabled = true;
+    config.notify.url_file = path.display().to_string();
     let result = tokio::time::timeout(
         Duration::from_secs(10),
         nudge::__private::runtime::run_with_client(

@@ -19,7 +19,7 @@ use crate::support::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use nudge::config::{Config, NotifyConfig, NotifyFormat, TargetConfig, WebhookUrl};
+use nudge::config::{Config, NotifyConfig, NotifyFormat, Secret, TargetConfig};
 use serde_json::{Value, json};
 
 const CONFIG_HASH: &str = "nudge.dev/config-hash";
@@ -322,12 +322,11 @@ impl Receiver {
 
     /// nudge's `[notify]` configuration to send here.
     fn config(&self) -> NotifyConfig {
-        NotifyConfig {
-            enabled: true,
-            url: WebhookUrl(self.url.clone()),
-            format: NotifyFormat::Json,
-            ..NotifyConfig::default()
-        }
+        let mut config = NotifyConfig::default();
+        config.enabled = true;
+        config.url = Secret::new(self.url.clone());
+        config.format = NotifyFormat::Json;
+        config
     }
 
     /// The notifications so far whose text contains `text`.
@@ -509,11 +508,10 @@ impl Kind {
     fn config(self, cluster: &TestCluster) -> Config {
         let mut config = cluster.nudge_config();
         if self == Self::Gadget {
-            config.targets.kinds = vec![TargetConfig {
-                group: GADGETS.into(),
-                version: "v1".into(),
-                kind: "Gadget".into(),
-                template: "spec.worker.template".into(),
+            config.targets.kinds = vec![{
+                let mut kind = TargetConfig::new(GADGETS, "v1", "Gadget");
+                kind.template = "spec.worker.template".into();
+                kind
             }];
         }
         config

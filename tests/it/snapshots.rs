@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use nudge::__private::copies::{Copier, CopyError, CopyMetrics, Operation};
 use nudge::__private::fingerprint::{FingerprintKey, ObjectData, ObjectKind, native_object};
-use nudge::__private::model::{KeySelection, WorkloadId, WorkloadKind};
+use nudge::__private::model::{KeySelection, WorkloadId};
 use nudge::__private::snapshot::{CopyPlan, Owner, SnapshotKey, SnapshotNames};
 
 use crate::support::*;
@@ -24,7 +24,7 @@ fn mk_names() -> SnapshotNames {
 }
 
 fn mk_key() -> FingerprintKey {
-    FingerprintKey::new(vec![7; 32]).unwrap()
+    nudge::__private::crate_fns::fingerprint_key(vec![7; 32]).unwrap()
 }
 
 fn mk_copier(cluster: &TestCluster) -> (Copier, Arc<CopyMetrics>) {
@@ -51,7 +51,11 @@ async fn mk_owner(cluster: &TestCluster, name: &str) -> (WorkloadId, Owner) {
         name: name.into(),
         uid: deployment.uid().unwrap(),
     };
-    let id = WorkloadId::new(WorkloadKind::deployment(), cluster.namespace(), name);
+    let id = WorkloadId::new(
+        nudge::__private::crate_fns::deployment(),
+        cluster.namespace(),
+        name,
+    );
     (id, owner)
 }
 
@@ -1043,7 +1047,7 @@ async fn explain_shows_each_revisions_snapshot_and_the_metrics_count_the_copies(
         )
         .await
         .unwrap();
-    let text = report.to_table();
+    let text = report.to_string();
     assert!(
         text.contains(&second.0) && text.contains(&second.1),
         "{text}"

@@ -148,12 +148,7 @@ async fn reloaders_env_var_on_a_rollout_is_updated_in_place_and_the_pod_spec_kep
 async fn a_configured_kind_that_is_not_served_is_noted_in_ready_and_the_rest_works() {
     let cluster = TestCluster::start("unserved-kind").await;
     let mut config = cluster.nudge_config();
-    config.targets.kinds = vec![TargetConfig {
-        group: "gizmos.nudge.invalid".into(),
-        version: "v1".into(),
-        kind: "Gizmo".into(),
-        template: "spec.template".into(),
-    }];
+    config.targets.kinds = vec![TargetConfig::new("gizmos.nudge.invalid", "v1", "Gizmo")];
     let admin = free_port();
     config.admin.bind = admin;
     let nudge = cluster.start_nudge(config);
@@ -179,11 +174,10 @@ async fn a_targets_entry_stamps_its_kind_at_its_template_path() {
     let _crd = cluster.ensure_crd(crd).await;
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     let mut config = cluster.nudge_config();
-    config.targets.kinds = vec![TargetConfig {
-        group: "nudge.test".into(),
-        version: "v1".into(),
-        kind: "Gadget".into(),
-        template: "spec.worker.template".into(),
+    config.targets.kinds = vec![{
+        let mut kind = TargetConfig::new("nudge.test", "v1", "Gadget");
+        kind.template = "spec.worker.template".into();
+        kind
     }];
     let nudge = cluster.start_nudge(config);
 
@@ -302,12 +296,7 @@ async fn a_targets_entry_whose_crd_appears_later_is_stamped_without_a_restart() 
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     let (group, kind) = ("late.nudge.test", "Sprocket");
     let mut config = cluster.nudge_config();
-    config.targets.kinds = vec![TargetConfig {
-        group: group.into(),
-        version: "v1".into(),
-        kind: kind.into(),
-        template: "spec.template".into(),
-    }];
+    config.targets.kinds = vec![TargetConfig::new(group, "v1", kind)];
     let admin = free_port();
     config.admin.bind = admin;
     let nudge = cluster.start_nudge(config);
@@ -564,12 +553,7 @@ async fn an_env_var_output_nudge_gave_up_loses_the_value_nudge_wrote() {
     cluster.put_configmap("cfg", &[("k", "1")]).await;
     cluster.put_configmap("other", &[("k", "1")]).await;
     let mut config = cluster.nudge_config();
-    config.targets.kinds = vec![TargetConfig {
-        group: group.into(),
-        version: "v1".into(),
-        kind: kind.into(),
-        template: "spec.template".into(),
-    }];
+    config.targets.kinds = vec![TargetConfig::new(group, "v1", kind)];
     let nudge = cluster.start_nudge(config);
     let api = dynamic_api(&cluster, &GroupVersionKind::gvk(group, "v1", kind)).await;
     let mut pod = pod_mounting_configmap("cfg");

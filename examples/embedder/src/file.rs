@@ -170,7 +170,7 @@ impl WatchSource for FileSource {
     /// directory above it. The receiver is taken before the first read, so no
     /// change between the two is missed.
     fn watch(&self, tracked: &Tracked, cx: &ObserveContext) -> ObservationStream {
-        let reference = tracked.reference.name.as_str().to_owned();
+        let reference = tracked.reference().name().to_owned();
         let name = self.name.clone();
         // Refused up front (`check_reference`); kept for a caller that did not.
         if let Err(error) = relative_path(&name, &reference) {
@@ -207,7 +207,7 @@ impl WatchSource for FileSource {
         tracked: &Tracked,
         cx: &ObserveContext,
     ) -> Result<Observation, SourceError> {
-        read(&self.name, &self.root, tracked.reference.name.as_str(), cx).await
+        read(&self.name, &self.root, tracked.reference().name(), cx).await
     }
 }
 
@@ -327,7 +327,8 @@ fn is_absent(error: &io::Error) -> bool {
 mod tests {
     use std::time::Duration;
 
-    use nudge::source::{Algorithm, FingerprintKey, Reference, SourceContext};
+    use nudge::source::Algorithm;
+    use nudge::testing::harness;
 
     use super::*;
 
@@ -336,14 +337,16 @@ mod tests {
     }
 
     fn tracked(path: &str) -> Tracked {
-        Tracked::new(
-            Reference::key(SourceName::new("file").unwrap(), path),
+        nudge::testing::tracked(
+            SourceName::new("file").unwrap(),
+            None,
+            path,
             Algorithm::Native,
         )
     }
 
     fn cx() -> ObserveContext {
-        ObserveContext::new(FingerprintKey::generate())
+        nudge::testing::observe_context()
     }
 
     const WAIT: Duration = Duration::from_secs(10);
@@ -416,8 +419,7 @@ mod tests {
         let path = dir.path().join("app.conf");
         std::fs::write(&path, "v1").unwrap();
         let cx = cx();
-        let (ctx, mut engine) =
-            SourceContext::harness(SourceName::new("file").unwrap(), cx.clone(), 8);
+        let (ctx, mut engine) = harness(SourceName::new("file").unwrap(), cx.clone(), 8);
         let task = tokio::spawn(watch(source(dir.path())).run(ctx));
         engine.track(tracked("app.conf"));
         let mut next = async || {

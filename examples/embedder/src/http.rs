@@ -75,7 +75,7 @@ impl PollSource for HttpSource {
         tracked: &Tracked,
         cx: &ObserveContext,
     ) -> Result<Observation, SourceError> {
-        let url = tracked.reference.name.as_str();
+        let url = tracked.reference().name();
         let failed = |e| SourceError::backend(&self.name, format!("GET {url}"), e);
         let response = self.client.get(url).send().await.map_err(failed)?;
         match response.status() {
@@ -96,7 +96,8 @@ impl PollSource for HttpSource {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use nudge::source::{Algorithm, FingerprintKey, Reference, SourceContext};
+    use nudge::source::Algorithm;
+    use nudge::testing::harness;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -134,14 +135,16 @@ mod tests {
     }
 
     fn mk_tracked(url: &str) -> Tracked {
-        Tracked::new(
-            Reference::key(SourceName::new("http").unwrap(), url),
+        nudge::testing::tracked(
+            SourceName::new("http").unwrap(),
+            None,
+            url,
             Algorithm::Native,
         )
     }
 
     fn cx() -> ObserveContext {
-        ObserveContext::new(FingerprintKey::generate())
+        nudge::testing::observe_context()
     }
 
     #[tokio::test]
@@ -175,7 +178,7 @@ mod tests {
         let body = Arc::new(Mutex::new(Some("v1")));
         let url = serve(body.clone()).await;
         let interval = Duration::from_millis(200);
-        let (ctx, mut engine) = SourceContext::harness(SourceName::new("http").unwrap(), cx(), 8);
+        let (ctx, mut engine) = harness(SourceName::new("http").unwrap(), cx(), 8);
         let task = tokio::spawn(poll(mk_source(interval)).run(ctx));
         let started = tokio::time::Instant::now();
         engine.track(mk_tracked(&url));

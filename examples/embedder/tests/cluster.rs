@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use apiserver_double::{ApiServerDouble, RecordedRequest};
+use nudge::figment::providers::Serialized;
 use nudge::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use nudge::kube::config::{KubeConfigOptions, Kubeconfig};
 use nudge::shutdown::CancellationToken;
-use nudge::source::{FingerprintKey, ObserveContext};
 use nudge::{Config, Controller};
 use serde_json::{Value, json};
 
@@ -73,9 +73,20 @@ interval = "1s"
 
     /// The controller the binary would build from the configuration file.
     fn controller(&self) -> Controller {
-        let figment = Config::providers(Some(&self.config_file()), &Default::default()).unwrap();
+        let figment = Config::providers(Some(&self.config_file())).unwrap();
         let controller = Controller::from_figment(figment, self.client.clone()).unwrap();
         nudge_embedder::customize(controller)
+    }
+
+    /// [`controller`](Self::controller), serving the admin endpoint at `admin`
+    /// (and taking no Lease).
+    fn controller_serving(&self, admin: std::net::SocketAddr) -> Controller {
+        let figment = Config::providers(Some(&self.config_file()))
+            .unwrap()
+            .merge(Serialized::default("admin.bind", admin))
+            .merge(Serialized::default("leader_election.enabled", false));
+        let controller = Controller::from_figment(figment, self.client.clone()).unwrap();
+        nudge_embedder::customize(controller.operate_as_configured())
     }
 
     fn write(&self, file: &str, content: &str) {
@@ -144,7 +155,7 @@ fn deployments(client: &nudge::kube::Client) -> Api<DynamicObject> {
 
 /// The fingerprint nudge writes for a file holding `content`.
 fn fingerprint(content: &str) -> String {
-    ObserveContext::new(FingerprintKey::generate())
+    nudge::testing::observe_context()
         .fingerprint(content.as_bytes())
         .to_string()
 }
@@ -203,7 +214,7 @@ async fn a_file_change_rolls_its_deployment_with_exactly_one_patch() {
     cluster.deployment("web", "app.conf");
     cluster.deployment("sentinel", "sentinel.conf");
     let admin = free_port();
-    let running = Running::start(cluster.controller().admin(admin));
+    let running = Running::start(cluster.controller_serving(admin));
     let api = deployments(&cluster.client);
     let template = ["spec", "template"];
     cluster
@@ -256,27 +267,24 @@ async fn explain_shows_the_file_reference_and_its_fingerprint() {
         .explain("deployment", Some("apps"), "web", Duration::from_secs(5))
         .await
         .unwrap();
-    let output = report
-        .outputs
+    // The report as `nudge explain -o json` prints it.
+    let json = serde_json::to_value(&report).unwrap();
+    let output = json["outputs"]
+        .as_array()
+        .unwrap()
         .iter()
-        .find(|o| o.output == "nudge.dev/checksum-cfg")
-        .unwrap_or_else(|| panic!("no checksum-cfg output: {report:?}"));
-    let [reference] = output.references.as_slice() else {
-        panic!("one reference expected: {output:?}");
+        .find(|o| o["output"] == "nudge.dev/checksum-cfg")
+        .unwrap_or_else(|| panic!("no checksum-cfg output: {json:#}"));
+    let [reference] = output["references"].as_array().unwrap().as_slice() else {
+        panic!("one reference expected: {output:#}");
     };
-    assert_eq!(reference.source.as_str(), "file");
-    assert!(reference.reference.contains("app.conf"), "{reference:?}");
-    assert_eq!(reference.state, nudge::explain::ReferenceState::Present);
-    assert_eq!(
-        reference.fingerprint.as_deref(),
-        Some(fingerprint("v1").as_str())
-    );
-    assert_eq!(
-        report.verdict.state,
-        nudge::explain::State::InSync,
-        "{report:?}"
-    );
-    let table = report.to_table();
+    assert_eq!(reference["source"], "file");
+    let name = reference["reference"].as_str().unwrap();
+    assert!(name.contains("app.conf"), "{reference:#}");
+    assert_eq!(reference["state"], "present");
+    assert_eq!(reference["fingerprint"], fingerprint("v1").as_str());
+    assert_eq!(json["verdict"]["state"], "in_sync", "{json:#}");
+    let table = report.to_string();
     assert!(table.contains("app.conf"), "{table}");
     running.stop().await;
 }
@@ -397,7 +405,7 @@ async fn an_invalid_file_reference_is_one_warning_event_and_counted() {
     cluster.deployment("escaping", "../etc/passwd");
     cluster.deployment("sentinel", "sentinel.conf");
     let admin = free_port();
-    let running = Running::start(cluster.controller().admin(admin));
+    let running = Running::start(cluster.controller_serving(admin));
     let api = deployments(&cluster.client);
     let template = ["spec", "template"];
     cluster

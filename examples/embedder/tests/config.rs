@@ -154,13 +154,12 @@ async fn the_library_path_reads_the_same_sections() {
 }
 
 fn embedder_controller(file: &str) -> Controller {
-    let figment =
-        nudge::Config::providers(Some(std::path::Path::new(file)), &Default::default()).unwrap();
+    let figment = nudge::Config::providers(Some(std::path::Path::new(file))).unwrap();
     let controller = Controller::from_figment(figment, offline_client()).unwrap();
     nudge_embedder::customize(controller)
 }
 
 /// A client that is never used: `check` reads no cluster.
 fn offline_client() -> Client {
-    nudge::cli::offline_client()
+    nudge::testing::offline_client()
 }

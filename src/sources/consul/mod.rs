@@ -1,79 +1,56 @@
 //! Consul KV as a config source (design §8).
 //!
 //! A reference is a key path (`nudge.dev/consul-config: app/config`); its fingerprint
-//! is `sha256-<hex>` of the raw value ([`Algorithm::Native`]) or, for
-//! k8s-consul-mutator compatibility, `md5-<hex>` ([`Algorithm::Md5`]). A key that
-//! does not exist is [`Observation::Absent`].
+//! is `sha256-<hex>` of the raw value (`Algorithm::Native`) or, for
+//! k8s-consul-mutator compatibility, `md5-<hex>` (`Algorithm::Md5`). A key that
+//! does not exist is `Observation::Absent`.
 //!
 //! Changes are followed with blocking queries: one per distinct key, shared by every
 //! tracked item on that key, while there are at most `max_concurrent_queries` keys;
 //! beyond that, keys under common prefixes share one recursive query and changes are
-//! told apart by `ModifyIndex` ([`plan`]). Failures back off and report nothing, so
+//! told apart by `ModifyIndex` (`plan`). Failures back off and report nothing, so
 //! the last known fingerprints stay in force; when Consul answers again, whatever
 //! changed meanwhile is reported once.
 //!
-//! Files: [`client`] talks HTTP (the only file using consulrs), [`plan`] groups keys
+//! Files: `client` talks HTTP (the only file using consulrs), `plan` groups keys
 //! into queries, `state` diffs answers against what was reported, `query` runs one
-//! blocking-query loop, `watch` runs the source, [`settings`] maps configuration.
+//! blocking-query loop, `watch` runs the source, `source` is the [`Source`](crate::sources::Source),
+//! `settings` maps configuration. All but the metrics and the key rules here are
+//! the cargo feature `consul`.
 
-use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::fingerprint::{Algorithm, Observation};
-use crate::model::{KeySelection, Scope, SourceName, Tracked};
-use crate::sources::{ObserveContext, Source, SourceContext, SourceError};
+use crate::model::SourceName;
 
+// The source itself, and the consulrs client it is built on: the cargo
+// feature `consul` (a default one).
+#[cfg(feature = "consul")]
 pub mod client;
+// Decoding Consul's answers needs no client: the fuzz targets use it alone.
+#[cfg(any(feature = "consul", feature = "testing"))]
+pub mod kv;
+#[cfg(feature = "consul")]
 pub mod plan;
+#[cfg(feature = "consul")]
 mod query;
+#[cfg(feature = "consul")]
 pub mod settings;
+#[cfg(feature = "consul")]
+mod source;
+#[cfg(feature = "consul")]
 mod state;
+#[cfg(feature = "consul")]
 mod watch;
 
+#[cfg(feature = "consul")]
 pub use client::{ClientError, ClientSettings, ConsulClient, TlsSettings};
+#[cfg(feature = "consul")]
 pub use settings::SettingsError;
-
-/// Non-blocking reads allowed in flight besides the blocking queries (first reads of
-/// new queries, [`Source::observe`], new items on already watched keys).
-pub const ONE_OFF_READS: usize = 2;
-
-/// How a Consul source watches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WatchSettings {
-    /// Longest wait of one blocking query (Consul caps it at 10 minutes).
-    pub wait: Duration,
-    /// Most blocking queries in flight; more keys share recursive prefix queries.
-    pub max_concurrent_queries: usize,
-    /// Time between two queries of one loop once its burst is spent: a key that keeps
-    /// changing is read at most this often. Changes of different keys under one
-    /// prefix query may run `query_burst` queries per interval. Zero: no limit.
-    pub min_query_interval: Duration,
-    /// Queries one loop may start back to back (after a quiet period) before
-    /// `min_query_interval` applies, so that a few changes in a row under one prefix
-    /// are each read at once.
-    pub query_burst: u32,
-    /// Cap of the exponential backoff after failures.
-    pub max_retry_interval: Duration,
-}
-
-impl Default for WatchSettings {
-    fn default() -> Self {
-        Self {
-            wait: Duration::from_secs(300),
-            max_concurrent_queries: 64,
-            min_query_interval: Duration::from_secs(1),
-            query_burst: 5,
-            max_retry_interval: Duration::from_secs(30),
-        }
-    }
-}
+#[cfg(feature = "consul")]
+pub use source::{ConsulSource, ONE_OFF_READS, WatchSettings};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct SourceLabels {
@@ -110,103 +87,8 @@ impl ConsulMetrics {
     }
 }
 
-/// One Consul cluster as a [`Source`].
-pub struct ConsulSource {
-    name: SourceName,
-    address: String,
-    client: Arc<ConsulClient>,
-    settings: WatchSettings,
-    limits: Arc<query::QueryLimits>,
-}
-
-impl fmt::Debug for ConsulSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConsulSource")
-            .field("name", &self.name)
-            .field("address", &self.address)
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ConsulSource {
-    /// A source named `name` (`consul`, `consul.eu`) reading the cluster `client`
-    /// describes. The connection pool is sized for the query limit.
-    pub fn new(
-        name: SourceName,
-        client: &ClientSettings,
-        settings: WatchSettings,
-    ) -> Result<Self, ClientError> {
-        let settings = WatchSettings {
-            max_concurrent_queries: settings.max_concurrent_queries.max(1),
-            ..settings
-        };
-        let client_settings = ClientSettings {
-            max_idle_connections: ONE_OFF_READS,
-            ..client.clone()
-        };
-        Ok(Self {
-            name,
-            address: client.address.clone(),
-            client: Arc::new(ConsulClient::new(&client_settings)?),
-            limits: Arc::new(query::QueryLimits::new(
-                settings.max_concurrent_queries,
-                ONE_OFF_READS,
-            )),
-            settings,
-        })
-    }
-
-    /// Exports failed queries to `metrics` (`nudge_consul_query_errors_total`).
-    pub fn with_metrics(self, metrics: ConsulMetrics) -> Self {
-        self.client.report_errors_to(metrics, self.name.clone());
-        self
-    }
-
-    /// The Consul address this source reads.
-    pub fn address(&self) -> &str {
-        &self.address
-    }
-
-    /// Failed Consul requests since start (transport errors, timeouts, error
-    /// statuses, unreadable answers).
-    pub fn query_errors(&self) -> u64 {
-        self.client.stats().errors()
-    }
-
-    /// Blocking queries sent since start.
-    pub fn blocking_queries_started(&self) -> u64 {
-        self.client.stats().blocking_started()
-    }
-
-    /// Blocking queries waiting for Consul right now.
-    pub fn blocking_queries_in_flight(&self) -> u64 {
-        self.client.stats().blocking_in_flight()
-    }
-
-    /// Checks that `tracked` names a usable key with a supported algorithm.
-    fn check(&self, tracked: &Tracked) -> Result<(), SourceError> {
-        if !self.supports(tracked.algorithm) {
-            return Err(SourceError::UnsupportedAlgorithm {
-                source_name: self.name.clone(),
-                algorithm: tracked.algorithm,
-            });
-        }
-        let reference = &tracked.reference;
-        let invalid = |reason: &str| SourceError::InvalidReference {
-            source_name: self.name.clone(),
-            reference: reference.to_string(),
-            reason: reason.to_owned(),
-        };
-        if reference.keys != KeySelection::All {
-            return Err(invalid("a Consul key cannot be narrowed to keys"));
-        }
-        key_problem(&reference.name).map_or(Ok(()), |reason| Err(invalid(reason)))
-    }
-}
-
 /// Why `key` cannot name a Consul key, if it cannot: the one place Consul's
-/// key-path rules live ([`Source::check_reference`] for annotations, and every
+/// key-path rules live (`Source::check_reference` for annotations, and every
 /// read). Not empty, not `/`-led (the KV path is relative), no `.` or `..`
 /// segment (it could leave the KV path), no whitespace or control characters
 /// (a key with them is almost surely a slip in the annotation).
@@ -231,61 +113,6 @@ pub fn key_problem(key: &str) -> Option<&'static str> {
 /// answers).
 pub fn check_key(key: &str) -> Result<(), String> {
     key_problem(key).map_or(Ok(()), |reason| Err(reason.to_owned()))
-}
-
-#[async_trait]
-impl Source for ConsulSource {
-    fn name(&self) -> &SourceName {
-        &self.name
-    }
-
-    fn scope(&self) -> Scope {
-        Scope::External
-    }
-
-    /// Consul's key-path rules ([`check_key`]).
-    fn check_reference(&self, reference: &str) -> Result<(), String> {
-        check_key(reference)
-    }
-
-    fn supports(&self, algorithm: Algorithm) -> bool {
-        state::supports(algorithm)
-    }
-
-    async fn observe(
-        &self,
-        tracked: &Tracked,
-        _cx: &ObserveContext,
-    ) -> Result<Observation, SourceError> {
-        self.check(tracked)?;
-        let _permit = self
-            .limits
-            .one_off
-            .acquire()
-            .await
-            .map_err(|e| SourceError::backend(&self.name, "source closed", e))?;
-        let read = self
-            .client
-            .get_key(&tracked.reference.name, None)
-            .await
-            .map_err(|e| SourceError::backend(&self.name, "reading the key failed", e))?;
-        Ok(match read.value {
-            Some(value) => match state::fingerprint(tracked.algorithm, &value) {
-                Some(fingerprint) => Observation::Present(fingerprint),
-                None => {
-                    return Err(SourceError::UnsupportedAlgorithm {
-                        source_name: self.name.clone(),
-                        algorithm: tracked.algorithm,
-                    });
-                }
-            },
-            None => Observation::Absent,
-        })
-    }
-
-    async fn run(self: Arc<Self>, ctx: SourceContext) -> Result<(), SourceError> {
-        watch::run(self, ctx).await
-    }
 }
 
 #[cfg(test)]

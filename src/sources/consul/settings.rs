@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{ClientError, ClientSettings, ConsulSource, TlsSettings, WatchSettings};
+use super::{ClientSettings, ConsulSource, TlsSettings, WatchSettings};
 use crate::config::ConsulConfig;
 use crate::model::{NameError, SourceName};
 
@@ -36,7 +36,7 @@ pub enum SettingsError {
         name: SourceName,
         /// Why.
         #[source]
-        source: ClientError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -81,8 +81,10 @@ fn source<E: Fn(&str) -> Option<String>>(
     env: Option<&E>,
 ) -> Result<ConsulSource, SettingsError> {
     let (client, watch) = settings(config, env)?;
-    ConsulSource::new(name.clone(), &client, watch)
-        .map_err(|source| SettingsError::Client { name, source })
+    ConsulSource::new(name.clone(), &client, watch).map_err(|source| SettingsError::Client {
+        name,
+        source: Box::new(source),
+    })
 }
 
 /// The client and watch settings of one cluster.
@@ -161,7 +163,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::config::ConsulToken;
+    use crate::config::Secret;
     use crate::sources::Source;
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
@@ -199,7 +201,7 @@ mod tests {
     fn configured_values_win_over_env_vars() {
         let config = ConsulConfig {
             address: "https://consul:8501".to_owned(),
-            token: ConsulToken("from-config".to_owned()),
+            token: Secret::new("from-config"),
             ..ConsulConfig::default()
         };
         let (client, _) = settings(

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use base64::Engine as _;
-use nudge::__private::fingerprint::{Algorithm, FingerprintKey};
-use nudge::__private::model::{Reference, SourceName, Tracked};
+use nudge::__private::fingerprint::Algorithm;
+use nudge::__private::model::{SourceName, Tracked};
 use nudge::__private::sources::consul::{ClientSettings, ConsulSource, WatchSettings};
-use nudge::source::{
-    ObserveContext, Source, SourceContext, SourceError, SourceHarness, SourceUpdate,
-};
+use nudge::source::{ObserveContext, Source, SourceError};
+use nudge::testing::SourceUpdate;
+use nudge::testing::{SourceHarness, harness};
 use tokio::task::JoinHandle;
 
 /// Sends nudge's and the double's logs to the test's output (shown for a
@@ -561,20 +561,23 @@ pub fn source(addr: &str, watch: WatchSettings) -> Arc<ConsulSource> {
 
 /// A Consul source named `consul` with explicit client settings.
 pub fn source_with(client: ClientSettings, watch: WatchSettings) -> Arc<ConsulSource> {
-    Arc::new(ConsulSource::new(SourceName::consul(), &client, watch).expect("valid settings"))
+    Arc::new(
+        ConsulSource::new(SourceName::new("consul").unwrap(), &client, watch)
+            .expect("valid settings"),
+    )
 }
 
 /// An observe context with a fresh installation key.
 pub fn cx() -> ObserveContext {
-    ObserveContext::new(FingerprintKey::generate())
+    nudge::testing::observe_context()
 }
 
 /// A tracked Consul key.
 pub fn tracked(key: &str, algorithm: Algorithm) -> Tracked {
-    Tracked::new(Reference::key(SourceName::consul(), key), algorithm)
+    nudge::testing::tracked(SourceName::new("consul").unwrap(), None, key, algorithm)
 }
 
-/// A running source driven through its [`SourceContext`]'s harness.
+/// A running source driven through nudge's test harness.
 pub struct Driver {
     /// The source.
     pub source: Arc<ConsulSource>,
@@ -586,9 +589,9 @@ impl Driver {
     /// Runs `source` with an updates channel of `capacity`.
     pub fn run(source: Arc<ConsulSource>, capacity: usize) -> Self {
         capture_logs();
-        let (ctx, engine) = SourceContext::harness(
+        let (ctx, engine) = harness(
             source.name().clone(),
-            ObserveContext::new(FingerprintKey::generate()),
+            nudge::testing::observe_context(),
             capacity,
         );
         let task = tokio::spawn(source.clone().run(ctx));
