@@ -232,9 +232,8 @@ pub trait Target: Send + Sync + 'static {
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError>;
 
     /// Whether `apply` takes snapshots (design §5e): points the pod template's
-    /// ConfigMap and Secret references at the copies an
-    /// [`Output::Snapshots`](crate::model::Output::Snapshots) value names, and
-    /// back. nudge takes snapshots only of workloads whose target does, as
+    /// ConfigMap and Secret references at the copies the stamp's snapshot
+    /// output (`<prefix>/snapshots`) names, and back. nudge takes snapshots only of workloads whose target does, as
     /// [`KubeTarget`] does (not of Jobs, whose template a stamp replaces with
     /// the Job); the default: it does not.
     fn takes_snapshots(&self) -> bool {
