@@ -76,7 +76,7 @@ async fn plan_config_map(
     CopyPlan::new(id, key, fingerprint.as_digest().unwrap().into_owned())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_is_made_once_immutable_owned_by_its_workload_and_reused_after() {
     let cluster = TestCluster::start("snap-copy").await;
     cluster
@@ -141,7 +141,7 @@ async fn a_copy_is_made_once_immutable_owned_by_its_workload_and_reused_after() 
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_that_changed_since_the_stamp_was_decided_is_not_copied() {
     let cluster = TestCluster::start("snap-moved").await;
     cluster
@@ -177,7 +177,7 @@ async fn a_source_that_changed_since_the_stamp_was_decided_is_not_copied() {
     assert!(matches!(error, CopyError::Moved { .. }), "{error:?}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_copy_holds_only_the_keys_the_template_uses() {
     let cluster = TestCluster::start("snap-secret").await;
     cluster
@@ -214,7 +214,7 @@ async fn a_secret_copy_holds_only_the_keys_the_template_uses() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_workload_deletes_its_copies() {
     let cluster = TestCluster::start("snap-gc").await;
     cluster
@@ -255,7 +255,7 @@ async fn deleting_the_workload_deletes_its_copies() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_another_object_holds_is_not_taken_and_an_orphaned_copy_is_adopted() {
     let cluster = TestCluster::start("snap-taken").await;
     cluster
@@ -309,7 +309,7 @@ async fn a_name_another_object_holds_is_not_taken_and_an_orphaned_copy_is_adopte
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollbacks_copies_are_checked_and_pruned_copies_deleted() {
     let cluster = TestCluster::start("snap-check").await;
     cluster
@@ -343,7 +343,7 @@ async fn a_rollbacks_copies_are_checked_and_pruned_copies_deleted() {
     assert!(!error.is_retryable());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gauge_counts_the_copies_that_exist_and_their_bytes() {
     let cluster = TestCluster::start("snap-gauge").await;
     cluster
@@ -398,7 +398,7 @@ async fn the_gauge_counts_the_copies_that_exist_and_their_bytes() {
     gauge.await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_server_refuses_to_make_a_copy_mutable_or_change_its_content() {
     // What kube-apiserver's ValidateConfigMapUpdate / ValidateSecretUpdate
     // enforce once `immutable: true` is set, and what nudge relies on.
@@ -456,7 +456,7 @@ pub async fn fill_secret_quota(cluster: &TestCluster) {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_a_quota_has_no_room_for_is_refused_and_says_why() {
     let cluster = TestCluster::start("snap-quota").await;
     cluster.put_secret("db", &[("password", "hunter2")]).await;
@@ -570,7 +570,7 @@ async fn wait_for_copies(
     .await
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshotting_workload_mounts_copies_of_each_revisions_config() {
     let cluster = TestCluster::start("snap-e2e").await;
     cluster
@@ -645,7 +645,7 @@ async fn replica_set_config_maps(cluster: &TestCluster, name: &str) -> Vec<Strin
     names
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_workload_keeps_starting_pods_on_its_revisions_copies() {
     let cluster = TestCluster::start("snap-held").await;
     cluster
@@ -732,7 +732,7 @@ async fn two_revisions(cluster: &TestCluster) -> ((String, String), (String, Str
     (first, second)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_to_takes_the_config_back_and_holds_it_until_released() {
     let cluster = TestCluster::start("snap-rollback").await;
     cluster
@@ -791,7 +791,7 @@ async fn rollback_to_takes_the_config_back_and_holds_it_until_released() {
     nudge.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_undo_takes_the_config_back_and_nudge_leaves_it_until_a_source_changes() {
     let cluster = TestCluster::start("snap-undo").await;
     cluster
@@ -849,7 +849,7 @@ async fn a_rollout_undo_takes_the_config_back_and_nudge_leaves_it_until_a_source
     nudge.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_a_quota_refuses_holds_the_stamp_and_a_warning_says_why() {
     let cluster = TestCluster::start("snap-quota-e2e").await;
     cluster
@@ -897,7 +897,7 @@ async fn a_copy_a_quota_refuses_holds_the_stamp_and_a_warning_says_why() {
     nudge.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turning_snapshots_on_rolls_once_onto_copies_and_off_back_onto_the_live_objects() {
     let cluster = TestCluster::start("snap-on-off").await;
     cluster
@@ -958,7 +958,7 @@ async fn copies_of(cluster: &TestCluster) -> Vec<String> {
     names
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_neither_copies_again_nor_writes_and_deleting_the_workload_deletes_its_copies() {
     let cluster = TestCluster::start("snap-restart").await;
     cluster
@@ -1000,7 +1000,7 @@ async fn a_restart_neither_copies_again_nor_writes_and_deleting_the_workload_del
     nudge.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_shows_each_revisions_snapshot_and_the_metrics_count_the_copies() {
     let cluster = TestCluster::start("snap-explain").await;
     cluster
@@ -1074,7 +1074,7 @@ async fn nudge_rollback(cluster: &TestCluster, args: &[&str]) -> std::process::O
         .expect("run nudge rollback")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nudge_rollback_says_why_it_cannot_and_releases_a_pin() {
     let cluster = TestCluster::start("snap-cli").await;
     cluster
@@ -1168,7 +1168,7 @@ async fn wait_for_histories(cluster: &TestCluster, names: &[&str], count: usize)
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn double_only_a_snapshot_change_costs_a_read_of_its_source_a_copy_and_a_read_of_the_workload()
  {
     let cluster = TestCluster::start("snap-cost").await;
