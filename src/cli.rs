@@ -23,7 +23,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use figment::Figment;
 
 use crate::config::{Config, LogFormat, Overrides};
-use crate::runtime::Controller;
+use crate::runtime::{Controller, RollbackError, RollbackTo};
 
 /// Runs the command line of `std::env::args()` as the `nudge` binary: the
 /// controller (`run`), `explain`, `check-config` or `version`. `customize`
@@ -177,6 +177,25 @@ enum Command {
         #[arg(long)]
         history: bool,
     },
+    /// Roll a workload back to a previous revision's snapshot (`engine.snapshots`):
+    /// sets its `rollback-to` annotation; the controller points its pod template
+    /// at that revision's copies and holds the sources' changes until released.
+    Rollback {
+        /// The workload, as `<kind>/<name>` (as `nudge explain` takes it).
+        workload: String,
+        /// Its namespace (default: the kubeconfig context's namespace, as kubectl).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// The revision of its history to restore (`nudge explain --history`
+        /// lists the restorable ones; default: the newest completed revision
+        /// before the one it runs).
+        #[arg(long, value_name = "N", conflicts_with = "release")]
+        to_revision: Option<u32>,
+        /// Remove `rollback-to` instead: the workload follows its sources again
+        /// (nudge stamps their newest content).
+        #[arg(long)]
+        release: bool,
+    },
     /// Validate the configuration (file, `NUDGE_*` variables, flags) and print
     /// the effective configuration, secrets redacted. Reads no cluster.
     CheckConfig,
@@ -254,6 +273,19 @@ impl Cli {
                 let show = Show { output, history };
                 let workload = (workload.as_str(), namespace.as_deref());
                 explain(binary, &controller, workload, show, timeout).await
+            }
+            Command::Rollback {
+                workload,
+                namespace,
+                to_revision,
+                release,
+            } => {
+                let to = if release {
+                    RollbackTo::Release
+                } else {
+                    RollbackTo::Revision(to_revision)
+                };
+                rollback(&controller, &workload, namespace.as_deref(), to).await
             }
             Command::Version | Command::CheckConfig => unreachable!("handled above"),
         }
@@ -370,4 +402,40 @@ async fn explain(
         },
     }
     ExitCode::SUCCESS
+}
+
+/// `nudge rollback`: sets or removes the workload's `rollback-to`, then says
+/// what the controller will do.
+async fn rollback(
+    controller: &Controller,
+    workload: &str,
+    namespace: Option<&str>,
+    to: RollbackTo,
+) -> ExitCode {
+    let Some((kind, name)) = workload.split_once('/') else {
+        eprintln!("nudge rollback: expected <kind>/<name>, got {workload:?}");
+        return ExitCode::from(2);
+    };
+    match controller.rollback(kind, namespace, name, to).await {
+        Ok(Some(revision)) => {
+            println!(
+                "{workload}: rollback-to set to revision {revision}; nudge points its pod template at that revision's snapshot and holds the sources' changes until `nudge rollback {workload} --release`"
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!(
+                "{workload}: rollback-to removed; nudge follows its sources again and stamps their newest content"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error @ RollbackError::Workload(crate::explain::ExplainError::UnknownKind(_))) => {
+            eprintln!("nudge rollback: {error}");
+            ExitCode::from(2)
+        }
+        Err(error) => {
+            eprintln!("nudge rollback: {}", crate::errors::error_chain(&error));
+            ExitCode::FAILURE
+        }
+    }
 }

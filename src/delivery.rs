@@ -60,6 +60,23 @@ pub enum Hold {
         /// Every earlier-wave workload not done.
         behind: Behind,
     },
+    /// `<prefix>/rollback-to` holds the pod template at a revision's
+    /// snapshot (design §5e): the sources' changes wait until it is removed.
+    /// `kept: false`: the history keeps no snapshot of that revision, and
+    /// nothing rolls until the annotation names one it keeps.
+    Rollback {
+        /// The revision named.
+        revision: u32,
+        /// Whether the history keeps its snapshot.
+        kept: bool,
+    },
+    /// Someone else rolled the pod template back to an earlier revision's
+    /// snapshot (`kubectl rollout undo`), and nothing changed at the sources
+    /// since nudge last stamped: nudge leaves it there until one does.
+    RolledBack {
+        /// The revision the template is at.
+        revision: u32,
+    },
     /// Outside the maintenance window; `opens` at the next opening.
     Window {
         /// The window in force.
@@ -79,13 +96,17 @@ impl Hold {
             Self::Listing | Self::Wave { .. } => "wave",
             Self::Halted { .. } => "halted",
             Self::Window { .. } => "window",
+            Self::Rollback { .. } | Self::RolledBack { .. } => "rollback",
         }
     }
 
     /// Whether someone must act to release it (`ConfigPending`), rather than
     /// time or an earlier wave (`ConfigWaiting`).
     pub fn needs_someone(&self) -> bool {
-        matches!(self, Self::Invalid | Self::Notify | Self::Manual { .. })
+        matches!(
+            self,
+            Self::Invalid | Self::Notify | Self::Manual { .. } | Self::Rollback { .. }
+        )
     }
 
     /// Whether it is worth an Event: not a wait for the initial listing,
@@ -131,6 +152,21 @@ impl Hold {
             ),
             Self::Halted { failed, wave, .. } => format!(
                 "config {pending} is held: wave {wave} halted, the rollout of {failed} failed; a newer change releases it"
+            ),
+            Self::Rollback {
+                revision,
+                kept: true,
+            } => format!(
+                "config {pending} is held: rollback-to holds the pod template at revision {revision}'s snapshot; remove the annotation to take the pending config"
+            ),
+            Self::Rollback {
+                revision,
+                kept: false,
+            } => format!(
+                "config {pending} is held: rollback-to names revision {revision}, whose snapshot the history does not keep; nothing rolls until it names a kept revision or is removed"
+            ),
+            Self::RolledBack { revision } => format!(
+                "config {pending} waits: the pod template was rolled back to revision {revision}'s snapshot (kubectl rollout undo or alike); nudge stamps again when a source changes"
             ),
             Self::Window { window, opens } => {
                 let opens = opens.map_or_else(

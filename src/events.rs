@@ -56,6 +56,10 @@ pub enum Reason {
     /// A rollout failed while later waves waited for it: they stay held until
     /// a newer change (Warning; design §5d).
     WavesHalted,
+    /// The snapshot copies a stamp names could not be made or found (a
+    /// ResourceQuota, RBAC, a copy deleted): the stamp waits, and no pod
+    /// template names a copy that does not exist (Warning; design §5e).
+    SnapshotFailed,
 }
 
 impl Reason {
@@ -72,6 +76,7 @@ impl Reason {
             Self::ConfigPending => "ConfigPending",
             Self::ConfigWaiting => "ConfigWaiting",
             Self::WavesHalted => "WavesHalted",
+            Self::SnapshotFailed => "SnapshotFailed",
         }
     }
 

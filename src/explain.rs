@@ -86,6 +86,10 @@ pub struct Report {
     pub(crate) history: Vec<Revision>,
     /// Its delivery settings and the config they hold back (design §5d).
     pub(crate) delivery: DeliveryReport,
+    /// Its snapshots (design §5e), when it takes them or its template names
+    /// copies (left out of the JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) snapshot: Option<SnapshotReport>,
 }
 
 /// A state and a one-line explanation of it.
@@ -287,7 +291,7 @@ impl ExplainSettings {
     /// The settings of `config`.
     pub(crate) fn from_config(config: &Config) -> Self {
         Self {
-            scheme: config.annotations.scheme(),
+            scheme: config.scheme(),
             debounce: config.engine.debounce,
             max_delay: config.engine.max_delay,
             min_interval: config.engine.min_interval,
@@ -322,6 +326,8 @@ pub(crate) struct Facts<'a> {
     /// Whether its namespace matches `kubernetes.namespace_selector`; `None`
     /// without a selector, or when the namespace could not be read.
     pub namespace_selected: Option<bool>,
+    /// The snapshot copies that exist in its namespace (design §5e).
+    pub copies: &'a BTreeSet<(ObjectKind, String)>,
 }
 
 // === build_report ===
@@ -440,6 +446,7 @@ pub(crate) fn build_report(facts: &Facts<'_>) -> Report {
         rollout: annotation(settings.scheme.rollout()).and_then(Revision::parse),
         history: history::parse_history(annotation(settings.scheme.history())),
         delivery,
+        snapshot: snapshot::snapshot_report(workload, deps, &settings.scheme, facts.copies),
     }
 }
 
@@ -746,6 +753,7 @@ fn output_kind(output: &Output) -> &'static str {
         Output::SchedulingGate(_) => "scheduling gate",
         Output::WaveSchedulingDisabled => "Wave scheduler",
         Output::ReloaderPause => "Reloader's pause",
+        Output::Snapshots(_) => "snapshot",
     }
 }
 
@@ -869,6 +877,9 @@ impl Report {
                 let _ = writeln!(text, "  {line}");
             }
         }
+        for line in self.snapshot.iter().flat_map(SnapshotReport::lines) {
+            let _ = writeln!(text, "{line}");
+        }
         if let Some(last) = self.history.last() {
             let _ = writeln!(text, "last outcome: {}", revision_line(last));
         }
@@ -890,6 +901,10 @@ impl Report {
             }
             if !revision.stamp.is_empty() {
                 let _ = writeln!(text, "    values:  {}", revision.values_text());
+            }
+            let snapshot = self.snapshot.as_ref();
+            if let Some(line) = snapshot.and_then(|s| s.revision_line(revision.revision)) {
+                let _ = writeln!(text, "    {line}");
             }
         }
         text
@@ -953,8 +968,12 @@ fn desired_vs_stamped(output: &OutputReport) -> String {
     }
 }
 
-/// A fingerprint cut to its prefix and 8 hex digits: `hmac-sha256-1a2b3c4d…`.
+/// A fingerprint cut to its prefix and 8 hex digits: `hmac-sha256-1a2b3c4d…`;
+/// a snapshot (design §5e) as what it copies.
 fn short(value: &str) -> String {
+    if let Ok(snapshot) = crate::snapshot::Snapshot::parse(value) {
+        return snapshot.summary();
+    }
     const HEX_SHOWN: usize = 8;
     let (prefix, rest) = match value.rfind('-') {
         Some(at) if value[at + 1..].bytes().all(|b| b.is_ascii_hexdigit()) => {
@@ -1095,6 +1114,9 @@ pub(crate) async fn explain_with(
     let sources = configured_sources(&client, config, &settings.scheme, custom_sources)?;
     let catalog = catalog(&sources);
     let deps = annotations::dependencies(&workload, &settings.scheme, &catalog);
+    // What the template uses of its snapshot, not what its annotation claims.
+    let workload = stamp::settle_snapshots(workload, &deps.stamps);
+    let copies = existing_copies(&client, namespace, &deps, &settings.scheme).await;
     let mut tracked: BTreeSet<Tracked> = deps.tracked().cloned().collect();
     let neighbours = if deps.delivery.wave > 0 {
         let lookup = neighbours::Lookup {
@@ -1128,7 +1150,44 @@ pub(crate) async fn explain_with(
         now: Timestamp::now(),
         neighbours: &neighbours,
         namespace_selected,
+        copies: &copies,
     }))
+}
+
+/// The snapshot copies in `namespace` (ConfigMaps and Secrets labelled as
+/// nudge's), when `deps` has a snapshot; metadata only. A copy that cannot
+/// be listed counts as missing.
+async fn existing_copies(
+    client: &kube::Client,
+    namespace: &str,
+    deps: &Dependencies,
+    scheme: &AnnotationScheme,
+) -> BTreeSet<(ObjectKind, String)> {
+    let snapshots = deps
+        .stamps
+        .iter()
+        .any(|spec| matches!(spec.output, Output::Snapshots(_)));
+    if !snapshots {
+        return BTreeSet::new();
+    }
+    let params = kube::api::ListParams::default()
+        .labels(&format!("{}=true", scheme.snapshot_names().copy_label));
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    let (maps, secrets) =
+        futures::join!(maps.list_metadata(&params), secrets.list_metadata(&params));
+    let names = |listed: Vec<Option<String>>, kind: ObjectKind| {
+        listed.into_iter().flatten().map(move |name| (kind, name))
+    };
+    let map_names = maps
+        .map(|list| list.items.into_iter().map(|o| o.metadata.name).collect())
+        .unwrap_or_default();
+    let secret_names = secrets
+        .map(|list| list.items.into_iter().map(|o| o.metadata.name).collect())
+        .unwrap_or_default();
+    names(map_names, ObjectKind::ConfigMap)
+        .chain(names(secret_names, ObjectKind::Secret))
+        .collect()
 }
 
 /// Whether `namespace` matches the label selector `selector`, as the API
@@ -1161,7 +1220,7 @@ fn builtin_kinds_with_batch() -> impl Iterator<Item = (crate::model::WorkloadKin
 }
 
 /// The target for `kind`: a built-in one, or one discovered from the API.
-async fn workload_target(
+pub(crate) async fn workload_target(
     client: &kube::Client,
     config: &Config,
     kind: &TargetConfig,
@@ -1429,10 +1488,12 @@ async fn object_facts(
 
 mod delivery;
 mod neighbours;
+mod snapshot;
 
 pub(crate) use delivery::DeliveryReport;
 pub(crate) use delivery::Neighbour;
 use delivery::{delivery_report, held_verdict};
+pub(crate) use snapshot::SnapshotReport;
 
 #[cfg(test)]
 mod tests;

@@ -31,9 +31,9 @@
 //! 1. Contracts, pure and kube-client-free: `model`, `fingerprint`,
 //!    `annotations`, `discovery`, `stamp`, `window`, `outcome` (rollout
 //!    outcomes and the config history), `delivery` (holds, windows, waves),
-//!    plus the shared utilities `errors`, `health`, `rate`, `scope`, `config`,
-//!    `telemetry`.
-//! 2. Adapters: `sources`, `targets`, `webhook`, `events`; none imports
+//!    `snapshot` (copies of a revision's config), plus the shared utilities
+//!    `errors`, `health`, `rate`, `scope`, `config`, `telemetry`.
+//! 2. Adapters: `sources`, `targets`, `webhook`, `events`, `copies`; none imports
 //!    another adapter, the engine or the runtime.
 //! 3. `engine`: the synchronous core and its async driver; [`explain`]: the
 //!    same decisions, read once for one workload.
@@ -44,6 +44,7 @@
 
 // Internals: crate-private, so they can change without breaking embedders.
 mod annotations;
+mod copies;
 mod delivery;
 mod discovery;
 mod engine;
@@ -57,6 +58,7 @@ mod rate;
 mod runtime;
 mod scope;
 mod small;
+mod snapshot;
 mod sources;
 mod stamp;
 mod targets;
@@ -166,6 +168,9 @@ pub mod __private {
     pub mod annotations {
         pub use crate::annotations::*;
     }
+    pub mod copies {
+        pub use crate::copies::*;
+    }
     pub mod discovery {
         pub use crate::discovery::*;
     }
@@ -193,6 +198,9 @@ pub mod __private {
     pub mod scope {
         pub use crate::scope::*;
     }
+    pub mod snapshot {
+        pub use crate::snapshot::*;
+    }
     pub mod sources {
         pub use crate::sources::*;
     }
@@ -218,6 +226,11 @@ pub mod __private {
         /// `FingerprintKey::new`.
         pub fn fingerprint_key(bytes: Vec<u8>) -> Result<FingerprintKey, FingerprintError> {
             FingerprintKey::new(bytes)
+        }
+
+        /// `WorkloadKind::deployment`.
+        pub fn deployment() -> WorkloadKind {
+            WorkloadKind::deployment()
         }
 
         /// `Reference::with_keys`.
@@ -256,6 +269,7 @@ pub mod __private {
                 rollout,
                 ordered_pods,
                 resource_version: None,
+                uid: None,
                 controller: None,
             }
         }

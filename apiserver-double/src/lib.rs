@@ -47,6 +47,7 @@ mod meta;
 mod output;
 mod patch;
 mod pattern;
+mod quota;
 mod recorder;
 mod registry;
 mod request;

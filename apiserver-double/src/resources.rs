@@ -29,6 +29,7 @@ pub(crate) enum Family {
     Lease,
     MutatingWebhookConfiguration,
     CustomResourceDefinition,
+    ResourceQuota,
     /// A custom resource served from a CustomResourceDefinition.
     Custom,
 }
@@ -134,7 +135,8 @@ impl ResourceType {
             Family::Namespace
             | Family::Job
             | Family::CronJob
-            | Family::CustomResourceDefinition => true,
+            | Family::CustomResourceDefinition
+            | Family::ResourceQuota => true,
             _ => self.is_workload(),
         }
     }
@@ -189,7 +191,9 @@ impl ResourceType {
     pub fn skeleton(&self) -> Value {
         let template = json!({"metadata": {}, "spec": {"containers": null}});
         match self.family {
-            Family::Namespace => json!({"metadata": {}, "spec": {}, "status": {}}),
+            Family::Namespace | Family::ResourceQuota => {
+                json!({"metadata": {}, "spec": {}, "status": {}})
+            }
             Family::ConfigMap
             | Family::Secret
             | Family::MutatingWebhookConfiguration
@@ -437,6 +441,15 @@ pub(crate) static BUILTINS: &[Builtin] = &[
         &[],
         &[],
         Family::ControllerRevision,
+    ),
+    rt(
+        "",
+        "resourcequotas",
+        "ResourceQuota",
+        true,
+        &["quota"],
+        &[],
+        Family::ResourceQuota,
     ),
 ];
 

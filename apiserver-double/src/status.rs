@@ -139,6 +139,17 @@ impl ApiError {
         .with_details(json!({}))
     }
 
+    /// 403 Forbidden for an object an admission plugin refused
+    /// (`admission.NewForbidden`): `<resource> "<name>" is forbidden: <why>`.
+    pub fn forbidden(rt: &ResourceType, name: &str, why: &str) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!("{} \"{}\" is forbidden: {why}", rt.group_resource(), name),
+        )
+        .with_details(Self::resource_details(rt, name))
+    }
+
     /// 409 AlreadyExists.
     pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
         Self::new(

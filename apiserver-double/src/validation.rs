@@ -273,6 +273,7 @@ fn validate_metadata(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
             }
         }
     }
+    validate_owner_references(obj, errs);
     if let Some(annotations) = meta::string_map(obj, "annotations") {
         let mut total = 0;
         for (k, v) in annotations {
@@ -290,6 +291,76 @@ fn validate_metadata(rt: &ResourceType, obj: &Value, errs: &mut Errors) {
                 "metadata.annotations",
                 format!("Too long: may not be more than {} bytes", 256 * 1024),
             );
+        }
+    }
+}
+
+/// `ValidateOwnerReferences` (apimachinery's `api/validation/objectmeta.go`):
+/// each reference names a version, a kind, a name and a uid, no Event owns
+/// anything, and at most one reference is the controller. Every reference
+/// is reported under the same path, as the apiserver does.
+fn validate_owner_references(obj: &Value, errs: &mut Errors) {
+    const PATH: &str = "metadata.ownerReferences";
+    let Some(owners) = meta::get_path(obj, &["metadata", "ownerReferences"]) else {
+        return;
+    };
+    let Some(owners) = owners.as_array() else {
+        errs.invalid(PATH, owners, "must be a list of owner references");
+        return;
+    };
+    let mut controller: Option<String> = None;
+    for owner in owners {
+        let s = |field: &str| owner.get(field).and_then(Value::as_str).unwrap_or("");
+        let api_version = s("apiVersion");
+        let version = api_version.rsplit('/').next().unwrap_or("");
+        let checks = [
+            (
+                "apiVersion",
+                api_version,
+                version.is_empty(),
+                "version must not be empty",
+            ),
+            (
+                "kind",
+                s("kind"),
+                s("kind").is_empty(),
+                "kind must not be empty",
+            ),
+            (
+                "name",
+                s("name"),
+                s("name").is_empty(),
+                "name must not be empty",
+            ),
+            (
+                "uid",
+                s("uid"),
+                s("uid").is_empty(),
+                "uid must not be empty",
+            ),
+        ];
+        for (field, value, bad, message) in checks {
+            if bad {
+                errs.invalid(format!("{PATH}.{field}"), &Value::from(value), message);
+            }
+        }
+        if api_version == "v1" && s("kind") == "Event" {
+            errs.invalid(
+                PATH,
+                owner,
+                "/v1, Kind=Event is disallowed from being an owner",
+            );
+        }
+        if owner.get("controller").and_then(Value::as_bool) == Some(true) {
+            let this = format!("{}/{}", s("kind"), s("name"));
+            match &controller {
+                Some(first) => errs.invalid(
+                    PATH,
+                    &Value::Array(owners.clone()),
+                    &format!("Only one reference can have Controller set to true. Found \"true\" in references for {first} and {this}"),
+                ),
+                None => controller = Some(this),
+            }
         }
     }
 }
@@ -746,6 +817,37 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    /// `ValidateOwnerReferences` (apimachinery's `api/validation/objectmeta.go`).
+    #[test]
+    fn owner_references_name_a_version_kind_name_and_uid_and_one_controller() {
+        let rt = (0..crate::resources::BUILTINS.len())
+            .map(builtin)
+            .find(|rt| rt.kind == "ConfigMap")
+            .expect("served");
+        let with = |owners: Value| json!({"metadata": {"name": "c", "ownerReferences": owners}});
+        let good =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u1"});
+        assert!(validate_create(&rt, &with(json!([good]))).is_ok());
+        let e = validate_create(
+            &rt,
+            &with(json!([{"apiVersion": "apps/", "kind": "", "name": "web"}])),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "ConfigMap \"c\" is invalid: [metadata.ownerReferences.apiVersion: Invalid value: \"apps/\": version must not be empty, metadata.ownerReferences.kind: Invalid value: \"\": kind must not be empty, metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty]"
+        );
+        let controller = |name: &str| json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": name, "controller": true});
+        let e = validate_create(&rt, &with(json!([controller("a"), controller("b")]))).unwrap_err();
+        assert!(
+            e.message.contains("Only one reference can have Controller set to true. Found \"true\" in references for Deployment/a and Deployment/b"),
+            "{}",
+            e.message
+        );
+        let event = json!({"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "u"});
+        assert!(validate_create(&rt, &with(json!([event]))).is_err());
     }
 
     #[test]

@@ -609,6 +609,8 @@ pub mod admission {
                 kinds: super::kinds(),
                 fingerprints: Arc::default(),
                 reader: Arc::new(Instant),
+                // Snapshots on for every kind, so reviews reach that code too.
+                snapshot_kinds: super::kinds().into_iter().collect(),
             },
             Arc::default(),
         ))

@@ -2,7 +2,8 @@
 //!
 //! - **Native** (design §2, prefix `nudge.dev`, configurable): `auto`, explicit
 //!   `<source>-<slot>: <reference>`, `exclude`, `debounce`, `min-interval`, and
-//!   the delivery settings `mode`, `approve`, `window`, `wave` (design §5d).
+//!   the delivery settings `mode`, `approve`, `window`, `wave` (design §5d),
+//!   and the snapshot settings `snapshot`, `rollback-to` (design §5e).
 //! - **Wave** (design §4): `wave.pusher.com/update-on-config-change` plus
 //!   `extra-configmaps` / `extra-secrets`.
 //! - **k8s-consul-mutator**: `k8s-consul-mutator.io/key-<name>`, opt-out `skip`.
@@ -65,6 +66,7 @@ mod pusher_wave;
 mod reloader;
 mod scheduling_gates;
 mod scheme;
+mod snapshot;
 mod stamps;
 
 pub use delivery::{Approval, Delivery, MAX_WAVE, Mode, WindowChoice};
@@ -81,6 +83,7 @@ pub use reloader::{
     RELOADER_SECRETS_EXCLUDE, RELOADER_SPC_AUTO, RELOADER_SPC_EXCLUDE, RELOADER_SPC_RELOAD,
 };
 pub use scheme::{AnnotationScheme, DEFAULT_PREFIX, MAX_SLOT_LEN, is_ignored};
+pub use snapshot::SnapshotChoice;
 
 use parser::Parser;
 
@@ -105,6 +108,9 @@ pub struct Dependencies {
     pub excluded: BTreeSet<Reference>,
     /// When rolling stamps may be written (design §5d).
     pub delivery: Delivery,
+    /// Whether the workload takes snapshots, and the revision it is held at
+    /// (design §5e).
+    pub snapshot: SnapshotChoice,
 }
 
 impl Dependencies {

@@ -1,7 +1,8 @@
 //! The native scheme (design §2, prefix `nudge.dev`, configurable): `auto`,
 //! explicit `<source>-<slot>: <reference>`, `exclude`, `debounce`,
 //! `min-interval`, `run-on-change` and `scheduling-gate`; the delivery
-//! annotations (`mode`, `approve`, `window`, `wave`) are read in `delivery`.
+//! annotations (`mode`, `approve`, `window`, `wave`) are read in `delivery`,
+//! the snapshot ones (`snapshot`, `rollback-to`) in `snapshot`.
 
 use super::AnnotationError;
 use super::grammar::{
@@ -10,7 +11,7 @@ use super::grammar::{
 };
 use super::parser::Annotations;
 use super::parser::Parser;
-use super::scheme::{APPROVE, MODE, WAVE, WINDOW};
+use super::scheme::{APPROVE, MODE, ROLLBACK_TO, SNAPSHOT, SNAPSHOTS, WAVE, WINDOW};
 use super::scheme::{
     AUTO, CHECKSUM_PREFIX, CONFIG_HASH, DEBOUNCE, EXCLUDE, HISTORY, IGNORE, LAST_UPDATED,
     MAX_SLOT_LEN, MIN_INTERVAL, PROGRESS_DEADLINE, RELOADER_STATE, ROLLOUT, RUN_ON_CHANGE,
@@ -64,8 +65,10 @@ impl Parser<'_> {
             }
             SCHEDULING_GATE => self.gate_choice = Some(parse_bool(key, value)?),
             MODE | APPROVE | WINDOW | WAVE => self.delivery(key, name, value),
+            SNAPSHOT | ROLLBACK_TO => self.snapshot_annotation(key, name, value)?,
             // Written by nudge.
-            IGNORE | CONFIG_HASH | LAST_UPDATED | RELOADER_STATE | ROLLOUT | HISTORY => {}
+            IGNORE | CONFIG_HASH | LAST_UPDATED | RELOADER_STATE | ROLLOUT | HISTORY
+            | SNAPSHOTS => {}
             _ if name.starts_with(CHECKSUM_PREFIX) => {}
             _ => self.explicit(key, name, value)?,
         }

@@ -12,6 +12,7 @@ use super::{AnnotationError, AnnotationScheme, Dependencies};
 use crate::discovery::{Discovered, DiscoveredObject};
 use crate::fingerprint::ObjectKind;
 use crate::model::{Combine, Output, PodSpecRule, Reference, SourceCatalog, SourceName, Workload};
+use crate::snapshot::TemplateSnapshot;
 
 pub(super) struct Parser<'a> {
     pub(super) workload: &'a Workload,
@@ -23,9 +24,23 @@ pub(super) struct Parser<'a> {
     pub(super) gate_choice: Option<bool>,
     /// Whether Wave manages the workload.
     pub(super) pusher_wave: bool,
+    /// The snapshot annotations, decided on in `finish`.
+    pub(super) snapshot: SnapshotAnnotations,
+    /// The template's snapshot, when it names copies (design §5e): discovery
+    /// counts each copy as the object it copies.
+    pub(super) copies: Option<TemplateSnapshot>,
 }
 
 pub(super) type Annotations<'a> = BTreeMap<&'a str, &'a str>;
+
+/// The snapshot annotations as read (`snapshot.rs`), before `finish` decides.
+#[derive(Debug, Default)]
+pub(super) struct SnapshotAnnotations {
+    /// `<prefix>/snapshot`: its key and value, when set and valid.
+    pub(super) asked: Option<(String, bool)>,
+    /// `<prefix>/rollback-to`: its key and revision, when set and valid.
+    pub(super) rollback_to: Option<(String, u32)>,
+}
 
 impl<'a> Parser<'a> {
     /// A parser with nothing read yet.
@@ -42,6 +57,13 @@ impl<'a> Parser<'a> {
             deps: Dependencies::default(),
             gate_choice: None,
             pusher_wave: false,
+            snapshot: SnapshotAnnotations::default(),
+            copies: workload
+                .template_annotations()
+                .contains_key(&scheme.snapshots())
+                .then(|| {
+                    TemplateSnapshot::read(&workload.id, &workload.template, &scheme.snapshots())
+                }),
         }
     }
 
@@ -49,6 +71,7 @@ impl<'a> Parser<'a> {
         self.deps.stamps = std::mem::take(&mut self.stamps).build(&mut self.deps.errors);
         self.drop_unconfigured();
         self.scheduling_gates();
+        self.snapshot_choice();
         if self.workload.id.kind.adopts_first_stamp() {
             // A CronJob runs, a Job is recreated, when its template changes: the
             // first stamp is adopted into metadata, never written there.
@@ -107,13 +130,20 @@ impl<'a> Parser<'a> {
         &self.workload.id.namespace
     }
 
+    /// What `rules` find in the pod template, each snapshot copy counted as
+    /// the object it copies.
     pub(super) fn discover(&self, rules: fn(&PodSpec) -> Vec<Discovered>) -> Vec<Discovered> {
-        self.workload
+        let found = self
+            .workload
             .template
             .spec
             .as_ref()
             .map(rules)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match &self.copies {
+            Some(copies) => copies.map_back(found),
+            None => found,
+        }
     }
 
     /// The objects a source's pod-spec rule finds in the pod template.

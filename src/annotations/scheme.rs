@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::reloader::RELOADER_IGNORE;
 use crate::model::{MAX_ANNOTATION_NAME_LEN, Output, Slot};
+use crate::snapshot::{SnapshotMode, SnapshotNames};
 
 /// k8s-consul-mutator: the annotation prefix (its names are read in
 /// `mutator.rs`; here because [`AnnotationScheme::last_updated_keys`] writes
@@ -38,6 +39,13 @@ pub(super) const APPROVE: &str = "approve";
 pub(super) const WINDOW: &str = "window";
 pub(super) const WAVE: &str = "wave";
 const AWAITING_CONFIG: &str = "awaiting-config";
+pub(super) const SNAPSHOT: &str = "snapshot";
+pub(super) const SNAPSHOTS: &str = "snapshots";
+pub(super) const ROLLBACK_TO: &str = "rollback-to";
+const SNAPSHOT_COPY: &str = "snapshot-copy";
+const SNAPSHOT_OF: &str = "snapshot-of";
+const SNAPSHOT_BYTES: &str = "snapshot-bytes";
+const FINGERPRINT: &str = "fingerprint";
 pub(super) const CHECKSUM_PREFIX: &str = "checksum-";
 
 /// The native annotation prefix in use (`nudge.dev` unless configured otherwise),
@@ -49,6 +57,8 @@ pub struct AnnotationScheme {
     /// Reloader's `--auto-reload-all`: a workload that no other scheme manages is
     /// Reloader-`auto` unless it opts out (`reloader.stakater.com/auto: "false"`).
     pub reloader_auto_all: bool,
+    /// `engine.snapshots`: which workloads take snapshots (design §5e).
+    pub snapshots: SnapshotMode,
 }
 
 impl Default for AnnotationScheme {
@@ -63,12 +73,19 @@ impl AnnotationScheme {
         Self {
             prefix: prefix.into(),
             reloader_auto_all: false,
+            snapshots: SnapshotMode::Off,
         }
     }
 
     /// The same scheme with Reloader's `--auto-reload-all` on or off.
     pub fn with_reloader_auto_all(mut self, on: bool) -> Self {
         self.reloader_auto_all = on;
+        self
+    }
+
+    /// The same scheme with snapshots taken as `mode` says (`engine.snapshots`).
+    pub fn with_snapshots(mut self, mode: SnapshotMode) -> Self {
+        self.snapshots = mode;
         self
     }
 
@@ -148,6 +165,35 @@ impl AnnotationScheme {
     /// `<prefix>/wave`: on a workload, its wave among workloads sharing inputs.
     pub fn wave(&self) -> String {
         self.key(WAVE)
+    }
+
+    /// `<prefix>/snapshot`: on a workload, `"true"` asks for snapshots (with
+    /// `engine.snapshots = "opt-in"`), `"false"` refuses them (with `"all"`).
+    pub fn snapshot(&self) -> String {
+        self.key(SNAPSHOT)
+    }
+
+    /// `<prefix>/snapshots`: on a pod template, written by nudge: the
+    /// snapshot it uses (each object copied and the fingerprint its copy holds).
+    pub fn snapshots(&self) -> String {
+        self.key(SNAPSHOTS)
+    }
+
+    /// `<prefix>/rollback-to`: on a workload, the config revision whose
+    /// snapshot its pod template is held at (`nudge rollback` sets it).
+    pub fn rollback_to(&self) -> String {
+        self.key(ROLLBACK_TO)
+    }
+
+    /// The annotations and label of snapshots, for the pure `snapshot` module.
+    pub fn snapshot_names(&self) -> SnapshotNames {
+        SnapshotNames {
+            template: self.snapshots(),
+            copy_label: self.key(SNAPSHOT_COPY),
+            copy_of: self.key(SNAPSHOT_OF),
+            fingerprint: self.key(FINGERPRINT),
+            bytes: self.key(SNAPSHOT_BYTES),
+        }
     }
 
     /// `<prefix>/awaiting-config`: the name of the pod scheduling gate that holds

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Problem, duration};
+use super::{Problem, SnapshotMode, duration};
 
 /// `[engine]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +42,11 @@ pub struct EngineConfig {
     /// always open. Override per workload: `<prefix>/window`.
     #[serde(with = "crate::window::optional")]
     pub window: Option<crate::window::Window>,
+    /// Which workloads take snapshots (design §5e): immutable copies of the
+    /// ConfigMaps and Secrets their pod template references, one per config
+    /// revision, so pods that start later still get their revision's config
+    /// and a rollback takes the config back with the pods.
+    pub snapshots: SnapshotMode,
 }
 
 impl Default for EngineConfig {
@@ -56,6 +61,7 @@ impl Default for EngineConfig {
             progress_deadline: Duration::from_secs(600),
             history_limit: 10,
             window: None,
+            snapshots: SnapshotMode::Off,
         }
     }
 }

@@ -23,6 +23,7 @@ mod sources;
 mod targets;
 mod webhook;
 
+pub use crate::snapshot::SnapshotMode;
 pub use admin::AdminConfig;
 pub use annotations::AnnotationsConfig;
 pub use consul::{ConsulConfig, ConsulTlsConfig};
@@ -174,6 +175,15 @@ impl std::fmt::Debug for Secret {
 const REDACTED: &str = "<redacted>";
 
 impl Config {
+    /// The annotation scheme: the names of `[annotations]`, and which
+    /// workloads take snapshots (`engine.snapshots`), which decides how their
+    /// annotations read.
+    pub(crate) fn scheme(&self) -> crate::annotations::AnnotationScheme {
+        self.annotations
+            .scheme()
+            .with_snapshots(self.engine.snapshots)
+    }
+
     /// The same configuration with every secret value (Consul tokens, the
     /// notification URL, which carries its token) replaced by `<redacted>`,
     /// for printing. Empty values stay empty.

@@ -32,29 +32,32 @@ use std::time::Duration;
 use smol_str::SmolStr;
 use tokio::time::Instant;
 
-pub use self::messages::{Effect, Input, StampWrite, WriteOutcome};
+pub use self::messages::{Copies, Effect, Input, StampWrite, WriteOutcome};
 
 use self::authors::Authors;
 use self::follow::{Ended, Following, Related};
 use self::plan::Plans;
-use self::record::{InFlight, Record, Records, Timing, WriteState, carried};
+use self::record::{InFlight, Record, Records, SnapshotState, Timing, WriteState, carried};
 use self::selection::Selection;
 use super::graph::DependencyGraph;
 use super::metrics::{EngineMetrics, StampResult};
 use super::queue::Queue;
 use crate::annotations::{self, AnnotationError, AnnotationScheme};
 use crate::config::EngineConfig;
+use crate::copies::CopyError;
 use crate::delivery::{self, Hold, Progress, Standing};
 use crate::events::{Notice, Reason};
 use crate::model::{
-    Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload, WorkloadId,
+    Output, Reference, Rollout, SourceCatalog, SourceName, StampSpec, Tracked, Workload,
+    WorkloadId, WorkloadKind,
 };
 use crate::outcome::Supersession;
-use crate::outcome::history::Revision;
+use crate::outcome::history::{Revision, RevisionSnapshot};
 use crate::rate::{PacingError, TokenBucket};
+use crate::snapshot::{CopyPlan, Snapshot, Verdict};
 use crate::sources::SourceUpdate;
 use crate::stamp::{
-    BlockReason, CurrentOutputs, Decision, DesiredStamp, FingerprintLookup, FingerprintStore,
+    self, BlockReason, CurrentOutputs, Decision, DesiredStamp, FingerprintLookup, FingerprintStore,
     StampPatch,
 };
 use crate::targets::{TargetError, WatchScope, WorkloadEvent};
@@ -82,6 +85,11 @@ pub struct CoreSettings {
     /// Wall-clock time of the instants the core is handed (maintenance
     /// windows, design §5d).
     pub clock: WallClock,
+    /// The kinds whose target takes snapshots ([`Target::takes_snapshots`]):
+    /// only their workloads do (design §5e).
+    ///
+    /// [`Target::takes_snapshots`]: crate::targets::Target::takes_snapshots
+    pub snapshot_kinds: BTreeSet<WorkloadKind>,
 }
 
 /// The engine core. See the module docs.
@@ -109,6 +117,11 @@ pub struct Core {
     plans: Plans,
     /// The rollouts nudge started, until they end (design §5c).
     following: Following,
+    /// The kinds whose workloads may take snapshots (design §5e).
+    snapshot_kinds: BTreeSet<WorkloadKind>,
+    /// Per workload with a snapshot output, what its history says of its
+    /// snapshots (design §5e).
+    snapshots: HashMap<WorkloadId, SnapshotState>,
 }
 
 // === impl Core ===
@@ -128,6 +141,7 @@ impl Core {
             namespace_selector,
             leader,
             clock,
+            snapshot_kinds,
         } = settings;
         let plans = Plans::new(engine.window.clone(), clock);
         let following = Following::new(&scheme, clock);
@@ -148,6 +162,8 @@ impl Core {
             provenance: Authors::default(),
             plans,
             following,
+            snapshot_kinds,
+            snapshots: HashMap::new(),
         })
     }
 
@@ -294,9 +310,15 @@ impl Core {
             return;
         }
         self.selection.unpark(&id);
-        let deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
+        let mut deps = annotations::dependencies(&workload, &self.scheme, &self.catalog);
+        self.snapshots_supported(&id, &mut deps);
         let current = CurrentOutputs::new(&workload, deps.stamps.iter().map(|s| &s.output));
         let timing = Timing::of(&deps);
+        let snapshot = deps
+            .stamps
+            .iter()
+            .any(|spec| matches!(spec.output, Output::Snapshots(_)))
+            .then_some(deps.snapshot.rollback_to);
         self.plans.set(&id, deps.delivery.clone());
         self.track(&id, deps.stamps, out);
         if self.graph.specs(&id).is_none() && deps.errors.is_empty() {
@@ -306,6 +328,7 @@ impl Core {
             return;
         }
         let before = self.keep(&workload, current, timing);
+        self.keep_snapshot(&workload, snapshot);
         self.report_invalid(&id, &deps.errors, out);
         if workload.rollout == Rollout::Complete && before != Rollout::Complete {
             // The previous rollout finished: a held re-stamp need not wait for
@@ -390,6 +413,7 @@ impl Core {
     fn forget(&mut self, id: &WorkloadId) {
         self.following.forget(id);
         self.plans.forget(id);
+        self.snapshots.remove(id);
         self.records.remove(id);
         self.queue.forget(id);
     }
@@ -559,10 +583,18 @@ impl Core {
         }
     }
 
-    /// The stamp decision on `id` now, with the workload as the core knows it.
+    /// The stamp decision on `id` now, with the workload as the core knows it:
+    /// its sources', or the one that moves it to the snapshot `rollback-to`
+    /// holds it at (design §5e).
     fn decide(&self, id: &WorkloadId) -> Option<(Workload, Decision)> {
         let (record, specs) = (self.records.get(id)?, self.graph.specs(id)?);
-        Some(record.decide(specs, &self.store, self.engine.stamp_on_delete))
+        let (workload, decision) = record.decide(specs, &self.store, self.engine.stamp_on_delete);
+        let snapshot = Output::Snapshots(self.scheme.snapshots());
+        let restoring = self
+            .snapshots
+            .get(id)
+            .and_then(|state| state.restoring(&workload, specs, &decision.desired, &snapshot));
+        Some((workload, restoring.unwrap_or(decision)))
     }
 
     /// Queues `id` when its stamp differs from the desired one or a reference is
@@ -686,10 +718,22 @@ impl Core {
             count(&self.metrics, &id, &sources, StampResult::SkippedFollower);
             return;
         }
-        if rolls && self.held(&id, &desired, now, out) {
+        let restores = match self.snapshot_holds(&id, (&workload, &desired, &patch), rolls, out) {
+            SnapshotDispatch::Held => return,
+            SnapshotDispatch::Restores(revision) => Some(revision),
+            SnapshotDispatch::Follows => None,
+        };
+        if restores.is_none() && rolls && self.held(&id, &desired, now, out) {
             return;
         }
-        self.write(id, workload, patch, (sources, rolls), now, out);
+        let config = stamp::snapshot_of(&patch).map(|_| desired.pending_fingerprint());
+        let stamping = Stamping {
+            sources,
+            rolls,
+            config,
+            restores,
+        };
+        self.write(id, workload, patch, stamping, now, out);
     }
 
     /// Whether `id` is being written: it is then decided again once the
@@ -743,12 +787,22 @@ impl Core {
     fn write(
         &mut self,
         id: WorkloadId,
-        workload: Workload,
+        mut workload: Workload,
         mut patch: StampPatch,
-        (sources, rolls): (BTreeSet<SourceName>, bool),
+        stamping: Stamping,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
+        let Stamping {
+            sources,
+            rolls,
+            config,
+            restores,
+        } = stamping;
+        let copies = snapshot_copies(&id, &workload, &patch, restores.is_some());
+        if copies.is_some() {
+            workload.uid = self.snapshots.get(&id).and_then(|s| s.uid.clone());
+        }
         let Some(record) = self.records.get_mut(&id) else {
             return;
         };
@@ -765,7 +819,10 @@ impl Core {
         };
         let mut supersedes = None;
         if rolls {
-            let started = self.revision_started(&id, number, &write.changed, &workload, &patch);
+            let mut started = self.revision_started(&id, number, &write.changed, &workload, &patch);
+            if let (Some(value), Some(config)) = (stamp::snapshot_of(&patch), config) {
+                started.0.snapshot = RevisionSnapshot::written(value, config, restores);
+            }
             supersedes = self.supersede(&id, number, now);
             // The revision goes with the stamp, in one request: whatever happens
             // next, the workload says which rollout is in flight.
@@ -783,6 +840,7 @@ impl Core {
             workload,
             patch,
             supersedes,
+            copies,
         })));
     }
 
@@ -863,6 +921,9 @@ impl Core {
             }
             WriteOutcome::Retry(error) => self.on_retry(&id, &write.sources, &error, now),
             WriteOutcome::Failed(error) => self.on_refused(&id, &write.sources, &error, out),
+            WriteOutcome::Copies(error) => {
+                self.on_copies_failed(&id, &write.sources, &error, now, out)
+            }
         }
         if again {
             self.evaluate(&id, now);
@@ -889,6 +950,9 @@ impl Core {
             return;
         };
         record.after_write(&workload, specs, write.rolls, now);
+        if let Some(state) = self.snapshots.get_mut(id) {
+            state.refresh(&workload, (&self.scheme.history(), &self.scheme.rollout()));
+        }
         let note = write.note();
         tracing::info!(workload = %id, %note, "stamped");
         let InFlight {
@@ -1004,6 +1068,13 @@ impl Core {
             let delay = self.plans.instant(*at, now).saturating_duration_since(now);
             self.touch(id.clone(), now, Some(delay));
         }
+        self.report_hold(id, hold, &pending, out);
+        true
+    }
+
+    /// Records and reports (once per note) that `id`'s rolling stamp of
+    /// config `pending` waits, for `hold`.
+    fn report_hold(&mut self, id: &WorkloadId, hold: Hold, pending: &str, out: &mut Vec<Effect>) {
         let changed: Vec<Reference> = self
             .records
             .get(id)
@@ -1013,10 +1084,9 @@ impl Core {
             self.report_halt(failed, &changed, out);
         }
         let approve = self.scheme.approve();
-        if let Some(notice) = self.plans.report(id, hold, (&pending, &approve), changed) {
+        if let Some(notice) = self.plans.report(id, hold, (pending, &approve), changed) {
             self.publish(out, notice);
         }
-        true
     }
 
     /// Every target has delivered its initial listing: the workloads held
@@ -1112,6 +1182,171 @@ impl Core {
             self.evaluate(&id, now);
         }
     }
+}
+
+// === snapshots (design §5e) ===
+
+/// How a snapshot verdict bears on a dispatch.
+enum SnapshotDispatch {
+    /// Its sources decide, as for any workload.
+    Follows,
+    /// The stamp moves the template to this revision's snapshot
+    /// (`rollback-to`): written past every hold.
+    Restores(u32),
+    /// Its rolling stamp waits (held, and reported).
+    Held,
+}
+
+/// What a write records and carries beside its patch.
+struct Stamping {
+    /// The sources whose changes it carries.
+    sources: BTreeSet<SourceName>,
+    /// Whether it changes the pod template.
+    rolls: bool,
+    /// With a snapshot: the pending fingerprint of the stamp, recorded with
+    /// its revision.
+    config: Option<String>,
+    /// A rollback's: the revision whose snapshot it restores.
+    restores: Option<u32>,
+}
+
+impl Core {
+    /// A workload whose target does not take snapshots takes none: its
+    /// snapshot output goes, and asking for one is reported.
+    fn snapshots_supported(&self, id: &WorkloadId, deps: &mut annotations::Dependencies) {
+        if self.snapshot_kinds.contains(&id.kind) {
+            return;
+        }
+        deps.stamps
+            .retain(|spec| !matches!(spec.output, Output::Snapshots(_)));
+        if deps.snapshot.wanted {
+            deps.errors.push(AnnotationError::Unsupported {
+                key: self.scheme.snapshot(),
+                value: "true".into(),
+                instead: "the target of this kind does not point pod templates at copies (a target registered in code)",
+            });
+            deps.snapshot = annotations::SnapshotChoice::default();
+        }
+    }
+
+    /// Keeps what `workload`'s history says of its snapshots and where
+    /// `rollback-to` holds it (`snapshot`: `Some` while it has a snapshot
+    /// output, with its `rollback-to`).
+    fn keep_snapshot(&mut self, workload: &Workload, snapshot: Option<Option<u32>>) {
+        let id = &workload.id;
+        let Some(rollback_to) = snapshot.filter(|_| self.records.contains_key(id)) else {
+            self.snapshots.remove(id);
+            return;
+        };
+        let keys = (self.scheme.history(), self.scheme.rollout());
+        let mut state = SnapshotState {
+            rollback_to,
+            uid: workload.uid.clone(),
+            ..SnapshotState::default()
+        };
+        state.refresh(workload, (&keys.0, &keys.1));
+        self.snapshots.insert(id.clone(), state);
+    }
+
+    /// How `id`'s snapshot bears on dispatching `patch` (decided with
+    /// `desired` on `workload`; `rolls`: it changes the pod template): a
+    /// rollback's stamp is written past every hold; while `rollback-to`
+    /// holds the template, or after someone else rolled it back, a rolling
+    /// stamp of the sources waits, reported (design §5e).
+    fn snapshot_holds(
+        &mut self,
+        id: &WorkloadId,
+        (workload, desired, patch): (&Workload, &DesiredStamp, &StampPatch),
+        rolls: bool,
+        out: &mut Vec<Effect>,
+    ) -> SnapshotDispatch {
+        let Some(state) = self.snapshots.get(id) else {
+            return SnapshotDispatch::Follows;
+        };
+        let output = Output::Snapshots(self.scheme.snapshots());
+        let hold = match state.verdict(workload, desired, &output) {
+            Verdict::Follow => return SnapshotDispatch::Follows,
+            Verdict::Pinned { revision, snapshot } => {
+                if stamp::snapshot_of(patch) == Some(snapshot.to_annotation().as_str()) {
+                    return SnapshotDispatch::Restores(revision);
+                }
+                Hold::Rollback {
+                    revision,
+                    kept: true,
+                }
+            }
+            Verdict::PinnedToUnknown { revision } => Hold::Rollback {
+                revision,
+                kept: false,
+            },
+            Verdict::RolledBack { revision } => Hold::RolledBack { revision },
+        };
+        if !rolls {
+            return SnapshotDispatch::Follows;
+        }
+        self.report_hold(id, hold, &desired.pending_fingerprint(), out);
+        SnapshotDispatch::Held
+    }
+
+    /// The copies a stamp of `id` names could not be made or found (design
+    /// §5e): nothing was written. A Warning names the copy and why (not for
+    /// a source that changed meanwhile: the next stamp carries it), and the
+    /// stamp is tried again after a backoff, unless waiting cannot help (a
+    /// rollback's copy that is gone).
+    fn on_copies_failed(
+        &mut self,
+        id: &WorkloadId,
+        sources: &BTreeSet<SourceName>,
+        error: &CopyError,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        if error.is_news() {
+            tracing::warn!(workload = %id, %error, category = error.category(), "snapshot not made; the stamp waits");
+            let notice = Notice::new(id.clone(), Reason::SnapshotFailed, error.to_string());
+            self.publish(out, notice);
+        } else {
+            tracing::debug!(workload = %id, %error, "snapshot source moved on; the stamp waits for it");
+        }
+        let Some(record) = self.records.get_mut(id) else {
+            return;
+        };
+        if error.is_retryable() {
+            count(&self.metrics, id, sources, StampResult::Retried);
+            let delay = record.retry_delay();
+            self.touch(id.clone(), now, Some(delay));
+        } else {
+            count(&self.metrics, id, sources, StampResult::Failed);
+            record.retry = None;
+        }
+    }
+}
+
+/// The copies `patch` names that `workload`'s template does not use yet,
+/// to make (or, `restoring`, to find) before it is written (design §5e).
+fn snapshot_copies(
+    id: &WorkloadId,
+    workload: &Workload,
+    patch: &StampPatch,
+    restoring: bool,
+) -> Option<Box<Copies>> {
+    if !stamp::changes_snapshot(patch) {
+        return None;
+    }
+    let to = Snapshot::parse(stamp::snapshot_of(patch)?).unwrap_or_default();
+    let (output, _) = patch
+        .values
+        .iter()
+        .find(|(output, _)| matches!(output, Output::Snapshots(_)))?;
+    let current = stamp::current(workload, output)
+        .and_then(|value| Snapshot::parse(&value).ok())
+        .unwrap_or_default();
+    let plans: Vec<CopyPlan> = to
+        .entries()
+        .filter(|(key, fingerprint)| current.get(key) != Some(*fingerprint))
+        .map(|(key, fingerprint)| CopyPlan::new(id, key.clone(), fingerprint))
+        .collect();
+    (!plans.is_empty()).then(|| Box::new(Copies { plans, restoring }))
 }
 
 // === following rollouts ===

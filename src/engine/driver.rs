@@ -16,16 +16,19 @@ use tracing::Instrument;
 
 mod recording;
 
-use super::core::{Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
+use super::core::{Copies, Core, CoreSettings, Effect, Input, StampWrite, WriteOutcome};
 use super::metrics::EngineMetrics;
 use super::{Engine, EngineError};
+use crate::copies::Copier;
 use crate::events::{EventSink, Notice};
+use crate::fingerprint::ObjectKind;
 use crate::health::{Readiness, WatchReady};
 use crate::model::{SourceName, WorkloadId, WorkloadKind};
 use crate::outcome::Conclusion;
 use crate::rate::Backoff;
+use crate::snapshot::Owner;
 use crate::sources::{Interest, Source, SourceContext, SourceError, SourceUpdate};
-use crate::targets::{Target, TargetContext, TargetError, WorkloadEvent};
+use crate::targets::{ApplyOutcome, Target, TargetContext, TargetError, WorkloadEvent};
 
 /// Capacity of the channels from targets and sources.
 const CHANNEL_CAPACITY: usize = 1024;
@@ -120,6 +123,8 @@ struct Driver {
     unlisted: usize,
     /// Outcomes being recorded, and those waiting their turn.
     recordings: Recordings<tokio::task::Id>,
+    /// Makes the snapshot copies a stamp names (design §5e).
+    copier: Option<Copier>,
 }
 
 impl Driver {
@@ -127,6 +132,7 @@ impl Driver {
     /// publisher, then seals readiness.
     fn start(engine: Engine, shutdown: &CancellationToken) -> Result<(Self, Feeds), EngineError> {
         let catalog = engine.catalog();
+        let snapshot_kinds = engine.snapshot_kinds();
         let Engine {
             config,
             scheme,
@@ -140,8 +146,10 @@ impl Driver {
             health,
             leadership,
             namespaces,
+            copier,
         } = engine;
-        let recording = recording::Recording::new(&scheme, config.history_limit);
+        let recording = recording::Recording::new(&scheme, config.history_limit, copier.clone());
+
         let settings = CoreSettings {
             engine: config,
             scheme,
@@ -149,6 +157,7 @@ impl Driver {
             namespace_selector: namespaces.is_some(),
             leader: leadership.is_none(),
             clock: crate::window::WallClock::system(),
+            snapshot_kinds,
         };
         let core = Core::new(settings, store, metrics.clone())?;
         let tasks_shutdown = shutdown.child_token();
@@ -189,6 +198,7 @@ impl Driver {
             tasks_shutdown,
             recording,
             recordings: Recordings::default(),
+            copier,
         };
         let feeds = Feeds {
             workloads,
@@ -368,9 +378,13 @@ impl Driver {
             match effect {
                 Effect::Track(tracked) => send_interest(&self.slots, Interest::Track(tracked)),
                 Effect::Untrack(tracked) => send_interest(&self.slots, Interest::Untrack(tracked)),
-                Effect::Write(write) => {
-                    spawn_write(&self.targets, *write, &self.events, &mut self.tasks);
-                }
+                Effect::Write(write) => spawn_write(
+                    &self.targets,
+                    *write,
+                    self.copier.as_ref(),
+                    &self.events,
+                    &mut self.tasks,
+                ),
                 Effect::Publish(notice) => self.events.queue(notice),
                 Effect::WakeAt(at) => self.wake = Some(at),
                 Effect::Conclude(conclusion) => self.spawn_record(*conclusion),
@@ -570,25 +584,19 @@ fn send_interest(slots: &BTreeMap<SourceName, SourceSlot>, interest: Interest) {
 fn spawn_write(
     targets: &BTreeMap<crate::model::WorkloadKind, Arc<dyn Target>>,
     write: StampWrite,
+    copier: Option<&Copier>,
     events: &EventQueue,
     tasks: &mut JoinSet<Done>,
 ) {
-    let StampWrite {
-        workload,
-        mut patch,
-        supersedes,
-    } = write;
-    let id = workload.id.clone();
+    let id = write.workload.id.clone();
     let target = targets.get(&id.kind).cloned();
     let span = tracing::info_span!("stamp", workload = %id);
-    if let Some(supersedes) = supersedes {
-        let superseded = supersedes.carry(&mut patch);
-        events.queue(recording::notice(&superseded, None));
-    }
+    let events = events.clone();
+    let copier = copier.cloned();
     tasks.spawn(
         async move {
             let outcome = match target {
-                Some(target) => target.apply(&workload, &patch).await.into(),
+                Some(target) => write_stamp(&*target, write, copier.as_ref(), &events).await,
                 None => WriteOutcome::Failed(TargetError::Rejected {
                     id: id.clone(),
                     message: "no target is registered for this kind".into(),
@@ -598,6 +606,102 @@ fn spawn_write(
         }
         .instrument(span),
     );
+}
+
+/// Writes one stamp through `target`: first the snapshot copies it names
+/// (design §5e), then the rollout it supersedes published (its marker as the
+/// core last saw it carried into the stamp's), then the stamp. A stamp that
+/// finds its workload gone deletes the copies it made.
+async fn write_stamp(
+    target: &dyn Target,
+    write: StampWrite,
+    copier: Option<&Copier>,
+    events: &EventQueue,
+) -> WriteOutcome {
+    let StampWrite {
+        mut workload,
+        mut patch,
+        supersedes,
+        copies,
+    } = write;
+    let id = workload.id.clone();
+    let mut made = Vec::new();
+    if let Some(copies) = copies {
+        match make_copies(target, &mut workload, &copies, copier).await {
+            Ok(created) => made = created,
+            Err(outcome) => return outcome,
+        }
+    }
+    if let Some(supersedes) = supersedes {
+        let superseded = supersedes.carry(&mut patch);
+        events.queue(recording::notice(&superseded, None));
+    }
+    let outcome: WriteOutcome = target.apply(&workload, &patch).await.into();
+    if let (WriteOutcome::Gone, Some(copier)) = (&outcome, copier)
+        && !made.is_empty()
+        && let Err(error) = copier.delete(&id.namespace, &made).await
+    {
+        tracing::warn!(workload = %id, %error, "cannot delete the copies of a workload deleted meanwhile; its garbage collection takes them");
+    }
+    outcome
+}
+
+/// Makes (or, for a rollback, finds) the copies `copies` names, owned by the
+/// workload (its uid as watched, else as read now): that uid guards the
+/// stamp too (`workload.uid`).
+/// Returns those made; on failure, the write's outcome.
+async fn make_copies(
+    target: &dyn Target,
+    workload: &mut crate::model::Workload,
+    copies: &Copies,
+    copier: Option<&Copier>,
+) -> Result<Vec<(ObjectKind, String)>, WriteOutcome> {
+    let id = workload.id.clone();
+    let refused = |message: &str| {
+        WriteOutcome::Failed(TargetError::Rejected {
+            id: id.clone(),
+            message: message.to_owned(),
+        })
+    };
+    let Some(copier) = copier else {
+        return Err(refused(
+            "snapshots are off in this installation (engine.snapshots)",
+        ));
+    };
+    // The uid as watched: the write's uid guard refuses a workload created
+    // again since, whose copies the garbage collector then takes.
+    let uid = match workload.uid.clone() {
+        Some(uid) => Some(uid),
+        None => match target.get(&id).await {
+            Ok(Some(fresh)) => fresh.uid,
+            Ok(None) => return Err(WriteOutcome::Gone),
+            Err(error) => return Err(Err::<ApplyOutcome, _>(error).into()),
+        },
+    };
+    let Some(uid) = uid else {
+        return Err(refused(
+            "the workload has no uid to own its snapshot copies",
+        ));
+    };
+    let owner = Owner {
+        api_version: id.kind.api_version(),
+        kind: id.kind.as_str().to_owned(),
+        name: id.name.to_string(),
+        uid: uid.clone(),
+    };
+    workload.uid = Some(uid);
+    let made = if copies.restoring {
+        copier
+            .check(&id.namespace, &owner, &copies.plans)
+            .await
+            .map(|()| Vec::new())
+    } else {
+        copier
+            .ensure(&id.namespace, &owner, &copies.plans)
+            .await
+            .map(|ensured| ensured.created)
+    };
+    made.map_err(WriteOutcome::Copies)
 }
 
 /// Events on their way to the publishers, which never make stamping wait:

@@ -112,8 +112,9 @@ struct WaveLabels {
 pub(crate) const WAVE_STATES: [&str; 2] = ["rolling", "halted"];
 
 /// The reasons of `nudge_held_workloads`, every one exported (0 included).
-pub(crate) const HELD_REASONS: [&str; 6] =
-    ["notify", "manual", "window", "wave", "halted", "invalid"];
+pub(crate) const HELD_REASONS: [&str; 7] = [
+    "notify", "manual", "window", "wave", "halted", "invalid", "rollback",
+];
 
 /// The engine's metrics. Clones share the series.
 #[derive(Debug, Clone)]

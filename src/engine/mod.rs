@@ -38,6 +38,7 @@ pub use metrics::{EngineMetrics, StampResult};
 
 use crate::annotations::AnnotationScheme;
 use crate::config::EngineConfig;
+use crate::copies::Copier;
 use crate::events::{EventSink, NoEvents};
 use crate::fingerprint::{FingerprintKey, Observation};
 use crate::health::{Readiness, WatchHealth};
@@ -79,6 +80,8 @@ pub struct Engine {
     health: WatchHealth,
     leadership: Option<watch::Receiver<bool>>,
     namespaces: Option<NamespaceFeed>,
+    /// Makes and prunes snapshot copies (design §5e); `None` with snapshots off.
+    copier: Option<Copier>,
 }
 
 impl Engine {
@@ -97,6 +100,7 @@ impl Engine {
             health: WatchHealth::default(),
             leadership: None,
             namespaces: None,
+            copier: None,
         }
     }
 
@@ -136,6 +140,13 @@ impl Engine {
         self
     }
 
+    /// Makes snapshot copies before the stamps that name them, and prunes
+    /// them (design §5e): with snapshots on.
+    pub fn with_copier(mut self, copier: Copier) -> Self {
+        self.copier = Some(copier);
+        self
+    }
+
     /// Registers a source under its name.
     pub fn with_source(mut self, source: Arc<dyn Source>) -> Result<Self, EngineError> {
         let name = source.name().clone();
@@ -162,6 +173,16 @@ impl Engine {
     /// The kinds with a registered target.
     pub fn kinds(&self) -> Vec<WorkloadKind> {
         self.targets.keys().cloned().collect()
+    }
+
+    /// The kinds whose target takes snapshots (design §5e): only their
+    /// workloads do.
+    pub fn snapshot_kinds(&self) -> BTreeSet<WorkloadKind> {
+        self.targets
+            .iter()
+            .filter(|(_, target)| target.takes_snapshots())
+            .map(|(kind, _)| kind.clone())
+            .collect()
     }
 
     /// Reads inputs through the registered sources (for the webhook).

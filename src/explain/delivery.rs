@@ -218,10 +218,14 @@ pub(super) fn delivery_report(
     };
     let ids: Vec<WorkloadId> = judged.iter().map(|j| j.id.clone()).collect();
     let find = |id: &WorkloadId| judged.iter().find(|j| j.id == id);
+    let snapshot_hold = super::snapshot::snapshot_hold(workload, deps, decision, &settings.scheme);
     let held = pending
         .as_deref()
         .filter(|_| decision.rolls)
         .and_then(|pending| {
+            if let Some(hold) = &snapshot_hold {
+                return Some(hold.note(pending, &settings.scheme.approve()));
+            }
             let neighbours = Neighbours {
                 ids: &ids,
                 wave: |id: &WorkloadId| find(id).map_or(0, |j| j.wave),

@@ -34,6 +34,7 @@ fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
         rollout: crate::model::Rollout::Unknown,
         ordered_pods: false,
         resource_version: None,
+        uid: None,
         controller: None,
         annotations: mk_map(meta),
         template: PodTemplateSpec {
@@ -170,6 +171,7 @@ impl World {
             now: ts(NOW),
             neighbours: &self.neighbours,
             namespace_selected: self.namespace_selected,
+            copies: &Default::default(),
         })
     }
 }

@@ -630,6 +630,12 @@ pub enum Output {
     /// away within its `pause-period`: lifted (resumed, the annotation removed)
     /// once the workload's debounce, which that period sets, has passed.
     ReloaderPause,
+    /// The pod template's snapshot (design §5e) under this annotation: the
+    /// value (each ConfigMap and Secret copied, and the fingerprint of its
+    /// copy) is written on the pod template, and its ConfigMap and Secret
+    /// references are pointed at the copies it names. `{}`: every reference
+    /// names the live object.
+    Snapshots(String),
 }
 
 impl Output {
@@ -643,7 +649,8 @@ impl Output {
             | Self::Adopted(k)
             | Self::ReloaderSource(k)
             | Self::RestartAt(k)
-            | Self::SchedulingGate(k) => k,
+            | Self::SchedulingGate(k)
+            | Self::Snapshots(k) => k,
             Self::WaveSchedulingDisabled => WAVE_SCHEDULING_DISABLED,
             Self::ReloaderPause => RELOADER_PAUSED_AT,
         }
@@ -665,6 +672,7 @@ impl fmt::Display for Output {
             Self::SchedulingGate(k) => write!(f, "scheduling gate {k}"),
             Self::WaveSchedulingDisabled => write!(f, "Wave's {WAVE_SCHEDULING_DISABLED}"),
             Self::ReloaderPause => write!(f, "Reloader's pause ({RELOADER_PAUSED_AT})"),
+            Self::Snapshots(k) => write!(f, "snapshot {k} (copies the pods mount)"),
         }
     }
 }
@@ -685,6 +693,9 @@ pub enum Combine {
     ReloaderSource,
     /// Released (a scheduling gate lifted) once every required input exists.
     Release,
+    /// A snapshot (design §5e): each input's fingerprint, by the object and
+    /// keys it copies.
+    Snapshot,
 }
 
 /// One input of a stamp.

@@ -77,6 +77,9 @@ pub struct Workload {
     /// `metadata.resourceVersion`, when the object has one: tells an event that
     /// reached nudge late (older than nudge's own write) from a newer one.
     pub resource_version: Option<String>,
+    /// `metadata.uid`, when the object has one: the owner of its snapshot
+    /// copies (design §5e) is this object, not a later one of the same name.
+    pub uid: Option<String>,
     /// The object that controls it (a Job's CronJob), when it has one.
     pub(crate) controller: Option<ControllerRef>,
 }
@@ -143,6 +146,7 @@ impl Workload {
             return Err(WorkloadError::NoIdentity);
         };
         let resource_version = str_at(&object, "resourceVersion");
+        let uid = str_at(&object, "uid");
         let annotations = match object.pointer_mut("/metadata/annotations").map(Value::take) {
             None | Some(Value::Null) => BTreeMap::new(),
             Some(value) => serde_json::from_value(value).map_err(WorkloadError::Annotations)?,
@@ -164,6 +168,7 @@ impl Workload {
             rollout,
             ordered_pods,
             resource_version,
+            uid,
             controller,
         })
     }

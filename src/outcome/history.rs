@@ -57,6 +57,46 @@ pub struct Revision {
     /// together with it. Never in the history itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub superseded: Vec<Revision>,
+    /// Of a workload that takes snapshots (design §5e): the snapshot its
+    /// stamp wrote, what the sources said then, and what a rollback restores.
+    #[serde(flatten)]
+    pub snapshot: RevisionSnapshot,
+}
+
+/// What a revision records of a snapshotting workload's snapshot (design
+/// §5e), so that it can be restored and a rollback to it recognised.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevisionSnapshot {
+    /// The snapshot the stamp wrote: each object copied and the fingerprint
+    /// of its copy, whole (the copies' names follow from them; a Secret's is
+    /// keyed, and reveals nothing). `None`: the workload took none.
+    #[serde(default, rename = "snapshot", skip_serializing_if = "Option::is_none")]
+    pub copies: Option<std::collections::BTreeMap<String, String>>,
+    /// The pending fingerprint of the stamp (design §5d): what the sources
+    /// made when it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// A rollback's: the revision whose snapshot it restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restores: Option<u32>,
+}
+
+impl RevisionSnapshot {
+    /// The snapshot recorded, when there is one that reads.
+    pub(crate) fn snapshot(&self) -> Option<crate::snapshot::Snapshot> {
+        let copies = self.copies.as_ref()?;
+        crate::snapshot::Snapshot::parse(&serde_json::to_string(copies).ok()?).ok()
+    }
+
+    /// The record of a stamp that wrote snapshot `value` (its annotation's
+    /// value), `config` being its pending fingerprint.
+    pub(crate) fn written(value: &str, config: String, restores: Option<u32>) -> Self {
+        Self {
+            copies: serde_json::from_str(value).ok(),
+            config: Some(config),
+            restores,
+        }
+    }
 }
 
 /// A reference whose change a revision carried, and who made the change.
@@ -135,6 +175,7 @@ impl Revision {
                 self.changed = marked.changed;
                 self.stamp = marked.stamp;
                 self.superseded = marked.superseded;
+                self.snapshot = marked.snapshot;
                 (self, true)
             }
             _ => (self, false),
@@ -156,6 +197,8 @@ impl Revision {
         let stamp = patch
             .changed
             .iter()
+            // A snapshot is recorded whole, in `snapshot`.
+            .filter(|output| !matches!(output, Output::Snapshots(_)))
             .filter_map(|output| {
                 let after = value_after(patch, output)?;
                 let secret = reads_a_secret(specs, output);
@@ -176,6 +219,7 @@ impl Revision {
             ended: None,
             seconds: None,
             superseded: Vec::new(),
+            snapshot: RevisionSnapshot::default(),
         }
     }
 
@@ -331,6 +375,45 @@ pub fn recorded(history: Option<&str>, mut revision: Revision, limit: usize) -> 
     serde_json::to_string(&revisions).unwrap_or_default()
 }
 
+/// What the history (and the rollout in flight, `marker`, newest) records
+/// of each revision's snapshot, oldest first: what decides whether a
+/// template was rolled back, and what `nudge rollback` restores (design §5e).
+pub fn recorded_snapshots(
+    history: Option<&str>,
+    marker: Option<&str>,
+) -> Vec<crate::snapshot::RecordedRevision> {
+    let mut revisions = parse_history(history);
+    if let Some(in_flight) = marker.and_then(Revision::parse)
+        && revisions
+            .last()
+            .is_none_or(|r| r.revision < in_flight.revision)
+    {
+        revisions.push(in_flight);
+    }
+    revisions
+        .into_iter()
+        .map(|r| crate::snapshot::RecordedRevision {
+            revision: r.revision,
+            snapshot: r.snapshot.snapshot(),
+            config: r.snapshot.config,
+            complete: r.outcome == Some(Outcome::Complete),
+        })
+        .collect()
+}
+
+/// The revisions `limit` drops from `history` when `revision` is recorded
+/// ([`recorded`]): their snapshots' copies are pruned.
+pub fn dropped(history: Option<&str>, recorded_now: &str) -> Vec<Revision> {
+    let kept: Vec<u32> = parse_history(Some(recorded_now))
+        .iter()
+        .map(|r| r.revision)
+        .collect();
+    parse_history(history)
+        .into_iter()
+        .filter(|r| !kept.contains(&r.revision))
+        .collect()
+}
+
 /// Whether `history` already records `revision` with an outcome.
 pub fn has_outcome(history: Option<&str>, revision: u32) -> bool {
     parse_history(history)
@@ -361,6 +444,7 @@ mod tests {
             ended: None,
             seconds: None,
             superseded: Vec::new(),
+            snapshot: RevisionSnapshot::default(),
         }
     }
 
@@ -488,6 +572,7 @@ mod tests {
             ended: Some("2026-11-25T12:05:00Z".into()),
             seconds: Some(42),
             superseded: Vec::new(),
+            snapshot: Default::default(),
         };
         let (filled, known) = ended.clone().filled_from(Some(&marker));
         assert!(known);

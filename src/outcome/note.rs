@@ -97,6 +97,7 @@ mod tests {
             ended: None,
             seconds: Some(42),
             superseded: Vec::new(),
+            snapshot: Default::default(),
         }
     }
 

@@ -62,6 +62,7 @@ fn workload(
         rollout,
         ordered_pods: false,
         resource_version: None,
+        uid: None,
         controller: None,
     }
 }
@@ -142,6 +143,7 @@ fn engine_verdict(case: &Case, t0: Instant) -> Option<String> {
         scheme: AnnotationScheme::default(),
         catalog: catalog(),
         namespace_selector: false,
+        snapshot_kinds: Default::default(),
         leader: true,
         clock: clock(t0),
     };
@@ -234,6 +236,7 @@ fn explain_verdict(case: &Case, t0: Instant) -> crate::explain::Verdict {
         now: clock(t0).at(t0 + DEBOUNCE),
         neighbours: &neighbours,
         namespace_selected: None,
+        copies: &Default::default(),
     });
     report.verdict
 }

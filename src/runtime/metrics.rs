@@ -22,6 +22,9 @@
 //! | `nudge_consul_query_errors_total` | counter | `source` | Consul sources |
 //! | `nudge_webhook_requests_total` | counter | `result` | webhook |
 //! | `nudge_notifications_total` | counter | `format`, `result` | notifications (`events::notify`) |
+//! | `nudge_snapshot_copies` | gauge | `kind` | snapshot copy watch (`copies`) |
+//! | `nudge_snapshot_bytes` | gauge | `kind` | snapshot copy watch (`copies`) |
+//! | `nudge_snapshot_operations_total` | counter | `kind`, `operation` | snapshot copier (`copies`) |
 //! | `nudge_leader` | gauge | | runtime (leader election) |
 
 use std::fmt;
@@ -30,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::copies::CopyMetrics;
 use crate::engine::EngineMetrics;
 use crate::events::notify::NotifyMetrics;
 use crate::health::WatchHealth;
@@ -52,6 +56,7 @@ struct Inner {
     consul: ConsulMetrics,
     webhook: Arc<WebhookCounters>,
     notify: NotifyMetrics,
+    snapshots: Arc<CopyMetrics>,
     leader: Gauge,
 }
 
@@ -78,6 +83,9 @@ impl Metrics {
             registry.sub_registry_with_prefix("webhook"),
         ));
         let notify = NotifyMetrics::register(&mut registry);
+        let snapshots = Arc::new(CopyMetrics::register(
+            registry.sub_registry_with_prefix("snapshot"),
+        ));
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -92,6 +100,7 @@ impl Metrics {
                 consul,
                 webhook,
                 notify,
+                snapshots,
                 leader,
             }),
         }
@@ -120,6 +129,11 @@ impl Metrics {
     /// Notifications of stamps.
     pub fn notify(&self) -> NotifyMetrics {
         self.inner.notify.clone()
+    }
+
+    /// Snapshot copies made, kept and pruned (design §5e).
+    pub fn snapshots(&self) -> Arc<CopyMetrics> {
+        self.inner.snapshots.clone()
     }
 
     /// Whether this replica is the leader.

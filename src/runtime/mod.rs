@@ -6,13 +6,15 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::annotations::AnnotationScheme;
 use crate::config::{Config, ConfigError, TargetConfig};
+use crate::copies::Copier;
 use crate::engine::Engine;
 use crate::events::notify::{Notifier, NotifyError, NotifySettings, NotifyWorker};
 use crate::events::{EventSink, FanOut, KubeEvents};
@@ -29,12 +31,14 @@ pub mod admin;
 pub mod lease;
 pub mod metrics;
 mod namespaces;
+mod rollback;
 pub mod shutdown;
 
 use self::admin::{AdminError, AdminServer};
 use self::lease::{LeaderElector, LeaseSettings};
 use self::metrics::Metrics;
 use self::namespaces::selected_namespaces;
+pub(crate) use self::rollback::{RollbackError, RollbackTo};
 
 /// Argo Rollouts: stamped like Deployments when their CRD is installed.
 const ARGO_ROLLOUT: (&str, &str, &str) = ("argoproj.io", "v1alpha1", "Rollout");
@@ -584,15 +588,19 @@ impl Controller {
         let notifier = notifier(&notify, &metrics)?;
         let namespace = own_namespace(&kubernetes, &client);
         let key = configured_key(&client, &fingerprint, &namespace).await?;
-        let shared = SharedSettings::new(&annotations, &kubernetes);
+        let shared = SharedSettings::new(&annotations, &kubernetes, engine_config.snapshots);
         let admission = shared.admission(&engine_config, &webhook_config);
         let kube_events = KubeEvents::new(client.clone(), std::env::var("POD_NAME").ok());
         let kube_events = kube_events.with_source_kinds(&sources.kubernetes);
         let (events, notify_worker) = event_sinks(kube_events, notifier);
+        let snapshots = engine_config.snapshots != crate::config::SnapshotMode::Off;
+        let copier = snapshots.then(|| shared.copier(&client, &key, &kubernetes, &metrics));
+        let gauge = snapshots.then(|| shared.copy_gauge(&client, &metrics, &shutdown));
         let engine = Engine::new(engine_config, shared.scheme.clone(), key)
             .with_events(events)
             .with_metrics(metrics.engine())
             .with_health(readiness.clone(), metrics.watches());
+        let engine = copier.into_iter().fold(engine, Engine::with_copier);
         let source_settings = shared.sources(&kubernetes);
         let builtin =
             crate::sources::builtin(&client, source_settings, &sources, &metrics.consul())
@@ -616,7 +624,8 @@ impl Controller {
         if let (Some(tx), Some(running)) = (webhook_addr, &webhook) {
             let _ = tx.send(running.addr);
         }
-        run_to_end(engine, notify_worker, election, webhook, shutdown).await
+        let beside = (notify_worker, gauge, election, webhook);
+        run_to_end(engine, beside, shutdown).await
     }
 }
 
@@ -644,13 +653,14 @@ impl SharedSettings {
     fn new(
         annotations: &crate::config::AnnotationsConfig,
         kubernetes: &crate::config::KubernetesConfig,
+        snapshots: crate::config::SnapshotMode,
     ) -> Self {
         let scope = NamespaceScope {
             namespaces: kubernetes.namespaces.clone(),
             ignore: kubernetes.ignore_namespaces.clone(),
         };
         Self {
-            scheme: annotations.scheme(),
+            scheme: annotations.scheme().with_snapshots(snapshots),
             scope,
         }
     }
@@ -669,6 +679,45 @@ impl SharedSettings {
             scheme: self.scheme.clone(),
             scope: self.scope.clone(),
         }
+    }
+
+    /// The copier of snapshot copies (design §5e).
+    fn copier(
+        &self,
+        client: &kube::Client,
+        key: &FingerprintKey,
+        kubernetes: &crate::config::KubernetesConfig,
+        metrics: &Metrics,
+    ) -> Copier {
+        let names = self.scheme.snapshot_names();
+        let manager = kubernetes.field_manager.clone();
+        Copier::new(
+            client.clone(),
+            key.clone(),
+            names,
+            manager,
+            metrics.snapshots(),
+        )
+    }
+
+    /// The watch keeping the gauges of copies kept, stopped at `shutdown`;
+    /// not started until spawned.
+    fn copy_gauge(
+        &self,
+        client: &kube::Client,
+        metrics: &Metrics,
+        shutdown: &CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        let (scope, names) = (self.scope.clone(), self.scheme.snapshot_names());
+        let run = crate::copies::run_gauge(
+            client.clone(),
+            scope,
+            names,
+            metrics.snapshots(),
+            shutdown.clone(),
+        );
+        run.instrument(tracing::info_span!("snapshot copies"))
+            .boxed()
     }
 
     fn admission(
@@ -734,13 +783,21 @@ fn with_targets(
     Ok(engine)
 }
 
+/// What runs beside the engine: the notify worker, the gauge of snapshot
+/// copies, the election and the webhook.
+type Beside = (
+    Option<NotifyWorker>,
+    Option<BoxFuture<'static, ()>>,
+    Option<tokio::task::JoinHandle<()>>,
+    Option<webhook::RunningWebhook>,
+);
+
 /// Runs `engine` until `shutdown`, then joins what runs beside it: the notify
-/// worker, the election (which releases the lease when it led) and the webhook.
+/// worker, the gauge of snapshot copies, the election (which releases the
+/// lease when it led) and the webhook.
 async fn run_to_end(
     engine: Engine,
-    notify_worker: Option<NotifyWorker>,
-    election: Option<tokio::task::JoinHandle<()>>,
-    webhook: Option<webhook::RunningWebhook>,
+    (notify_worker, gauge, election, webhook): Beside,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     // Spawned last, so that no start-up error leaves it behind; joined below
@@ -752,9 +809,13 @@ async fn run_to_end(
                 .instrument(tracing::info_span!("notify")),
         )
     });
+    let gauge_task = gauge.map(tokio::spawn);
     let result = engine.run(shutdown).await;
     if let Some(notify) = notify_task {
         let _ = notify.await;
+    }
+    if let Some(gauge) = gauge_task {
+        let _ = gauge.await;
     }
     if let Some(election) = election {
         // Returns once it has released the lease (when it led).
@@ -829,6 +890,7 @@ fn webhook_parts(engine: &Engine) -> AdmissionParts {
         kinds: engine.kinds(),
         fingerprints: engine.fingerprints(),
         reader: engine.reader(),
+        snapshot_kinds: engine.snapshot_kinds(),
     }
 }
 

@@ -56,11 +56,13 @@ pub fn admission_patch(
     let mut workload = BTreeMap::new();
     let mut env = BTreeMap::new();
     let mut restart = false;
+    let mut snapshots = Vec::new();
     for (output, value) in &decision.values {
         match output {
             Output::PodTemplateAnnotation(key) => {
                 template.insert(key.clone(), super::with_observed_at(value, now));
             }
+            Output::Snapshots(key) => snapshots.push((key.as_str(), value.as_str())),
             // An adopted output reaches the renderer resolved; both, to be safe.
             Output::PodTemplateAndWorkloadAnnotation(key) | Output::Adopted(key) => {
                 template.insert(key.clone(), value.clone());
@@ -82,25 +84,17 @@ pub fn admission_patch(
     }
     let incoming_workload = string_map(object, &WORKLOAD_ANNOTATIONS);
     let stored_workload = stored.map(|o| string_map(o, &WORKLOAD_ANNOTATIONS));
-    for key in scheme.last_updated_keys(&decision.outputs) {
-        // A request that sets `last-updated` itself (the controller's own apply)
-        // keeps its value.
-        let set_by_request = incoming_workload.get(&key).is_some_and(|v| {
-            stored_workload
-                .as_ref()
-                .is_none_or(|old| old.get(&key) != Some(v))
-        });
-        if decision.stamp_changed && !set_by_request {
-            workload.insert(key, now.to_owned());
-        } else if !incoming_workload.contains_key(&key)
-            && let Some(value) = stored_workload.as_ref().and_then(|old| old.get(&key))
-        {
-            workload.insert(key, value.clone());
-        }
-    }
-
+    let request = (&incoming_workload, stored_workload.as_ref());
+    workload.extend(last_updated(scheme, decision, request, now));
     let incoming_template = string_map(object, &template_annotations);
-    let mut ops = map_ops(object, &template_annotations, &incoming_template, template);
+    let annotations = (template_annotations.as_slice(), &incoming_template);
+    let mut ops = snapshots_written(object, kind, &snapshots, annotations, &mut template);
+    ops.extend(map_ops(
+        object,
+        &template_annotations,
+        &incoming_template,
+        template,
+    ));
     ops.extend(map_ops(
         object,
         &WORKLOAD_ANNOTATIONS,
@@ -113,6 +107,101 @@ pub fn admission_patch(
         ops.extend(restart_op(object, now));
     }
     Patch(ops)
+}
+
+/// The `last-updated` annotations `decision` sets on a request whose
+/// workload annotations are `incoming` (`stored`: before an UPDATE): `now`
+/// when the stamp changes, unless the request sets them itself (the
+/// controller's own apply); otherwise what the request dropped, restored.
+fn last_updated(
+    scheme: &AnnotationScheme,
+    decision: &AdmissionDecision,
+    (incoming, stored): (&BTreeMap<String, String>, Option<&BTreeMap<String, String>>),
+    now: &str,
+) -> BTreeMap<String, String> {
+    let mut set = BTreeMap::new();
+    for key in scheme.last_updated_keys(&decision.outputs) {
+        let set_by_request = incoming
+            .get(&key)
+            .is_some_and(|v| stored.is_none_or(|old| old.get(&key) != Some(v)));
+        if decision.stamp_changed && !set_by_request {
+            set.insert(key, now.to_owned());
+        } else if !incoming.contains_key(&key)
+            && let Some(value) = stored.and_then(|old| old.get(&key))
+        {
+            set.insert(key, value.clone());
+        }
+    }
+    set
+}
+
+/// The operations writing each snapshot of `snapshots` (annotation key and
+/// value) on `object`: its references moved ([`snapshot_ops`]), its
+/// annotation added to `template` (the pod template's annotations to set),
+/// or removed when it copies nothing (`annotations`: where they are, and
+/// what the request holds).
+fn snapshots_written(
+    object: &Value,
+    kind: &WorkloadKind,
+    snapshots: &[(&str, &str)],
+    (annotations, incoming): (&[&str], &BTreeMap<String, String>),
+    template: &mut BTreeMap<String, String>,
+) -> Vec<PatchOperation> {
+    let mut ops = Vec::new();
+    for (key, value) in snapshots {
+        let to = crate::snapshot::Snapshot::parse(value).unwrap_or_default();
+        ops.extend(snapshot_ops(object, kind, key, &to));
+        if !to.is_empty() {
+            template.insert((*key).to_owned(), (*value).to_owned());
+        } else if incoming.contains_key(*key) {
+            let at = annotations.iter().copied().chain([*key]);
+            ops.push(PatchOperation::Remove(RemoveOperation {
+                path: PointerBuf::from_tokens(at),
+            }));
+        }
+    }
+    ops
+}
+
+/// The operations pointing the pod template of `object` (of `kind`) at the
+/// copies of snapshot `to` (design §5e): each reference to an object `to`
+/// copies, or to a copy the template's annotation `key` names, replaced in
+/// place ([`crate::snapshot::rewrite`]); the annotation itself is the
+/// caller's.
+fn snapshot_ops(
+    object: &Value,
+    kind: &WorkloadKind,
+    key: &str,
+    to: &crate::snapshot::Snapshot,
+) -> Vec<PatchOperation> {
+    let template_path: Vec<&str> = kind.template_path().segments().collect();
+    let Some(template) = get_path(object, &template_path) else {
+        return Vec::new();
+    };
+    let annotations: Vec<&str> = ["metadata", "annotations", key].into();
+    let from = get_path(template, &annotations)
+        .and_then(Value::as_str)
+        .and_then(|claimed| crate::snapshot::Snapshot::parse(claimed).ok())
+        .unwrap_or_default();
+    let text = |field: &str| {
+        get_path(object, &["metadata", field])
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let owner = crate::model::WorkloadId::new(kind.clone(), text("namespace"), text("name"));
+    crate::snapshot::rewrite(template, &owner, &from, to)
+        .into_iter()
+        .map(|replacement| {
+            let at = template_path
+                .iter()
+                .copied()
+                .chain(replacement.pointer.iter().map(String::as_str));
+            PatchOperation::Replace(ReplaceOperation {
+                path: PointerBuf::from_tokens(at),
+                value: Value::from(replacement.name),
+            })
+        })
+        .collect()
 }
 
 /// The operation setting `spec.restartAt` to `now` (replacing any earlier

@@ -45,6 +45,10 @@ pub fn apply_body(
             }
             // Its state reaches the renderer as a workload annotation.
             Output::RestartAt(_) => restart = true,
+            // Written with its references by JSON patch only (a target
+            // changes it that way), never by apply: apply would own the
+            // annotation apart from the references it names.
+            Output::Snapshots(_) => {}
         }
     }
     for key in scheme.last_updated_keys(patch.values.keys()) {
@@ -163,6 +167,7 @@ mod tests {
             rollout: Rollout::Unknown,
             ordered_pods: false,
             resource_version: None,
+            uid: None,
             controller: None,
         }
     }

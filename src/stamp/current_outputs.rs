@@ -75,6 +75,8 @@ pub(super) struct OutputKeys<'a> {
     /// Env var names.
     pub(super) env: BTreeSet<&'a str>,
     gates: BTreeSet<&'a str>,
+    /// Snapshot annotations on the pod template (design §5e).
+    snapshots: BTreeSet<&'a str>,
 }
 
 impl<'a> OutputKeys<'a> {
@@ -115,6 +117,9 @@ impl<'a> OutputKeys<'a> {
                 Output::ReloaderPause => {
                     keys.own.insert(RELOADER_PAUSED_AT);
                 }
+                Output::Snapshots(key) => {
+                    keys.snapshots.insert(key);
+                }
             }
         }
         keys
@@ -138,10 +143,18 @@ impl CurrentOutputs {
             .filter(|gate| keys.gates.contains(gate.name.as_str()))
             .map(|gate| gate.name.clone())
             .collect();
+        let mut template_annotations = pick(workload.template_annotations(), &keys.template);
+        // What the template uses, not what its annotation claims: the values
+        // are compared, and the references are not kept.
+        for key in &keys.snapshots {
+            if let Some(value) = super::settled_snapshot(workload, key) {
+                template_annotations.push((Name::from(*key), Value::new(&value)));
+            }
+        }
         Self {
             id: workload.id.clone(),
             annotations: pick(&workload.annotations, &keys.own),
-            template_annotations: pick(workload.template_annotations(), &keys.template),
+            template_annotations,
             containers,
             gates,
         }
@@ -189,6 +202,7 @@ impl CurrentOutputs {
             rollout: Rollout::Unknown,
             ordered_pods: false,
             resource_version: None,
+            uid: None,
             controller: None,
         }
     }

@@ -397,7 +397,9 @@ pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
                 | Output::Adopted(key) => {
                     workload.template_annotations().get(key).map(String::as_str)
                 }
-                Output::ContainerEnv(_) => observe(workload, output).consistent(),
+                Output::ContainerEnv(_) | Output::Snapshots(_) => {
+                    observe(workload, output).consistent()
+                }
                 Output::WorkloadAnnotation(_)
                 | Output::ReloaderSource(_)
                 | Output::SchedulingGate(_)
@@ -406,6 +408,63 @@ pub fn changes_pod_template(workload: &Workload, patch: &StampPatch) -> bool {
             };
             on_template != Some(value.as_str())
         })
+}
+
+/// Whether `patch` changes `workload`'s pod template beyond its snapshot
+/// (design §5e): a change of the config its pods run with, not only of the
+/// copies they read it from. A CronJob starts a Job on the first only.
+pub fn changes_config(workload: &Workload, patch: &StampPatch) -> bool {
+    let mut config = patch.clone();
+    config
+        .values
+        .retain(|output, _| !matches!(output, Output::Snapshots(_)));
+    changes_pod_template(workload, &config)
+}
+
+/// The snapshot `patch` writes (design §5e), when the workload has one.
+pub fn snapshot_of(patch: &StampPatch) -> Option<&str> {
+    patch
+        .values
+        .iter()
+        .find_map(|(output, value)| match output {
+            Output::Snapshots(_) => Some(value.as_str()),
+            _ => None,
+        })
+}
+
+/// The decision on `current` held at a revision's snapshot (`snapshot`, its
+/// value) by `rollback-to` (design §5e): the snapshot output at `snapshot`,
+/// every other output at the value it holds, so only the copies the pods
+/// read change.
+pub fn pinned(current: &Workload, specs: &[StampSpec], snapshot: &str) -> Decision {
+    let mut desired = DesiredStamp::default();
+    for spec in specs {
+        let value = match &spec.output {
+            Output::Snapshots(_) => Some(snapshot.to_owned()),
+            output => self::current(current, output),
+        };
+        if let Some(value) = value {
+            desired.values.insert(spec.output.clone(), value);
+        }
+    }
+    let patch = diff(current, specs, &desired);
+    let rolls = patch
+        .as_ref()
+        .is_some_and(|patch| changes_pod_template(current, patch));
+    Decision {
+        desired,
+        patch,
+        rolls,
+    }
+}
+
+/// Whether `patch` moves `workload`'s pod template to other snapshot copies
+/// (design §5e): written by JSON patch, with the references it moves.
+pub fn changes_snapshot(patch: &StampPatch) -> bool {
+    patch
+        .changed
+        .iter()
+        .any(|output| matches!(output, Output::Snapshots(_)))
 }
 
 /// The admission webhook's decision on an object under review (design §6).
@@ -831,7 +890,72 @@ where
         Combine::NativeHash | Combine::ReloaderSource => native_hash(&inputs),
         Combine::Wave => wave(&inputs),
         Combine::Release => Ok(RELEASED.to_owned()),
+        Combine::Snapshot => snapshot(&inputs),
     }
+}
+
+/// A snapshot's value (design §5e): each present input's fingerprint by the
+/// object and keys its copy holds; an absent one (optional) stays live.
+fn snapshot(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
+    let mut snapshot = crate::snapshot::Snapshot::new();
+    let mut reasons = Vec::new();
+    for (input, fingerprint) in inputs {
+        let reference = &input.tracked.reference;
+        let digest = match fingerprint {
+            None => continue,
+            Some(Fingerprint::Digest(digest)) => digest.text(),
+            Some(Fingerprint::Wave(_)) => {
+                reasons.push(wrong_shape(input, Combine::Snapshot, WAVE_FRAGMENT));
+                continue;
+            }
+        };
+        match ObjectKind::of_source(&reference.source) {
+            Some(kind) => snapshot.insert(
+                crate::snapshot::SnapshotKey::new(
+                    kind,
+                    reference.name.clone(),
+                    reference.keys.clone(),
+                ),
+                digest,
+            ),
+            None => reasons.push(BlockReason::NotWaveSource {
+                reference: reference.clone(),
+            }),
+        }
+    }
+    finish(reasons, || snapshot.to_annotation())
+}
+
+/// `workload` with the value of each snapshot output of `specs` settled:
+/// what its pod template uses ([`crate::snapshot::TemplateSnapshot::current`]),
+/// not what the annotation claims. A workload read from the cluster is
+/// settled before its outputs are compared; the core's own copy of a
+/// workload holds settled values already.
+pub fn settle_snapshots(mut workload: Workload, specs: &[StampSpec]) -> Workload {
+    for spec in specs {
+        if let Output::Snapshots(key) = &spec.output {
+            let value = settled_snapshot(&workload, key);
+            let annotations = workload
+                .template
+                .metadata
+                .get_or_insert_default()
+                .annotations
+                .get_or_insert_default();
+            match value {
+                Some(value) => annotations.insert(key.clone(), value),
+                None => annotations.remove(key),
+            };
+        }
+    }
+    workload
+}
+
+/// The snapshot `workload`'s pod template uses under annotation `key`, as
+/// its value; `None`: none (every reference live).
+pub(crate) fn settled_snapshot(workload: &Workload, key: &str) -> Option<String> {
+    let read = crate::snapshot::TemplateSnapshot::read(&workload.id, &workload.template, key);
+    let current = read.current();
+    (!current.is_empty()).then(|| current.to_annotation())
 }
 
 /// Reloader's `last-reloaded-from` document (its `ReloadSource` struct, fields in
@@ -1119,6 +1243,13 @@ fn observe<'a>(workload: &'a Workload, output: &Output) -> Observed<'a> {
         Output::SchedulingGate(_) | Output::WaveSchedulingDisabled | Output::ReloaderPause => {
             Observed::Unset
         }
+        // No snapshot: every reference names the live object.
+        Output::Snapshots(key) => Observed::Consistent(
+            workload
+                .template_annotations()
+                .get(key)
+                .map_or(crate::snapshot::NO_SNAPSHOT, String::as_str),
+        ),
     }
 }
 

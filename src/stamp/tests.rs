@@ -101,6 +101,7 @@ fn mk_workload(
         rollout: crate::model::Rollout::Unknown,
         ordered_pods: false,
         resource_version: None,
+        uid: None,
         controller: None,
         annotations: map(own),
         template: PodTemplateSpec {

@@ -142,7 +142,10 @@ impl Target for CronJobTarget {
         current: &Workload,
         patch: &StampPatch,
     ) -> Result<ApplyOutcome, TargetError> {
-        let changes_template = stamp::changes_pod_template(current, patch);
+        // Pointing the template at other copies of the same config (taking
+        // snapshots, a rollback) changes where its pods read it, not the
+        // config a run would carry: no Job for that.
+        let changes_template = stamp::changes_config(current, patch);
         let Some(cron_job) = self.inner.apply_object(current, patch).await? else {
             return Ok(ApplyOutcome::Gone);
         };
@@ -161,6 +164,10 @@ impl Target for CronJobTarget {
 
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError> {
         self.inner.get(id).await
+    }
+
+    fn takes_snapshots(&self) -> bool {
+        true
     }
 
     async fn annotate(

@@ -113,7 +113,7 @@ impl TargetSettings {
     pub fn from_config(config: &crate::config::Config) -> Self {
         Self {
             field_manager: config.kubernetes.field_manager.clone(),
-            scheme: config.annotations.scheme(),
+            scheme: config.scheme(),
             scope: NamespaceScope {
                 namespaces: config.kubernetes.namespaces.clone(),
                 ignore: config.kubernetes.ignore_namespaces.clone(),
@@ -362,7 +362,7 @@ impl KubeTarget {
         current: &Workload,
         patch: &StampPatch,
     ) -> Result<Option<DynamicObject>, TargetError> {
-        if !patch.releases.is_empty() || !self.applies_by_ssa() {
+        if !patch.releases.is_empty() || !self.applies_by_ssa() || stamp::changes_snapshot(patch) {
             return self.apply_json_patch(current, patch).await;
         }
         let id = &current.id;
@@ -410,7 +410,14 @@ impl KubeTarget {
             return Ok(None);
         };
         let value = serde_json::to_value(&object).unwrap_or_default();
-        let (params, body) = self.settings.json_patch(&value, patch);
+        let (params, mut body) = self.settings.json_patch(&value, patch);
+        if stamp::changes_snapshot(patch) {
+            let guards = self.snapshot_guards(current, patch, &value)?;
+            if let Patch::Json(json_patch::Patch(ops)) = &mut body {
+                // After the resourceVersion's test, before any write.
+                ops.splice(1..1, guards);
+            }
+        }
         let api = self.api(Some(&id.namespace));
         match api.patch(&id.name, &params, &body).await {
             Ok(obj) => Ok(Some(obj)),
@@ -422,6 +429,56 @@ impl KubeTarget {
             }),
             Err(error) => Err(classify(id, error)),
         }
+    }
+
+    /// What a write moving the template to other snapshot copies (design
+    /// §5e) checks of `object`, the workload as read: its template still uses
+    /// exactly the keys the copies hold (a key used since would be missing
+    /// from its copy: a conflict, decided again on the new template), and the
+    /// operation the write carries that it is still the object `current`
+    /// names by uid, the owner of the copies made for it (a workload deleted
+    /// and created again meanwhile is not pointed at the old one's copies).
+    fn snapshot_guards(
+        &self,
+        current: &Workload,
+        patch: &StampPatch,
+        object: &Value,
+    ) -> Result<Vec<json_patch::PatchOperation>, TargetError> {
+        let id = &current.id;
+        let read = Workload::from_object(&self.kind, object.clone()).map_err(|error| {
+            TargetError::Rejected {
+                id: id.clone(),
+                message: format!("cannot read the workload: {error}"),
+            }
+        })?;
+        let wanted = patch
+            .values
+            .iter()
+            .find_map(|(output, value)| match output {
+                crate::model::Output::Snapshots(key) => Some((key, value)),
+                _ => None,
+            });
+        if let Some((key, value)) = wanted {
+            let to = crate::snapshot::Snapshot::parse(value).unwrap_or_default();
+            let template = crate::snapshot::TemplateSnapshot::read(id, &read.template, key);
+            if !template.fits(&to) {
+                return Err(TargetError::Conflict {
+                    id: id.clone(),
+                    message: "its pod template uses other keys than the snapshot copies hold"
+                        .into(),
+                });
+            }
+        }
+        Ok(current
+            .uid
+            .iter()
+            .map(|uid| {
+                json_patch::PatchOperation::Test(json_patch::TestOperation {
+                    path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "uid"]),
+                    value: Value::from(uid.as_str()),
+                })
+            })
+            .collect())
     }
 
     /// A merge patch of `annotations` on the object's own metadata, guarded by
@@ -662,6 +719,12 @@ impl Target for KubeTarget {
             .await
             .map_err(|e| classify(id, e))?;
         Ok(obj.and_then(|obj| self.workload(obj)))
+    }
+
+    /// Every kind but one whose template cannot change (a Job's, which a
+    /// stamp replaces with the Job: its copies would go with the old one).
+    fn takes_snapshots(&self) -> bool {
+        !self.kind.has_immutable_template()
     }
 }
 

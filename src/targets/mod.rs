@@ -231,6 +231,15 @@ pub trait Target: Send + Sync + 'static {
     /// rollout's outcome).
     async fn get(&self, id: &WorkloadId) -> Result<Option<Workload>, TargetError>;
 
+    /// Whether `apply` takes snapshots (design §5e): points the pod template's
+    /// ConfigMap and Secret references at the copies the stamp's snapshot
+    /// output (`<prefix>/snapshots`) names, and back. nudge takes snapshots only of workloads whose target does, as
+    /// [`KubeTarget`] does (not of Jobs, whose template a stamp replaces with
+    /// the Job); the default: it does not.
+    fn takes_snapshots(&self) -> bool {
+        false
+    }
+
     /// Sets (`Some`) or removes (`None`) annotations on the workload's own
     /// metadata, only if it is still at `current`'s `resourceVersion` (else
     /// [`TargetError::Conflict`]): how nudge records a rollout's outcome in its

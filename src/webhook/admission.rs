@@ -74,6 +74,8 @@ pub struct AdmissionParts {
     pub fingerprints: Arc<RwLock<FingerprintStore>>,
     /// Reads inputs the store lacks.
     pub reader: Arc<dyn InputReader>,
+    /// The kinds whose target takes snapshots (design §5e).
+    pub snapshot_kinds: BTreeSet<WorkloadKind>,
 }
 
 /// The admission handler. Cheap to share (`Arc`); one per process.
@@ -252,7 +254,12 @@ impl Admission {
         let stored = stored_object
             .as_ref()
             .and_then(|old| workload_of(&kind, old, &namespace, &name).ok());
-        let deps = annotations::dependencies(&incoming, &self.settings.scheme, &self.parts.catalog);
+        let mut deps =
+            annotations::dependencies(&incoming, &self.settings.scheme, &self.parts.catalog);
+        if !self.parts.snapshot_kinds.contains(&kind) {
+            deps.stamps
+                .retain(|spec| !matches!(spec.output, crate::model::Output::Snapshots(_)));
+        }
         if deps.stamps.is_empty() {
             return Decision::without_patch(ReviewResult::Skipped);
         }
@@ -262,7 +269,9 @@ impl Admission {
         for blocked in &desired.blocked {
             tracing::debug!(output = %blocked.output, reason = %blocked.reason, "output left as it is");
         }
-        let decision = stamp::decide_admission(&incoming, stored.as_ref(), &deps.stamps, &desired);
+        let mut decision =
+            stamp::decide_admission(&incoming, stored.as_ref(), &deps.stamps, &desired);
+        admit_snapshot(&mut decision, (&incoming, stored.as_ref()), &deps);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let patch = stamp::admission_patch(
             &object,
@@ -349,6 +358,35 @@ impl Admission {
         }
         (Observations(known), timed_out)
     }
+}
+
+/// The snapshot the admitted template uses (design §5e): what the request
+/// points at itself, and, for a workload that takes snapshots, the copies the
+/// stored template used of objects the request points back at the live
+/// objects (a re-applied manifest keeps its copies and rolls nothing). Never
+/// the newest content: moving to new copies is the controller's, which makes
+/// them first and follows the delivery rules.
+fn admit_snapshot(
+    decision: &mut stamp::AdmissionDecision,
+    (incoming, stored): (&Workload, Option<&Workload>),
+    deps: &annotations::Dependencies,
+) {
+    let Some(output) = deps
+        .stamps
+        .iter()
+        .map(|spec| &spec.output)
+        .find(|output| matches!(output, crate::model::Output::Snapshots(_)))
+    else {
+        return;
+    };
+    let key = output.key();
+    let read = |w: &Workload| crate::snapshot::TemplateSnapshot::read(&w.id, &w.template, key);
+    let stored = stored.map(read);
+    let admitted =
+        crate::snapshot::admitted(&read(incoming), stored.as_ref(), deps.snapshot.wanted);
+    decision
+        .values
+        .insert(output.clone(), admitted.to_annotation());
 }
 
 /// Observations gathered for one review.
@@ -554,6 +592,7 @@ mod tests {
                 kinds: vec![WorkloadKind::deployment()],
                 fingerprints: Arc::default(),
                 reader,
+                snapshot_kinds: [WorkloadKind::deployment()].into(),
             },
             Arc::default(),
         ))

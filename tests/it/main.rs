@@ -38,5 +38,6 @@ mod reloader;
 mod rollouts;
 mod scheduling_gates;
 mod scoping;
+mod snapshots;
 mod targets;
 mod webhook;

@@ -233,13 +233,22 @@ fn every_plain_manifest_parses_into_its_kind() {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         if patches.contains(&path.canonicalize().unwrap()) {
-            // A partial object: it must at least say what it patches.
+            // A partial object must at least say what it patches; a JSON
+            // patch (RFC 6902, its target in the kustomization) is a list of
+            // operations, each with its op and path.
             for doc in documents(&text, &origin) {
+                let names_its_object = doc["apiVersion"].is_string()
+                    && doc["kind"].is_string()
+                    && doc["metadata"]["name"].is_string();
+                let operations = doc.as_sequence().is_some_and(|ops| {
+                    !ops.is_empty()
+                        && ops
+                            .iter()
+                            .all(|op| op["op"].is_string() && op["path"].is_string())
+                });
                 assert!(
-                    doc["apiVersion"].is_string()
-                        && doc["kind"].is_string()
-                        && doc["metadata"]["name"].is_string(),
-                    "{origin}: a patch names apiVersion, kind and metadata.name"
+                    names_its_object || operations,
+                    "{origin}: a patch names apiVersion, kind and metadata.name, or is a list of JSON patch operations"
                 );
             }
             continue;
@@ -596,8 +605,13 @@ config:
   notify: {enabled: true, format: slack}
 "#;
 
+/// Snapshots for every workload, in two namespaces.
+const SNAPSHOTS: &str = "snapshots: {enabled: true, allWorkloads: true}\n\
+                         config: {kubernetes: {namespaces: [team-a, team-b]}}";
+
 const VALUES: &[&str] = &[
     DEFAULTS,
+    SNAPSHOTS,
     NAMESPACES,
     WEBHOOK_OFF,
     CERT_MANAGER,
@@ -1365,6 +1379,87 @@ fn helm_chart_grants_the_presets_kinds_only_when_configured() {
     );
 }
 
+/// Snapshots turn `engine.snapshots` on and grant making and deleting copies
+/// (ConfigMaps and Secrets: create, patch, delete) in every role nudge
+/// stamps workloads with; nothing else does, in the chart or the overlays.
+#[test]
+fn snapshots_and_the_rbac_they_need_come_only_with_the_value_or_the_component() {
+    let copies: BTreeSet<Grant> = ["configmaps", "secrets"]
+        .into_iter()
+        .flat_map(|resource| {
+            ["create", "patch", "delete"].map(|verb| Grant {
+                group: String::new(),
+                resource: resource.into(),
+                verb: verb.into(),
+                names: None,
+            })
+        })
+        .collect();
+    let workload_roles = |objects: &[Object]| -> Vec<(RbacKey, BTreeSet<Grant>)> {
+        rbac(objects)
+            .into_iter()
+            .filter(|(key, _)| key.2.ends_with("-workloads"))
+            .filter_map(|(key, rbac)| match rbac {
+                Rbac::Rules(grants) => Some((key, grants)),
+                Rbac::Binding { .. } => None,
+            })
+            .collect()
+    };
+    let on = [
+        (render_chart(SNAPSHOTS), "all", 2),
+        (render_chart("snapshots: {enabled: true}"), "opt-in", 1),
+        (
+            render_with_component("cluster-wide", "snapshots"),
+            "opt-in",
+            1,
+        ),
+        (
+            render_with_component("single-namespace", "snapshots"),
+            "opt-in",
+            1,
+        ),
+    ];
+    for (objects, mode, roles) in on {
+        let config = check_config(&objects);
+        assert_eq!(serde_json::to_value(config.engine.snapshots).unwrap(), mode);
+        let granted = workload_roles(&objects);
+        assert_eq!(granted.len(), roles, "{granted:?}");
+        for (key, grants) in granted {
+            assert!(grants.is_superset(&copies), "{key:?}: {grants:?}");
+        }
+    }
+    let off = [
+        render_chart(DEFAULTS),
+        render_chart(NAMESPACES),
+        render_overlay("cluster-wide"),
+        render_overlay("single-namespace"),
+    ];
+    for objects in off {
+        let config = check_config(&objects);
+        assert_eq!(config.engine.snapshots, nudge::config::SnapshotMode::Off);
+        for (key, grants) in rbac(&objects).into_iter().filter_map(|(k, r)| match r {
+            Rbac::Rules(grants) => Some((k, grants)),
+            Rbac::Binding { .. } => None,
+        }) {
+            let own = key.1.as_deref() == Some("nudge-system");
+            let extra: Vec<&Grant> = grants
+                .intersection(&copies)
+                // nudge's own namespace: the key and webhook Secrets.
+                .filter(|g| !(own && g.resource == "secrets" && g.verb == "create"))
+                .collect();
+            assert!(
+                extra.is_empty(),
+                "{key:?} grants {extra:?} without snapshots"
+            );
+        }
+    }
+    let error = helm_rejects("config: {engine: {snapshots: all}}");
+    assert!(
+        error.contains("config.engine.snapshots") && error.contains("snapshots.enabled"),
+        "{error}"
+    );
+}
+
 /// The grants of the workload ClusterRole with default values.
 fn rbac_of_defaults() -> BTreeSet<Grant> {
     let key = ("ClusterRole", None, "nudge-workloads".to_owned());
@@ -1414,6 +1509,16 @@ fn chart_and_overlays_grant_the_same_rbac_and_run_nudge_alike() {
             "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}",
             "cluster-wide with prometheus",
             render_with_component("cluster-wide", "prometheus"),
+        ),
+        (
+            "snapshots: {enabled: true}",
+            "cluster-wide with snapshots",
+            render_with_component("cluster-wide", "snapshots"),
+        ),
+        (
+            "config: {kubernetes: {namespaces: [my-app]}}\nsnapshots: {enabled: true}",
+            "single-namespace with snapshots",
+            render_with_component("single-namespace", "snapshots"),
         ),
     ];
     for (values, overlay, kustomized) in pairs {
@@ -2211,6 +2316,16 @@ const ALLOWED: &[Allowed] = &[
         group: "argoproj.io",
         resources: &["rollouts"],
         verbs: &["get", "list", "watch", "patch"],
+        names: None,
+        own_namespace: false,
+        cluster: false,
+    },
+    // Snapshots (snapshots.enabled, the snapshots component): copies made,
+    // adopted and pruned where workloads are stamped.
+    Allowed {
+        group: "",
+        resources: &["configmaps", "secrets"],
+        verbs: &["create", "patch", "delete"],
         names: None,
         own_namespace: false,
         cluster: false,

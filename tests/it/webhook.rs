@@ -866,3 +866,47 @@ async fn self_managed_certificate_is_created_once_for_two_replicas_and_patches_t
     first.stop().await;
     second.stop().await;
 }
+
+/// Snapshots (design §5e): a GitOps re-apply of the original manifest, which
+/// points the template back at the live ConfigMap, keeps the copy the
+/// template had: the webhook points it there again, and nothing rolls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reapplied_manifest_keeps_its_snapshot_copies_and_rolls_nothing() {
+    let h = hooked("webhook-snapshot-reapply", |config| {
+        config.engine.snapshots = nudge::config::SnapshotMode::OptIn;
+    })
+    .await;
+    let sentinel = h.cluster.sentinel().await;
+    h.cluster.put_configmap("app-config", &[("a", "1")]).await;
+    let mut manifest = deployment_json(
+        h.cluster.namespace(),
+        "web",
+        pod_mounting_configmap("app-config"),
+    );
+    manifest["metadata"]["annotations"]["nudge.dev/snapshot"] = json!("true");
+    let api: Api<Deployment> = h.cluster.api();
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(manifest.clone()).unwrap(),
+    )
+    .await
+    .unwrap();
+    // Created on the live ConfigMap (no copy exists yet), then snapshotted.
+    let before = wait_for("the template on a copy", WAIT, || async {
+        let workload = h.cluster.workload("Deployment", "web").await;
+        let name = workload["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].clone();
+        (name != "app-config").then_some(workload)
+    })
+    .await;
+    sentinel.flush_workloads().await;
+
+    let after = serde_json::to_value(replace_deployment(&api, &manifest).await).unwrap();
+    assert_eq!(
+        after["spec"]["template"], before["spec"]["template"],
+        "the copy and its annotation kept: no rollout"
+    );
+    let patches = h.cluster.patch_counter("Deployment", "web").await;
+    sentinel.quiesce(&h.nudge).await;
+    assert_eq!(patches.count(&h.cluster).await, 0, "no PATCH follows");
+    h.nudge.stop().await;
+}

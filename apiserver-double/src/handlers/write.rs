@@ -273,6 +273,7 @@ fn finish_create(
     managed::encode(&mut obj, &managers);
     strategy::after_uid(rt, &mut obj);
     validation::validate_create(rt, &obj)?;
+    crate::quota::admit_create(state, rt, &obj)?;
     if dry_run {
         return Ok(Arc::new(obj));
     }
@@ -288,10 +289,16 @@ fn finish_create(
 }
 
 /// What the control plane does at once after a write: a stored CRD is
-/// served and established.
+/// served and established; a quota's status is counted, and counted again
+/// after a create in its namespace.
 fn after_commit(state: &State, rt: &ResourceType, stored: &Value) {
     if rt.family == Family::CustomResourceDefinition {
         crate::crd::sync(state, stored);
+    }
+    if rt.namespaced {
+        // Writes the quotas' status only when it changes: a status write
+        // comes back here and ends.
+        crate::quota::refresh(state, meta::namespace(stored));
     }
 }
 

@@ -849,3 +849,47 @@ async fn ten_thousand_objects() {
         "point operations too slow: {point_ops:?}"
     );
 }
+
+/// The ResourceQuota admission plugin's object counts: a create beyond a
+/// quota's `hard` count is 403 Forbidden, worded as kube-apiserver words it;
+/// the quota's status counts what exists.
+#[tokio::test]
+async fn resource_quotas_refuse_creates_beyond_their_object_counts() {
+    let (_api, http) = start().await;
+    const QUOTAS: &str = "/api/v1/namespaces/default/resourcequotas";
+    const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+    let secret = |name: &str| json!({"metadata": {"name": name}, "stringData": {"k": "v"}});
+    assert_eq!(http.post(SECRETS, &secret("first")).await.status, 201);
+    let quota = json!({"metadata": {"name": "few"},
+                       "spec": {"hard": {"secrets": "2", "count/configmaps": "5"}}});
+    assert_eq!(http.post(QUOTAS, &quota).await.status, 201);
+    let status = http.get(&format!("{QUOTAS}/few")).await.json()["status"].clone();
+    assert_eq!(
+        status["hard"],
+        json!({"secrets": "2", "count/configmaps": "5"})
+    );
+    assert_eq!(
+        status["used"],
+        json!({"secrets": "1", "count/configmaps": "0"})
+    );
+
+    assert_eq!(http.post(SECRETS, &secret("second")).await.status, 201);
+    let refused = http.post(SECRETS, &secret("third")).await;
+    assert_eq!(refused.status, 403);
+    let body = refused.json();
+    assert_eq!(body["reason"], "Forbidden");
+    assert_eq!(body["details"], json!({"name": "third", "kind": "secrets"}));
+    assert_eq!(
+        body["message"],
+        "secrets \"third\" is forbidden: exceeded quota: few, requested: secrets=1, used: secrets=2, limited: secrets=2"
+    );
+    let used = http.get(&format!("{QUOTAS}/few")).await.json()["status"]["used"].clone();
+    assert_eq!(used["secrets"], "2");
+    // Other namespaces and kinds are not counted against it.
+    assert_eq!(
+        http.post(CM, &json!({"metadata": {"name": "c"}}))
+            .await
+            .status,
+        201
+    );
+}

@@ -431,7 +431,13 @@ mod tests {
         };
         assert_eq!(next().await, Observation::Present(cx.fingerprint(b"v1")));
         std::fs::write(&path, "v2").unwrap();
-        assert_eq!(next().await, Observation::Present(cx.fingerprint(b"v2")));
+        // An in-place write truncates the file first: on a busy machine the
+        // source may read (and report) it empty on the way to "v2".
+        let mut seen = next().await;
+        if seen == Observation::Present(cx.fingerprint(b"")) {
+            seen = next().await;
+        }
+        assert_eq!(seen, Observation::Present(cx.fingerprint(b"v2")));
         // As editors and config management write: a new file renamed over it.
         std::fs::write(dir.path().join(".app.conf.tmp"), "v3").unwrap();
         std::fs::rename(dir.path().join(".app.conf.tmp"), &path).unwrap();

@@ -27,6 +27,7 @@ mod pusher_wave;
 mod reloader;
 mod scheduling_gates;
 mod scheme;
+mod snapshot;
 
 // --- builders ---
 
@@ -74,6 +75,7 @@ fn mk_workload(meta: &[(&str, &str)], template: &[(&str, &str)], spec: PodSpec) 
         rollout: crate::model::Rollout::Unknown,
         ordered_pods: false,
         resource_version: None,
+        uid: None,
         controller: None,
         annotations: mk_map(meta),
         template: PodTemplateSpec {

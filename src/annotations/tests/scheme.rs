@@ -109,6 +109,7 @@ fn template_without_spec_or_metadata_is_fine() {
         rollout: crate::model::Rollout::Unknown,
         ordered_pods: false,
         resource_version: None,
+        uid: None,
         controller: None,
         annotations: mk_map(&[
             ("nudge.dev/auto", "true"),

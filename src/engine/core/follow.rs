@@ -311,6 +311,7 @@ impl Following {
             rollout: workload.rollout,
             ordered_pods: workload.ordered_pods,
             resource_version: workload.resource_version.clone(),
+            uid: workload.uid.clone(),
             controller: None,
         })
     }
@@ -619,6 +620,7 @@ impl Following {
             ended: Some(self.clock.at(now).to_string()),
             seconds: Some(took.as_secs()),
             superseded: Vec::new(),
+            snapshot: Default::default(),
         };
         follow.ended = Some(Box::new(revision.clone()));
         if let Some(at) = follow.deadline.take() {

@@ -342,6 +342,7 @@ fn run_of(h: &Harness, name: &str, rollout: Rollout) -> Workload {
         rollout,
         ordered_pods: false,
         resource_version: Some("900".into()),
+        uid: None,
         controller: Some(ControllerRef {
             api_version: "batch/v1".into(),
             kind: "CronJob".into(),

@@ -364,6 +364,12 @@ pub(super) fn settings() -> CoreSettings {
         scheme: AnnotationScheme::default(),
         catalog: builtin_catalog(),
         namespace_selector: false,
+        snapshot_kinds: [
+            crate::model::WorkloadKind::deployment(),
+            crate::model::WorkloadKind::stateful_set(),
+            crate::model::WorkloadKind::daemon_set(),
+        ]
+        .into(),
         leader: true,
         clock: crate::window::WallClock::anchored(
             tokio::time::Instant::now(),

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeSet;
 
+use crate::copies::CopyError;
 use crate::events::Notice;
 use crate::model::{SourceName, Tracked, Workload, WorkloadId};
 use crate::outcome::{Conclusion, Supersession};
+use crate::snapshot::CopyPlan;
 use crate::sources::SourceUpdate;
 use crate::stamp::StampPatch;
 use crate::targets::{ApplyOutcome, TargetError, WorkloadEvent};
@@ -61,6 +63,9 @@ pub enum WriteOutcome {
     Retry(TargetError),
     /// Refused for good (403, 422, …).
     Failed(TargetError),
+    /// The snapshot copies the stamp names could not be made or found
+    /// (design §5e): nothing was written.
+    Copies(CopyError),
 }
 
 impl From<Result<ApplyOutcome, TargetError>> for WriteOutcome {
@@ -104,7 +109,20 @@ pub struct StampWrite {
     /// What to write.
     pub patch: StampPatch,
     /// The rollout in flight this stamp supersedes: its outcome is published
-    /// and carried in the stamp's marker, its details read from the workload
-    /// as stored before the write.
+    /// and carried in the stamp's marker, its details from the workload's
+    /// marker as the core last saw it (no read before the write).
     pub supersedes: Option<Box<Supersession>>,
+    /// The snapshot copies the stamp names that the template does not use
+    /// yet: made (found, for a rollback) before it is written.
+    pub copies: Option<Box<Copies>>,
+}
+
+/// The snapshot copies a stamp needs before it is written (design §5e).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copies {
+    /// Each copy.
+    pub plans: Vec<CopyPlan>,
+    /// A rollback's: its copies exist already or not at all (their content
+    /// is gone), so they are checked, never made.
+    pub restoring: bool,
 }

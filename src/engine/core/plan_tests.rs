@@ -44,6 +44,7 @@ fn mk_listing_core(t0: Instant, wall: &str, window: Option<&str>) -> Core {
             crate::annotations::check_object_name(r).map_err(str::to_owned)
         }),
         namespace_selector: false,
+        snapshot_kinds: Default::default(),
         leader: true,
         clock: WallClock::anchored(t0, wall.parse().unwrap()),
     };
@@ -71,6 +72,7 @@ fn mk_workload(name: &str, stamped: &str, extra: &[(&str, &str)], rollout: Rollo
         rollout,
         ordered_pods: false,
         resource_version: None,
+        uid: None,
         controller: None,
     }
 }

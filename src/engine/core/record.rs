@@ -17,6 +17,7 @@ use crate::model::{
 };
 use crate::outcome::history::Revision;
 use crate::rate::Backoff;
+use crate::snapshot::{self, RecordedRevision, Snapshot, Verdict};
 use crate::stamp::{
     self, CurrentOutputs, Decision, FingerprintLookup, FingerprintStore, StampPatch,
 };
@@ -67,6 +68,75 @@ pub(super) struct Record {
     pub(super) written: u64,
     /// Its config revisions (see [`Revisions`]).
     pub(super) revisions: Revisions,
+}
+
+/// What the core keeps of a snapshotting workload, read from its
+/// annotations at each event (design §5e); kept beside the records, not in
+/// them, so that a workload without snapshots pays nothing for it.
+#[derive(Debug, Default)]
+pub(super) struct SnapshotState {
+    /// Each revision of its history (and the rollout in flight) with the
+    /// snapshot it wrote and what the sources said then.
+    pub(super) history: Vec<RecordedRevision>,
+    /// `<prefix>/rollback-to`.
+    pub(super) rollback_to: Option<u32>,
+    /// Its uid as watched: the owner of the copies a stamp makes, so the
+    /// driver need not read the workload for it.
+    pub(super) uid: Option<String>,
+}
+
+impl SnapshotState {
+    /// The history of `workload` as stored now, from its `(history,
+    /// rollout marker)` annotations.
+    pub(super) fn refresh(&mut self, workload: &Workload, (history, rollout): (&str, &str)) {
+        let read = |key: &str| workload.annotations.get(key).map(String::as_str);
+        self.history = crate::outcome::history::recorded_snapshots(read(history), read(rollout));
+    }
+
+    /// Which snapshot the template of `current` (whose snapshot is `output`)
+    /// should be at, the sources making `desired` ([`snapshot::judge`]).
+    pub(super) fn verdict(
+        &self,
+        current: &Workload,
+        desired: &stamp::DesiredStamp,
+        output: &Output,
+    ) -> Verdict {
+        let parse = |value: Option<&str>| {
+            value
+                .and_then(|v| Snapshot::parse(v).ok())
+                .unwrap_or_default()
+        };
+        let Some(wanted) = desired.values.get(output) else {
+            // Not decided (an input unknown, a required one missing): the
+            // sources' stamp waits anyway.
+            return Verdict::Follow;
+        };
+        let template = parse(stamp::current(current, output).as_deref());
+        snapshot::judge(
+            &template,
+            &parse(Some(wanted)),
+            &desired.pending_fingerprint(),
+            &self.history,
+            self.rollback_to,
+        )
+    }
+
+    /// The decision that moves the template of `current` to the snapshot
+    /// `rollback-to` holds it at, when it is not there yet.
+    pub(super) fn restoring(
+        &self,
+        current: &Workload,
+        specs: &[StampSpec],
+        desired: &stamp::DesiredStamp,
+        output: &Output,
+    ) -> Option<Decision> {
+        self.rollback_to?;
+        let Verdict::Pinned { snapshot, .. } = self.verdict(current, desired, output) else {
+            return None;
+        };
+        let pinned = stamp::pinned(current, specs, &snapshot.to_annotation());
+        pinned.patch.is_some().then_some(pinned)
+    }
 }
 
 impl Record {
@@ -387,6 +457,10 @@ pub(super) fn carried(patch: &StampPatch) -> String {
                 .find(|(written, _)| written.key() == key)
                 .map(|(_, value)| value.as_str())
                 .unwrap_or("lifted");
+            if let Output::Snapshots(_) = output {
+                let snapshot = Snapshot::parse(value).unwrap_or_default();
+                return format!("{key}: {}", snapshot.summary());
+            }
             format!("{key}={}", crate::errors::excerpt(value, SHOWN))
         })
         .collect();

@@ -46,6 +46,7 @@ fn mk_settings() -> CoreSettings {
             crate::annotations::check_object_name(r).map_err(str::to_owned)
         }),
         namespace_selector: false,
+        snapshot_kinds: Default::default(),
         leader: true,
         clock: crate::window::WallClock::anchored(
             tokio::time::Instant::now(),
@@ -81,6 +82,7 @@ fn mk_workload(name: &str, configmap: &str, stamped: Option<&str>) -> Workload {
         rollout: Rollout::Unknown,
         ordered_pods: false,
         resource_version: None,
+        uid: None,
         controller: None,
     }
 }

@@ -19,16 +19,19 @@
 //! the outcome is still published and recorded, saying that its changes are
 //! not known, and the history records it without them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
 use crate::annotations::AnnotationScheme;
+use crate::copies::Copier;
 use crate::events::{Notice, Reason};
+use crate::fingerprint::ObjectKind;
 use crate::model::Workload;
 use crate::outcome::history::{self, Outcome, Revision};
 use crate::outcome::{Conclusion, ReadBack};
+use crate::snapshot::Snapshot;
 use crate::targets::{Target, TargetError};
 
 /// Attempts at recording one outcome when the workload keeps moving.
@@ -41,17 +44,25 @@ pub(super) struct Recording {
     pub(super) rollout_key: String,
     /// `<prefix>/history`.
     pub(super) history_key: String,
+    /// `<prefix>/snapshots`, on the pod template.
+    pub(super) snapshots_key: String,
     /// Revisions kept.
     pub(super) limit: usize,
+    /// Deletes the snapshot copies of revisions the history no longer keeps
+    /// (design §5e); `None` with snapshots off.
+    pub(super) copier: Option<Copier>,
 }
 
 impl Recording {
-    /// Under `scheme`'s names, keeping `limit` revisions.
-    pub(super) fn new(scheme: &AnnotationScheme, limit: usize) -> Self {
+    /// Under `scheme`'s names, keeping `limit` revisions (and their copies,
+    /// pruned with `copier`).
+    pub(super) fn new(scheme: &AnnotationScheme, limit: usize, copier: Option<Copier>) -> Self {
         Self {
             rollout_key: scheme.rollout(),
             history_key: scheme.history(),
+            snapshots_key: scheme.snapshots(),
             limit,
+            copier,
         }
     }
 }
@@ -94,7 +105,10 @@ pub(super) async fn record(
         }
         let revision = &read.conclusion.revision;
         match write(&*target, &workload, revision, &recording).await {
-            Ok(_) => return,
+            Ok(_) => {
+                prune(&workload, revision, &recording).await;
+                return;
+            }
             Err(TargetError::Conflict { .. }) => continue,
             Err(error) => {
                 tracing::warn!(workload = %id, %error, "cannot record a rollout's outcome in the workload's history");
@@ -135,6 +149,57 @@ async fn write(
         annotations.insert(recording.rollout_key.clone(), None);
     }
     target.annotate(workload, &annotations).await
+}
+
+/// Deletes the snapshot copies of the revisions that recording `revision`
+/// on `workload` (as read before) dropped from its history, unless a
+/// revision still kept, the rollout in flight or the template itself names
+/// them (design §5e).
+async fn prune(workload: &Workload, revision: &Revision, recording: &Recording) {
+    let Some(copier) = &recording.copier else {
+        return;
+    };
+    let history = workload
+        .annotations
+        .get(&recording.history_key)
+        .map(String::as_str);
+    let now = history::recorded(history, revision.clone(), recording.limit);
+    let dropped = history::dropped(history, &now);
+    if dropped.iter().all(|r| r.snapshot.copies.is_none()) {
+        return;
+    }
+    let id = &workload.id;
+    let mut kept: Vec<Snapshot> = history::parse_history(Some(&now))
+        .iter()
+        .filter_map(|r| r.snapshot.snapshot())
+        .collect();
+    let marker = workload.annotations.get(&recording.rollout_key);
+    kept.extend(marker.and_then(|m| Revision::parse(m)?.snapshot.snapshot()));
+    let template = crate::stamp::settled_snapshot(workload, &recording.snapshots_key);
+    kept.extend(template.and_then(|t| Snapshot::parse(&t).ok()));
+    let kept: BTreeSet<(ObjectKind, String)> = kept
+        .iter()
+        .flat_map(|s| s.copies(id).map(|(key, name)| (key.kind, name)))
+        .collect();
+    let gone: BTreeSet<(ObjectKind, String)> = dropped
+        .iter()
+        .filter_map(|r| r.snapshot.snapshot())
+        .flat_map(|s| {
+            s.copies(id)
+                .map(|(key, name)| (key.kind, name))
+                .collect::<Vec<_>>()
+        })
+        .filter(|copy| !kept.contains(copy))
+        .collect();
+    let gone: Vec<(ObjectKind, String)> = gone.into_iter().collect();
+    match copier.delete(&id.namespace, &gone).await {
+        Ok(()) => {
+            tracing::info!(workload = %id, copies = gone.len(), "pruned the snapshots of revisions the history no longer keeps")
+        }
+        Err(error) => {
+            tracing::warn!(workload = %id, %error, "cannot prune a snapshot; deleting the workload deletes it")
+        }
+    }
 }
 
 /// The Event of an outcome, as read back from the workload's marker.

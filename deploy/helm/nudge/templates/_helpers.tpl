@@ -115,6 +115,13 @@ the release's namespace-independent settings merged in. */ -}}
 {{- define "nudge.configToml" -}}
 {{- include "nudge.refuseSecretsInConfig" . }}
 {{- $config := deepCopy .Values.config }}
+{{- if hasKey ($config.engine | default dict) "snapshots" }}
+{{- fail "config.engine.snapshots: set snapshots.enabled (and snapshots.allWorkloads) instead, which also grant the RBAC snapshots need" }}
+{{- end }}
+{{- if .Values.snapshots.enabled }}
+{{- if not (hasKey $config "engine") }}{{ $_ := set $config "engine" dict }}{{ end }}
+{{- $_ := set $config.engine "snapshots" (ternary "all" "opt-in" .Values.snapshots.allWorkloads) }}
+{{- end }}
 {{- range (include "nudge.secretMounts" . | fromYamlArray) }}
 {{- $section := $config }}
 {{- range .at }}
