@@ -70,10 +70,10 @@ impl Scale {
             restart_watch: Duration::from_secs(10),
             quiet: Duration::from_secs(3),
             targets: Some(Targets {
-                steady_mib: 16.0,
+                steady_mib: 14.0,
                 peak_mib: 24.0,
                 ready_seconds: 1.0,
-                p99_ms: 50.0,
+                p99_ms: 20.0,
             }),
         }
     }
@@ -95,10 +95,10 @@ impl Scale {
             restart_watch: Duration::from_secs(20),
             quiet: Duration::from_secs(3),
             targets: Some(Targets {
-                steady_mib: 32.0,
-                peak_mib: 64.0,
+                steady_mib: 24.0,
+                peak_mib: 48.0,
                 ready_seconds: 5.0,
-                p99_ms: 50.0,
+                p99_ms: 20.0,
             }),
         }
     }
@@ -110,10 +110,10 @@ impl Scale {
             name: "xl",
             namespaces: 2000,
             targets: Some(Targets {
-                steady_mib: 64.0,
-                peak_mib: 128.0,
-                ready_seconds: 10.0,
-                p99_ms: 50.0,
+                steady_mib: 48.0,
+                peak_mib: 96.0,
+                ready_seconds: 5.0,
+                p99_ms: 20.0,
             }),
             ..Self::large()
         }
