@@ -93,11 +93,7 @@ fn sites(template: &Value) -> Vec<Site<'_>> {
             ("secret", "secretName", ObjectKind::Secret),
         ];
         for (field, name, kind) in plain {
-            if let Some(value) = volume
-                .get(field)
-                .and_then(|v| v.get(name))
-                .and_then(Value::as_str)
-            {
+            if let Some(value) = name_in(volume, field, name) {
                 found.push(Site {
                     kind,
                     name: value,
@@ -112,11 +108,7 @@ fn sites(template: &Value) -> Vec<Site<'_>> {
                 ("configMap", ObjectKind::ConfigMap),
                 ("secret", ObjectKind::Secret),
             ] {
-                if let Some(value) = projection
-                    .get(field)
-                    .and_then(|v| v.get("name"))
-                    .and_then(Value::as_str)
-                {
+                if let Some(value) = name_in(projection, field, "name") {
                     let pointer = at(&["volumes", &i, "projected", "sources", &j, field, "name"]);
                     found.push(Site {
                         kind,
@@ -136,11 +128,7 @@ fn sites(template: &Value) -> Vec<Site<'_>> {
                     ("configMapRef", ObjectKind::ConfigMap),
                     ("secretRef", ObjectKind::Secret),
                 ] {
-                    if let Some(value) = env_from
-                        .get(field)
-                        .and_then(|v| v.get("name"))
-                        .and_then(Value::as_str)
-                    {
+                    if let Some(value) = name_in(env_from, field, "name") {
                         let pointer = at(&[list, &i, "envFrom", &j, field, "name"]);
                         found.push(Site {
                             kind,
@@ -159,11 +147,7 @@ fn sites(template: &Value) -> Vec<Site<'_>> {
                     ("configMapKeyRef", ObjectKind::ConfigMap),
                     ("secretKeyRef", ObjectKind::Secret),
                 ] {
-                    if let Some(value) = from
-                        .get(field)
-                        .and_then(|v| v.get("name"))
-                        .and_then(Value::as_str)
-                    {
+                    if let Some(value) = name_in(from, field, "name") {
                         let pointer = at(&[list, &i, "env", &j, "valueFrom", field, "name"]);
                         found.push(Site {
                             kind,
@@ -177,6 +161,11 @@ fn sites(template: &Value) -> Vec<Site<'_>> {
     }
     found.retain(|site| !site.name.is_empty());
     found
+}
+
+/// The name `object[field][key]` holds, when it is a string.
+fn name_in<'a>(object: &'a Value, field: &str, key: &str) -> Option<&'a str> {
+    object.get(field)?.get(key)?.as_str()
 }
 
 /// The elements of the array `field` of `value`, with their indexes.
