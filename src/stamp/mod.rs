@@ -358,6 +358,21 @@ pub struct Decision {
     pub rolls: bool,
 }
 
+impl Decision {
+    /// Writing `patch` on `current` toward `desired`; whether it rolls is
+    /// [`changes_pod_template`] of the patch.
+    fn new(current: &Workload, desired: DesiredStamp, patch: Option<StampPatch>) -> Self {
+        let rolls = patch
+            .as_ref()
+            .is_some_and(|patch| changes_pod_template(current, patch));
+        Self {
+            desired,
+            patch,
+            rolls,
+        }
+    }
+}
+
 /// [`desired`] from `lookup`, [`diff_since`] `first_sight` (empty: nothing
 /// seen first, see [`diff_since`]) and [`changes_pod_template`], in that order.
 pub fn decide<L>(
@@ -372,14 +387,7 @@ where
 {
     let desired = desired(specs, lookup, stamp_on_delete);
     let patch = diff_since(current, specs, &desired, first_sight);
-    let rolls = patch
-        .as_ref()
-        .is_some_and(|patch| changes_pod_template(current, patch));
-    Decision {
-        desired,
-        patch,
-        rolls,
-    }
+    Decision::new(current, desired, patch)
 }
 
 /// Whether writing `patch` changes `workload`'s pod template (and so rolls its
@@ -448,14 +456,7 @@ pub fn pinned(current: &Workload, specs: &[StampSpec], snapshot: &str) -> Decisi
         }
     }
     let patch = diff(current, specs, &desired);
-    let rolls = patch
-        .as_ref()
-        .is_some_and(|patch| changes_pod_template(current, patch));
-    Decision {
-        desired,
-        patch,
-        rolls,
-    }
+    Decision::new(current, desired, patch)
 }
 
 /// Whether `patch` moves `workload`'s pod template to other snapshot copies
