@@ -15,8 +15,9 @@ use super::stats::{Summary, mib, ms, percentile};
 /// Change→PATCH latencies of one source kind, each split in two: the part of
 /// the double (the write until it was answered, and its service of nudge's
 /// requests on the dependent in between) or of the Consul agent (the write until
-/// the answer of the blocking query that carried it was handed to nudge), and
-/// the rest, nudge's.
+/// the answer of the blocking query that carried it was handed to nudge, and its
+/// service of the reads that narrowed that query down to the change), and the
+/// rest, nudge's.
 #[derive(Debug, Default)]
 pub struct Split {
     pub total: Vec<f64>,
@@ -24,7 +25,8 @@ pub struct Split {
     pub nudge: Vec<f64>,
     /// Latencies whose answer from the agent was not found.
     pub unmatched: usize,
-    /// Body sizes of the agent's answers that carried a change.
+    /// Body sizes of the agent's answers that carried a change (the blocking
+    /// answer and the reads narrowing it, summed).
     pub answer_bytes: Vec<f64>,
 }
 
@@ -112,10 +114,13 @@ impl<'a> Evidence<'a> {
         Some(write.answered_at().duration_since(written).ok()? + in_between)
     }
 
-    /// The agent's part of a change of `key` written at `written`: until its
-    /// answer to the first query covering the key that was answered after the
-    /// write was handed on to nudge (from the write, or from when nudge asked,
-    /// if later); with that answer's size.
+    /// The agent's part of a change of `key` written at `written`: from the
+    /// write (or from when nudge asked, if later) until its answer to the first
+    /// query covering the key that was answered after the write was handed on
+    /// to nudge, plus the time it spent on the reads nudge then sent under that
+    /// query's prefix before the stamp (the probes and reads that narrow a
+    /// prefix query down to what changed; overlapping reads counted once); with
+    /// the bytes of those answers.
     fn agent_part(
         &self,
         key: &str,
@@ -127,11 +132,39 @@ impl<'a> Evidence<'a> {
                 && e.covers(key)
                 && e.done_at.is_some_and(|done| done <= stamp)
         })?;
-        let asked = answer.sent_at.max(written);
-        Some((
-            answer.done_at?.duration_since(asked).ok()?,
-            answer.body_bytes,
-        ))
+        let woke = answer.done_at?;
+        let under = answer.kv_path()?;
+        let follow_ups: Vec<&Exchange> = self
+            .answers
+            .iter()
+            .copied()
+            .filter(|e| {
+                !e.is_blocking()
+                    && e.sent_at >= woke
+                    && e.done_at.is_some_and(|done| done <= stamp)
+                    && e.kv_path().is_some_and(|path| path.starts_with(under))
+            })
+            .collect();
+        let mut spans: Vec<(SystemTime, SystemTime)> =
+            std::iter::once((answer.sent_at.max(written), woke))
+                .chain(
+                    follow_ups
+                        .iter()
+                        .filter_map(|e| Some((e.sent_at, e.done_at?))),
+                )
+                .collect();
+        spans.sort();
+        let mut busy = Duration::ZERO;
+        let mut covered_to = SystemTime::UNIX_EPOCH;
+        for (from, to) in spans {
+            let from = from.max(covered_to);
+            if to > from {
+                busy += to.duration_since(from).ok()?;
+                covered_to = to;
+            }
+        }
+        let bytes = answer.body_bytes + follow_ups.iter().map(|e| e.body_bytes).sum::<u64>();
+        Some((busy, bytes))
     }
 }
 

@@ -59,27 +59,32 @@ impl Exchange {
     }
 
     /// Whether this read covers the Consul key `key`: the key itself, or a
-    /// prefix of it read with `recurse`.
+    /// prefix of it read with `recurse` or `keys` (names only: what wakes a
+    /// prefix query and probes its parts).
     pub fn covers(&self, key: &str) -> bool {
-        let path = self
-            .target
-            .split_once('?')
-            .map_or(&*self.target, |(p, _)| p);
-        let Some(read) = path
-            .strip_prefix("/v1/kv/")
-            .filter(|_| self.method == "GET")
-        else {
+        let Some(read) = self.kv_path() else {
             return false;
         };
-        let recurse = self
-            .query()
-            .split('&')
-            .any(|p| p == "recurse" || p.starts_with("recurse="));
-        if recurse {
+        let listing = self.query().split('&').any(|p| {
+            ["recurse", "keys"]
+                .iter()
+                .any(|flag| p == *flag || p.starts_with(&format!("{flag}=")))
+        });
+        if listing {
             key.starts_with(read)
         } else {
             key == read
         }
+    }
+
+    /// The key or prefix a KV read names.
+    pub fn kv_path(&self) -> Option<&str> {
+        let path = self
+            .target
+            .split_once('?')
+            .map_or(&*self.target, |(p, _)| p);
+        path.strip_prefix("/v1/kv/")
+            .filter(|_| self.method == "GET")
     }
 }
 

@@ -493,7 +493,7 @@ impl Analysis<'_> {
             ]);
         }
         format!(
-            "\nchange→PATCH, split (double: from the write until it answered, plus its service of nudge's requests on the workload in between; agent: from the write until the answer that carried it was handed to nudge; nudge: the rest):\n{}",
+            "\nchange→PATCH, split (double: from the write until it answered, plus its service of nudge's requests on the workload in between; agent: from the write until the answer that carried it was handed to nudge, plus its service of the reads narrowing that query to the change; nudge: the rest):\n{}",
             columns(&rows)
         )
     }
@@ -510,7 +510,7 @@ impl Analysis<'_> {
             .map(|s| {
                 let bytes = Summary::new(s.answer_bytes.clone());
                 format!(
-                    "; answers that carried a change: {:.0} B p50, {:.0} B max",
+                    "; answers that carried a change (with the reads narrowing it): {:.0} B p50, {:.0} B max",
                     bytes.p(50.0),
                     bytes.max()
                 )

@@ -446,6 +446,66 @@ async fn keys_over_the_query_limit_share_a_prefix_query_and_regroup() -> Result<
     driver.shutdown().await
 }
 
+/// A prefix query over many keys blocks on their names and, when they move, reads
+/// the values of only the part that changed: a change of one key of 120 is found
+/// by index probes and a read of its part of ten keys, a deletion by its name
+/// missing, and a new untracked key reports nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_query_reads_only_the_part_that_changed() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    let keys: Vec<String> = (0..120)
+        .map(|i| format!("big/g{:02}/k{}", i / 10, i % 10))
+        .collect();
+    let entries: Vec<(String, Vec<u8>)> = keys.iter().map(|k| (k.clone(), b"0".to_vec())).collect();
+    agent.put_many(&entries).await?;
+    let watch = WatchSettings {
+        max_concurrent_queries: 1,
+        ..fast_watch()
+    };
+    let mut driver = Driver::run(source(&agent.addr(), watch), 256);
+    for key in &keys {
+        driver.track(tracked(key, Algorithm::Native));
+    }
+    for _ in &keys {
+        driver.next(SOON).await?;
+    }
+    driver.wait_blocking(1).await?;
+
+    // One key changes: reported alone. The values read since are those of its
+    // part (g07, ten keys): 2 levels of probes (`big/g0`, `big/g1`; then
+    // `big/g00`…`big/g09`) and one read, not a read of the prefix.
+    let sent = driver.source.requests_sent();
+    agent.put("big/g07/k3", b"1").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("big/g07/k3", Algorithm::Native, native(b"1"))
+    );
+    driver.wait_blocking(1).await?;
+    // 2 + 10 probes, one read, the next query.
+    assert_eq!(driver.source.requests_sent() - sent, 12 + 1 + 1);
+
+    // A deletion: the name is missing from the answer that woke the query.
+    agent.delete("big/g11/k9").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("big/g11/k9", Algorithm::Native, Observation::Absent)
+    );
+    driver.wait_blocking(1).await?;
+
+    // A new key no one tracks wakes the query and reports nothing; the next
+    // change of a tracked key in another part is the next report.
+    agent.put("big/g03/new", b"?").await?;
+    agent.put("big/g10/k0", b"2").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("big/g10/k0", Algorithm::Native, native(b"2"))
+    );
+    driver.wait_blocking(1).await?;
+    assert_eq!(driver.received(), []);
+    assert_eq!(driver.source.query_errors(), 0);
+    driver.shutdown().await
+}
+
 /// 5,000 keys with the default limit of 64 queries, against an agent with the
 /// default `http_max_conns_per_client` (200). First 64 keys (one per group) get a
 /// query each; then the other 4,936 arrive and the keys are regrouped into 64

@@ -36,11 +36,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use consulrs::api::features::{Blocking, ConsistencyMode, Features};
-use consulrs::api::kv::requests::ReadKeyRequest;
+use consulrs::api::kv::requests::{ReadKeyRequest, ReadKeysRequest};
 use rustify::endpoint::{Endpoint, MiddleWare};
 
 pub use super::kv::{
-    ClientError, KeyRead, KvEntry, PrefixRead, parse_key_response, parse_prefix_response,
+    ClientError, KeyRead, KeysRead, KvEntry, PrefixRead, parse_key_response, parse_keys_response,
+    parse_prefix_response,
 };
 
 /// Header carrying the index a blocking query waits on.
@@ -309,7 +310,7 @@ impl ConsulClient {
         key: &str,
         block_on: Option<BlockOn>,
     ) -> Result<KeyRead, ClientError> {
-        self.get(key, false, Mode::from(block_on), |a| {
+        self.get(key, Listing::One, Mode::from(block_on), |a| {
             parse_key_response(key, a.status, a.index.as_deref(), &a.body)
         })
         .await
@@ -322,8 +323,24 @@ impl ConsulClient {
         prefix: &str,
         block_on: Option<BlockOn>,
     ) -> Result<PrefixRead, ClientError> {
-        self.get(prefix, true, Mode::from(block_on), |a| {
+        self.get(prefix, Listing::Recurse, Mode::from(block_on), |a| {
             parse_prefix_response(a.status, a.index.as_deref(), &a.body)
+        })
+        .await
+    }
+
+    /// The names of the keys under `prefix`, without their values (Consul's
+    /// `?keys`); with `block_on`, waits until something under the prefix
+    /// changes. Its index is what a recursive read's would be (the highest
+    /// `ModifyIndex` under the prefix, or of a deletion there), for an answer
+    /// a fraction of the size: an index probe.
+    pub async fn list_keys(
+        &self,
+        prefix: &str,
+        block_on: Option<BlockOn>,
+    ) -> Result<KeysRead, ClientError> {
+        self.get(prefix, Listing::Keys, Mode::from(block_on), |a| {
+            parse_keys_response(a.status, a.index.as_deref(), &a.body)
         })
         .await
     }
@@ -333,7 +350,7 @@ impl ConsulClient {
     /// elected, after a restart) refuses with an error instead of answering
     /// from its older state.
     pub async fn get_key_consistent(&self, key: &str) -> Result<KeyRead, ClientError> {
-        self.get(key, false, Mode::Consistent, |a| {
+        self.get(key, Listing::One, Mode::Consistent, |a| {
             parse_key_response(key, a.status, a.index.as_deref(), &a.body)
         })
         .await
@@ -342,7 +359,7 @@ impl ConsulClient {
     /// [`get_prefix`](Self::get_prefix) in Consul's `consistent` mode (see
     /// [`get_key_consistent`](Self::get_key_consistent)).
     pub async fn get_prefix_consistent(&self, prefix: &str) -> Result<PrefixRead, ClientError> {
-        self.get(prefix, true, Mode::Consistent, |a| {
+        self.get(prefix, Listing::Recurse, Mode::Consistent, |a| {
             parse_prefix_response(a.status, a.index.as_deref(), &a.body)
         })
         .await
@@ -353,7 +370,7 @@ impl ConsulClient {
     async fn get<T>(
         &self,
         path: &str,
-        recurse: bool,
+        listing: Listing,
         mode: Mode,
         decode: impl FnOnce(KvAnswer) -> Result<T, ClientError>,
     ) -> Result<T, ClientError> {
@@ -367,7 +384,7 @@ impl ConsulClient {
             InFlight(&self.stats.blocking_in_flight)
         });
         let started = tokio::time::Instant::now();
-        let result = self.send(path, recurse, mode).await.and_then(decode);
+        let result = self.send(path, listing, mode).await.and_then(decode);
         let recorder = self.source_metrics.get();
         if let Some((metrics, name)) = recorder
             && block_on.is_none()
@@ -391,27 +408,55 @@ impl ConsulClient {
         result
     }
 
-    async fn send(&self, path: &str, recurse: bool, mode: Mode) -> Result<KvAnswer, ClientError> {
-        let block_on = mode.block_on();
-        let endpoint = ReadKeyRequest {
-            features: None,
-            key: path.to_owned(),
-            dc: self.datacenter.clone(),
-            ns: self.namespace.clone(),
-            recurse: recurse.then_some(true),
-        };
+    /// The request reading `kv/<path>` as `listing` says, in `mode`.
+    fn request(
+        &self,
+        path: &str,
+        listing: Listing,
+        mode: Mode,
+    ) -> Result<http02::Request<Vec<u8>>, ClientError> {
         let decorator = RequestDecorator {
             token: self.token.as_ref(),
             mode,
             partition: self.partition.as_deref(),
         };
-        let request = endpoint
+        let built = match listing {
+            Listing::One | Listing::Recurse => ReadKeyRequest {
+                features: None,
+                key: path.to_owned(),
+                dc: self.datacenter.clone(),
+                ns: self.namespace.clone(),
+                recurse: (listing == Listing::Recurse).then_some(true),
+            }
             .with_middleware(&decorator)
-            .request(&self.base)
-            .map_err(|source| ClientError::Request {
-                path: path.to_owned(),
-                source,
-            })?;
+            .request(&self.base),
+            Listing::Keys => ReadKeysRequest {
+                features: None,
+                key: path.to_owned(),
+                dc: self.datacenter.clone(),
+                keys: true,
+                ns: self.namespace.clone(),
+                raw: None,
+                recurse: None,
+                separator: None,
+            }
+            .with_middleware(&decorator)
+            .request(&self.base),
+        };
+        built.map_err(|source| ClientError::Request {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    async fn send(
+        &self,
+        path: &str,
+        listing: Listing,
+        mode: Mode,
+    ) -> Result<KvAnswer, ClientError> {
+        let block_on = mode.block_on();
+        let request = self.request(path, listing, mode)?;
         let mut request = reqwest::Request::try_from(request).map_err(ClientError::Transport)?;
         *request.timeout_mut() = Some(match block_on {
             Some(b) => b.wait + b.wait / 16 + BLOCKING_GRACE,
@@ -447,6 +492,17 @@ struct KvAnswer {
     status: u16,
     index: Option<String>,
     body: Vec<u8>,
+}
+
+/// What a read of `kv/<path>` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// The key itself.
+    One,
+    /// Every key under the path, with its value (`?recurse`).
+    Recurse,
+    /// The names of the keys under the path, without values (`?keys`).
+    Keys,
 }
 
 /// How a read is served.
@@ -654,26 +710,41 @@ mod tests {
     }
 
     fn url_of(client: &ConsulClient, path: &str, recurse: bool, mode: Mode) -> String {
-        let endpoint = ReadKeyRequest {
-            features: None,
-            key: path.to_owned(),
-            dc: client.datacenter.clone(),
-            ns: client.namespace.clone(),
-            recurse: recurse.then_some(true),
+        let listing = if recurse {
+            Listing::Recurse
+        } else {
+            Listing::One
         };
-        let decorator = RequestDecorator {
-            token: client.token.as_ref(),
-            mode,
-            partition: client.partition.as_deref(),
-        };
-        endpoint
-            .with_middleware(&decorator)
-            .request(&client.base)
+        client
+            .request(path, listing, mode)
             .unwrap()
             .uri()
             .to_string()
             .trim_end_matches('?')
             .to_owned()
+    }
+
+    #[test]
+    fn a_keys_read_asks_for_names_only() {
+        let c = client(ClientSettings {
+            address: "http://consul:8500".to_owned(),
+            ..ClientSettings::default()
+        });
+        let block_on = BlockOn {
+            index: 42,
+            wait: Duration::from_secs(300),
+        };
+        let url = c
+            .request("app/", Listing::Keys, Mode::Blocking(block_on))
+            .unwrap()
+            .uri()
+            .to_string();
+        assert!(url.starts_with("http://consul:8500/v1/kv/app/?"), "{url}");
+        for part in ["keys=true", "index=42"] {
+            assert!(url.contains(part), "{url} lacks {part}");
+        }
+        assert!(!url.contains("recurse"), "{url}");
+        assert!(!url.contains("separator"), "{url}");
     }
 
     #[test]

@@ -183,6 +183,16 @@ pub struct PrefixRead {
     pub index: u64,
 }
 
+/// The names of the keys under a prefix as read, without values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeysRead {
+    /// The names, sorted (empty when nothing is under the prefix).
+    pub keys: Vec<String>,
+    /// The answer's `X-Consul-Index`: the highest `ModifyIndex` under the
+    /// prefix, or of a deletion there.
+    pub index: u64,
+}
+
 /// Decodes Consul's answer to a read of the single key `key`: `status` is the HTTP
 /// status, `index` the `X-Consul-Index` header's text (when it is there and is
 /// text), `body` the response body. A 404 is the key being absent; any status
@@ -222,6 +232,38 @@ pub fn parse_prefix_response(
         entries: found.unwrap_or_default(),
         index,
     })
+}
+
+/// Decodes Consul's answer to a `?keys` read of a prefix, as
+/// [`parse_prefix_response`] does; a 404 is nothing under the prefix.
+pub fn parse_keys_response(
+    status: u16,
+    index: Option<&str>,
+    body: &[u8],
+) -> Result<KeysRead, ClientError> {
+    let index = || {
+        index
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or(ClientError::MissingIndex)
+    };
+    match status {
+        200 => {
+            let index = index()?;
+            let keys = serde_json::from_slice(body).map_err(|e| ClientError::Decode {
+                line: e.line(),
+                column: e.column(),
+            })?;
+            Ok(KeysRead { keys, index })
+        }
+        404 => Ok(KeysRead {
+            keys: Vec::new(),
+            index: index()?,
+        }),
+        status => Err(ClientError::Status {
+            status,
+            message: error_text(body),
+        }),
+    }
 }
 
 /// The entries of an answer (`None` on 404) and its `X-Consul-Index`.
@@ -324,6 +366,25 @@ mod tests {
         );
         let error = parse_prefix_response(200, Some("9"), b"{}").unwrap_err();
         assert!(matches!(error, ClientError::Decode { .. }), "{error}");
+    }
+
+    #[test]
+    fn keys_answers_decode_without_a_consul() {
+        let read = parse_keys_response(200, Some("9"), br#"["a/1","a/b/"]"#).unwrap();
+        assert_eq!(read.keys, ["a/1", "a/b/"]);
+        assert_eq!(read.index, 9);
+        let empty = parse_keys_response(404, Some("12"), b"").unwrap();
+        assert!(empty.keys.is_empty());
+        assert_eq!(empty.index, 12);
+        let error = parse_keys_response(200, None, b"[]").unwrap_err();
+        assert!(matches!(error, ClientError::MissingIndex), "{error}");
+        let error = parse_keys_response(200, Some("9"), b"[1]").unwrap_err();
+        assert!(matches!(error, ClientError::Decode { .. }), "{error}");
+        let error = parse_keys_response(500, Some("9"), b"rpc error").unwrap_err();
+        assert!(
+            matches!(error, ClientError::Status { status: 500, .. }),
+            "{error}"
+        );
     }
 
     #[test]

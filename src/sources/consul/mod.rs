@@ -7,14 +7,16 @@
 //!
 //! Changes are followed with blocking queries: one per distinct key, shared by every
 //! tracked item on that key, while there are at most `max_concurrent_queries` keys;
-//! beyond that, keys under common prefixes share one recursive query and changes are
-//! told apart by `ModifyIndex` (`plan`). Failures back off and report nothing, so
-//! the last known fingerprints stay in force; when Consul answers again, whatever
-//! changed meanwhile is reported once.
+//! beyond that, keys under common prefixes share one prefix query (`plan`), which
+//! blocks on the names under the prefix and, when they move, reads the values of
+//! only the part that changed (`narrow`); changes are told apart by `ModifyIndex`.
+//! Failures back off and report nothing, so the last known fingerprints stay in
+//! force; when Consul answers again, whatever changed meanwhile is reported once.
 //!
 //! Files: `client` talks HTTP (the only file using consulrs), `plan` groups keys
-//! into queries, `state` diffs answers against what was reported, `query` runs one
-//! blocking-query loop, `watch` runs the source, `source` is the [`Source`](crate::sources::Source),
+//! into queries, `narrow` finds what changed under a prefix query, `state` diffs
+//! answers against what was reported, `query` runs one blocking-query loop,
+//! `watch` runs the source, `source` is the [`Source`](crate::sources::Source),
 //! `settings` maps configuration. All but the metrics and the key rules here are
 //! the cargo feature `consul`.
 
@@ -32,6 +34,8 @@ pub mod client;
 // Decoding Consul's answers needs no client: the fuzz targets use it alone.
 #[cfg(any(feature = "consul", feature = "testing"))]
 pub mod kv;
+#[cfg(feature = "consul")]
+mod narrow;
 #[cfg(feature = "consul")]
 pub mod plan;
 #[cfg(feature = "consul")]

@@ -181,17 +181,18 @@ fn next_segment(key: &str, from: usize) -> usize {
 }
 
 /// Length of `key` up to and including the first character after `from`.
-fn next_char(key: &str, from: usize) -> usize {
+pub(super) fn next_char(key: &str, from: usize) -> usize {
     key.get(from..)
         .and_then(|rest| rest.chars().next())
         .map_or(key.len(), |c| from + c.len_utf8())
 }
 
 /// Longest common prefix of sorted keys (on a character boundary).
-fn common_prefix(keys: &[Name]) -> &str {
+pub(super) fn common_prefix<K: AsRef<str>>(keys: &[K]) -> &str {
     let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
         return "";
     };
+    let (first, last) = (first.as_ref(), last.as_ref());
     let mut len = 0;
     for ((i, a), b) in first.char_indices().zip(last.chars()) {
         if a != b {

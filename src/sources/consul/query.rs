@@ -4,7 +4,8 @@
 //! loop is rate-limited with jitter, and failures back off exponentially with jitter.
 //! An answer whose index went backwards is acted on only once a `consistent` read
 //! confirms it: a restarted server answers from its older state until it has
-//! applied its log, a restored or rebuilt cluster for good.
+//! applied its log, a restored or rebuilt cluster for good. A prefix query blocks
+//! on the names under its prefix and reads only what changed (`super::narrow`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +18,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::WatchSettings;
-use super::client::{BlockOn, ClientError, ConsulClient, KeyRead, PrefixRead};
+use super::client::{BlockOn, ClientError, ConsulClient, KeyRead, KeysRead, PrefixRead};
+use super::narrow;
 use super::plan::WatchTarget;
 use crate::rate::TokenBucket;
 
@@ -54,6 +56,9 @@ pub(crate) enum Read {
     Key(KeyRead),
     /// A recursive read.
     Prefix(PrefixRead),
+    /// The names under a prefix (sorted), from the blocking query that woke on
+    /// them: keys of the query missing from it are gone.
+    Keys(KeysRead),
 }
 
 impl Read {
@@ -61,6 +66,7 @@ impl Read {
         match self {
             Self::Key(read) => read.index,
             Self::Prefix(read) => read.index,
+            Self::Keys(read) => read.index,
         }
     }
 }
@@ -83,6 +89,9 @@ pub(crate) struct Answer {
     pub target: WatchTarget,
     /// The result.
     pub read: Read,
+    /// `Some(part)`: a recursive read of only this part of the query's prefix
+    /// (`super::narrow`); keys of the query outside it were not read.
+    pub within: Option<String>,
     /// The index went backwards, and a consistent read confirmed it: older
     /// indexes are the new truth.
     pub authoritative: bool,
@@ -106,6 +115,24 @@ pub(crate) async fn read(
     match target {
         WatchTarget::Key(key) => client.get_key(key, block_on).await.map(Read::Key),
         WatchTarget::Prefix(prefix) => client.get_prefix(prefix, block_on).await.map(Read::Prefix),
+    }
+}
+
+/// Blocks on `target` until something under it changes (or the wait ends): a
+/// key's value, or, for a prefix, the names under it (cheaper than its values;
+/// `super::narrow` then reads what changed).
+async fn block(
+    client: &ConsulClient,
+    target: &WatchTarget,
+    block_on: BlockOn,
+) -> Result<Read, ClientError> {
+    match target {
+        WatchTarget::Key(key) => client.get_key(key, Some(block_on)).await.map(Read::Key),
+        WatchTarget::Prefix(prefix) => {
+            let mut read = client.list_keys(prefix, Some(block_on)).await?;
+            read.keys.sort_unstable();
+            Ok(Read::Keys(read))
+        }
     }
 }
 
@@ -227,31 +254,31 @@ impl Pace {
         }
     }
 
-    /// Classifies an answer to a query that blocked on `blocked_on` (0: a
-    /// non-blocking read, which is never fresh).
-    pub fn observe(&mut self, read: &Read, blocked_on: u64, now: Instant) {
+    /// Classifies an answer by the keys of a prefix it saw changing: fresh when
+    /// there are some and none changed within the last interval.
+    pub fn observe_changed(&mut self, changed: &[&str], now: Instant) {
         let interval = self.interval;
         self.recently_changed
             .retain(|_, at| now.saturating_duration_since(*at) < interval);
-        let Read::Prefix(answer) = read else {
-            self.after_fresh_answer = false;
-            return;
-        };
-        let changed: Vec<&str> = answer
-            .entries
-            .iter()
-            .filter(|e| blocked_on != 0 && e.modify_index > blocked_on)
-            .map(|e| e.key.as_str())
-            .collect();
         // No visible change (a deletion, an index bump) counts as churn.
         self.after_fresh_answer = !changed.is_empty()
             && changed
                 .iter()
                 .all(|key| !self.recently_changed.contains_key(*key));
         for key in changed {
-            self.recently_changed.insert(key.to_owned(), now);
+            self.recently_changed.insert((*key).to_owned(), now);
         }
     }
+}
+
+/// The keys of `reads` modified after `blocked_on` (none when 0: a non-blocking
+/// read).
+fn changed_since<'a>(reads: impl Iterator<Item = &'a PrefixRead>, blocked_on: u64) -> Vec<&'a str> {
+    reads
+        .flat_map(|read| &read.entries)
+        .filter(|e| blocked_on != 0 && e.modify_index > blocked_on)
+        .map(|e| e.key.as_str())
+        .collect()
 }
 
 /// One query loop's context.
@@ -324,9 +351,6 @@ impl QueryLoop {
                 }
             };
             backoff.reset();
-            if let Some(pace) = pace.as_mut() {
-                pace.observe(&read, index, Instant::now());
-            }
             let (read, authoritative) = if cursor.went_backwards(read.index()) {
                 // A server that restarted and has not yet applied its log, or a
                 // cluster restored from an older snapshot (or rebuilt): only a
@@ -353,17 +377,74 @@ impl QueryLoop {
                 cursor.advance(read.index(), index != 0);
                 (read, false)
             };
-            let answer = Answer {
-                origin: Origin::Query(self.id),
-                target: self.target.clone(),
-                read,
-                authoritative,
+            let answers = match read {
+                Read::Keys(woke) => match self.narrow(woke, index).await {
+                    None => break,
+                    Some(Ok(answers)) => answers,
+                    Some(Err(error)) => {
+                        if !self.retry_later(&mut cursor, &mut backoff, &error).await {
+                            break;
+                        }
+                        continue;
+                    }
+                },
+                read => vec![(read, None)],
             };
-            if self.answers.send(answer).await.is_err() {
+            if let Some(pace) = pace.as_mut() {
+                let reads = answers.iter().filter_map(|(read, _)| match read {
+                    Read::Prefix(read) => Some(read),
+                    Read::Key(_) | Read::Keys(_) => None,
+                });
+                pace.observe_changed(&changed_since(reads, index), Instant::now());
+            }
+            if !self.send(answers, authoritative).await {
                 break;
             }
         }
         tracing::debug!("query stopped");
+    }
+
+    /// Hands answers to the watch loop; `false` when it is gone.
+    async fn send(&self, answers: Vec<(Read, Option<String>)>, authoritative: bool) -> bool {
+        for (read, within) in answers {
+            let answer = Answer {
+                origin: Origin::Query(self.id),
+                target: self.target.clone(),
+                read,
+                within,
+                authoritative,
+            };
+            if self.answers.send(answer).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The answers for a prefix whose names woke its query (`woke`, from a query
+    /// blocked on `since`): the names (for the keys that are gone) and, when the
+    /// index moved, the reads of what changed. `None` when stopped.
+    async fn narrow(
+        &self,
+        woke: KeysRead,
+        since: u64,
+    ) -> Option<Result<Vec<(Read, Option<String>)>, ClientError>> {
+        let WatchTarget::Prefix(prefix) = &self.target else {
+            return Some(Ok(vec![(Read::Keys(woke), None)]));
+        };
+        let narrowed = if woke.index <= since {
+            Ok(Vec::new())
+        } else {
+            tokio::select! {
+                result = narrow::changed(&self.client, &self.limits.one_off, prefix, &woke, since) => result,
+                () = self.stop.cancelled() => return None,
+            }
+        };
+        Some(narrowed.map(|reads| {
+            std::iter::once((Read::Keys(woke), None))
+                .chain(reads.into_iter().map(|n| (Read::Prefix(n.read), n.within)))
+                .collect()
+        }))
     }
 
     /// After a failed read: the next read is a fresh non-blocking one, after a
@@ -466,7 +547,7 @@ impl BlockingRequest {
         let _permit = self.permit;
         let server_deadline =
             Instant::now() + self.block_on.wait + self.block_on.wait / 16 + LINGER_GRACE;
-        let request = read(&self.client, &self.target, Some(self.block_on));
+        let request = block(&self.client, &self.target, self.block_on);
         tokio::pin!(request);
         tokio::select! {
             result = &mut request => return Some(result),
@@ -579,6 +660,16 @@ mod tests {
         Read::Prefix(PrefixRead { entries, index })
     }
 
+    /// Classifies an answer to a query that blocked on `blocked_on` (0: a
+    /// non-blocking read, which is never fresh), as the loop does.
+    fn observe(pace: &mut Pace, read: &Read, blocked_on: u64, now: Instant) {
+        let changed = match read {
+            Read::Prefix(answer) => changed_since(std::iter::once(answer), blocked_on),
+            Read::Key(_) | Read::Keys(_) => Vec::new(),
+        };
+        pace.observe_changed(&changed, now);
+    }
+
     fn paced(interval_ms: u64, burst: u32) -> Pace {
         Pace::new(&WatchSettings {
             min_query_interval: Duration::from_millis(interval_ms),
@@ -593,14 +684,24 @@ mod tests {
         let mut pace = paced(1000, 5);
         let start = Instant::now();
         pace.try_take(start).expect("first read");
-        pace.observe(&prefix_answer(&[("p/a", 5), ("p/b", 6)], 6), 0, start);
+        observe(
+            &mut pace,
+            &prefix_answer(&[("p/a", 5), ("p/b", 6)], 6),
+            0,
+            start,
+        );
         // Twelve changes of twelve keys, 300 ms apart: each read at once, although
         // the churn bucket (5, then 1/s) would hold the eighth.
         for i in 0..12u64 {
             let at = start + Duration::from_millis(300 * i);
             pace.try_take(at).expect("a fresh change is read at once");
             let key = format!("p/k{i}");
-            pace.observe(&prefix_answer(&[(key.as_str(), 10 + i)], 10 + i), 9 + i, at);
+            observe(
+                &mut pace,
+                &prefix_answer(&[(key.as_str(), 10 + i)], 10 + i),
+                9 + i,
+                at,
+            );
         }
     }
 
@@ -609,12 +710,12 @@ mod tests {
         let mut pace = paced(1000, 2);
         let start = Instant::now();
         pace.try_take(start).unwrap();
-        pace.observe(&prefix_answer(&[("p/hot", 5)], 5), 0, start);
+        observe(&mut pace, &prefix_answer(&[("p/hot", 5)], 5), 0, start);
         pace.try_take(start).unwrap();
-        pace.observe(&prefix_answer(&[("p/hot", 6)], 6), 5, start);
+        observe(&mut pace, &prefix_answer(&[("p/hot", 6)], 6), 5, start);
         // Fresh (p/hot had not changed since the first read)…
         pace.try_take(start).unwrap();
-        pace.observe(&prefix_answer(&[("p/hot", 7)], 7), 6, start);
+        observe(&mut pace, &prefix_answer(&[("p/hot", 7)], 7), 6, start);
         // …but now it changed twice within the interval: the churn bucket, already
         // spent by the first two reads, holds the next query.
         let available = pace.try_take(start).expect_err("churn waits");
@@ -626,7 +727,7 @@ mod tests {
         let mut pace = paced(1000, 1);
         let start = Instant::now();
         pace.try_take(start).unwrap();
-        pace.observe(&prefix_answer(&[("p/a", 5)], 9), 5, start);
+        observe(&mut pace, &prefix_answer(&[("p/a", 5)], 9), 5, start);
         assert!(pace.try_take(start).is_err(), "an index bump is paced");
 
         let mut pace = paced(1000, 1);
@@ -636,7 +737,7 @@ mod tests {
             modify_index: Some(9),
             index: 9,
         });
-        pace.observe(&key, 5, start);
+        observe(&mut pace, &key, 5, start);
         assert!(pace.try_take(start).is_err(), "a key loop keeps one bucket");
     }
 

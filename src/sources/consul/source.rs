@@ -114,6 +114,11 @@ impl ConsulSource {
         self.client.stats().errors()
     }
 
+    /// Requests sent to Consul since start, blocking or not.
+    pub fn requests_sent(&self) -> u64 {
+        self.client.stats().requests()
+    }
+
     /// Blocking queries sent since start.
     pub fn blocking_queries_started(&self) -> u64 {
         self.client.stats().blocking_started()

@@ -269,6 +269,7 @@ impl Watch {
                                 origin: Origin::OneOff,
                                 target,
                                 read,
+                                within: None,
                                 authoritative: false,
                             };
                             let _ = answers.send(answer).await;
@@ -297,6 +298,7 @@ impl Watch {
             origin,
             target,
             read,
+            within,
             authoritative,
         } = answer;
         let reports_for = |this: &Self, key: &str| match origin {
@@ -339,16 +341,38 @@ impl Watch {
                         apply(self, &entry.key, seen);
                     }
                 }
+                let read_here = |key: &str| within.as_deref().is_none_or(|w| key.starts_with(w));
                 let absent: Vec<Name> = self
                     .plan
                     .0
                     .get(&target)
                     .into_iter()
                     .flatten()
-                    .filter(|key| !present.contains(key.as_str()) && reports_for(self, key))
+                    .filter(|key| {
+                        read_here(key) && !present.contains(key.as_str()) && reports_for(self, key)
+                    })
                     .cloned()
                     .collect();
                 for key in absent {
+                    apply(self, &key, Seen::Absent { index: read.index });
+                }
+            }
+            (WatchTarget::Prefix(_), Read::Keys(read)) => {
+                let gone: Vec<Name> = self
+                    .plan
+                    .0
+                    .get(&target)
+                    .into_iter()
+                    .flatten()
+                    .filter(|key| {
+                        read.keys
+                            .binary_search_by(|k| k.as_str().cmp(key.as_str()))
+                            .is_err()
+                            && reports_for(self, key)
+                    })
+                    .cloned()
+                    .collect();
+                for key in gone {
                     apply(self, &key, Seen::Absent { index: read.index });
                 }
             }
@@ -371,7 +395,7 @@ mod tests {
     use super::*;
     use crate::fingerprint::{Algorithm, Observation, native_value};
     use crate::model::{Reference, SourceName, Tracked};
-    use crate::sources::consul::client::{ClientSettings, KeyRead, KvEntry, PrefixRead};
+    use crate::sources::consul::client::{ClientSettings, KeyRead, KeysRead, KvEntry, PrefixRead};
     use crate::sources::consul::{ConsulSource, WatchSettings};
 
     fn item(key: &str, algorithm: Algorithm) -> Tracked {
@@ -423,6 +447,7 @@ mod tests {
             origin: Origin::Query(id),
             target: WatchTarget::Prefix("p/".to_owned()),
             read: Read::Prefix(PrefixRead { entries, index: 9 }),
+            within: None,
             authoritative: false,
         };
         w.apply_answer(
@@ -451,6 +476,59 @@ mod tests {
         );
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].tracked.reference.name, "p/b");
+    }
+
+    #[tokio::test]
+    async fn a_narrowed_answer_judges_only_its_part_and_names_tell_what_is_gone() {
+        let mut w = watch(1);
+        let mut out = Vec::new();
+        for key in ["p/a1", "p/a2", "p/b1"] {
+            w.apply_interest(Interest::Track(item(key, Algorithm::Native)), &mut out);
+        }
+        w.replan();
+        let id = w.running.values().next().unwrap().id;
+        w.shutdown.cancel();
+        let target = WatchTarget::Prefix("p/".to_owned());
+        let full = |entries: &[(&str, u64)], index| PrefixRead {
+            entries: entries
+                .iter()
+                .map(|(key, modify_index)| KvEntry {
+                    key: (*key).to_owned(),
+                    value: format!("{key}@{modify_index}").into_bytes(),
+                    modify_index: *modify_index,
+                })
+                .collect(),
+            index,
+        };
+        let answer = |read, within: Option<&str>| Answer {
+            origin: Origin::Query(id),
+            target: target.clone(),
+            read,
+            within: within.map(str::to_owned),
+            authoritative: false,
+        };
+        let first = full(&[("p/a1", 2), ("p/a2", 3), ("p/b1", 4)], 4);
+        w.apply_answer(answer(Read::Prefix(first), None), &mut out);
+        assert_eq!(out.drain(..).count(), 3);
+
+        // A read of p/a only: p/b1, not in it, is not taken for gone.
+        let part = full(&[("p/a1", 7), ("p/a2", 3)], 7);
+        w.apply_answer(answer(Read::Prefix(part), Some("p/a")), &mut out);
+        let names: Vec<String> = out
+            .drain(..)
+            .map(|u| u.tracked.reference.name.to_string())
+            .collect();
+        assert_eq!(names, ["p/a1"]);
+
+        // The names under p/ without p/a2: it is gone.
+        let keys = KeysRead {
+            keys: vec!["p/a1".to_owned(), "p/b1".to_owned(), "p/c".to_owned()],
+            index: 9,
+        };
+        w.apply_answer(answer(Read::Keys(keys), None), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].tracked.reference.name, "p/a2");
+        assert_eq!(out[0].observation, Observation::Absent);
     }
 
     #[test]
@@ -496,6 +574,7 @@ mod tests {
                 modify_index: Some(2),
                 index: 2,
             }),
+            within: None,
             authoritative: false,
         };
         w.apply_answer(stale, &mut out);
