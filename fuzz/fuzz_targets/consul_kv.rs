@@ -1,18 +1,19 @@
-//! Consul KV answers, single key and recursive, as the client decodes them:
-//! arbitrary status, `X-Consul-Index` text and body, plus well-formed listings
-//! with arbitrary keys, values and indexes.
+//! Consul KV answers, single key, recursive and names only (`?keys`), as the
+//! client decodes them: arbitrary status, `X-Consul-Index` text and body, plus
+//! well-formed listings with arbitrary keys, values and indexes.
 //!
 //! Beyond "no panic": a 200 or 404 with a numeric index is never a missing-index
 //! error, any other status is a status error, a single-key read has a value
 //! exactly when it has a `ModifyIndex` and only for the key asked, and a
-//! well-formed listing decodes to exactly its entries.
+//! well-formed listing decodes to exactly its entries (and a list of its keys to
+//! exactly its names).
 #![no_main]
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
 use nudge::__private::sources::consul::kv::{
-    ClientError, parse_key_response, parse_prefix_response,
+    ClientError, parse_key_response, parse_keys_response, parse_prefix_response,
 };
 use serde_json::json;
 
@@ -78,9 +79,21 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
 
     let single = parse_key_response(&key, status, index.as_deref(), &body);
     let recursive = parse_prefix_response(status, index.as_deref(), &body);
-    for result in [single.as_ref().err(), recursive.as_ref().err()]
-        .into_iter()
-        .flatten()
+    let names: Option<Vec<String>> = entries
+        .as_ref()
+        .map(|entries| entries.iter().map(|e| e.key.clone()).collect());
+    let names_body = match &names {
+        Some(names) => serde_json::to_vec(names).unwrap(),
+        None => body.clone(),
+    };
+    let keys = parse_keys_response(status, index.as_deref(), &names_body);
+    for result in [
+        single.as_ref().err(),
+        recursive.as_ref().err(),
+        keys.as_ref().err(),
+    ]
+    .into_iter()
+    .flatten()
     {
         let _ = (result.to_string(), result.category());
         match result {
@@ -108,6 +121,21 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         if status == 404 {
             assert!(read.entries.is_empty());
         }
+    }
+    if let Ok(read) = &keys {
+        assert_eq!(Some(read.index), numeric_index);
+        if status == 404 {
+            assert!(read.keys.is_empty());
+        }
+    }
+    if let Some(names) = names
+        && numeric_index.is_some()
+        && status == 200
+    {
+        assert_eq!(
+            keys.expect("a well-formed list of keys decodes").keys,
+            names
+        );
     }
     if let Some(entries) = entries
         && numeric_index.is_some()
