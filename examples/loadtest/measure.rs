@@ -1,4 +1,5 @@
-//! The measuring run: the cluster is seeded, nudge is started, stamps everything, idles,
+//! The measuring run: the cluster is seeded, nudge is started, stamps everything, waits
+//! for the rollouts it started to settle, idles,
 //! follows changes of each source kind, and is restarted twice; every phase is
 //! measured as it happens and analysed afterwards (`report`).
 
@@ -328,6 +329,7 @@ impl<'a> Bench<'a> {
             .and_then(|t| t.duration_since(start.wall).ok())
             .unwrap_or_default();
         let (rss_stamped, _) = nudge.memory()?;
+        phases.push(self.settle_rollouts(&nudge).await?);
         let (idle, idle_rss_max) = self.idle(&nudge).await?;
         phases.push(idle.clone());
         let (rss_steady, _) = nudge.memory()?;
@@ -434,6 +436,27 @@ impl<'a> Bench<'a> {
             workloads.len()
         ));
         Ok(initial)
+    }
+
+    /// Waits until the cluster is quiet after the initial stamps: the double's
+    /// controllers have rolled what they can of the stamped workloads, and
+    /// nudge has recorded the outcomes of the rollouts that ended. The phase is
+    /// reported, so that what following costs while rollouts move is seen; the
+    /// idle phase after it is what following costs while nothing changes.
+    async fn settle_rollouts(&self, nudge: &Nudge) -> Result<Phase> {
+        let from = self.meter.mark(Some(nudge.pid))?;
+        self.double.settle().await?;
+        let settled = Phase::new(
+            "initial rollouts settle",
+            from,
+            self.meter.mark(Some(nudge.pid))?,
+        );
+        self.progress(&format!(
+            "initial rollouts settled in {:.1?}: {:.2?} CPU",
+            settled.wall(),
+            settled.nudge_cpu()
+        ));
+        Ok(settled)
     }
 
     /// Leaves nudge alone for the scale's idle time, reading its RSS every
