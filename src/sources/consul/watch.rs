@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -43,10 +42,6 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
     // still works, and the last known fingerprints stay in force.
     ready.listed();
     let (answers_tx, mut answers_rx) = mpsc::channel(ANSWER_BUFFER);
-    // The source's own tasks stop when it returns, shutdown or not.
-    let own_shutdown = shutdown.child_token();
-    let tasks = TaskTracker::new();
-    let one_off = spawn_one_off_reader(&source, &answers_tx, &own_shutdown, &tasks);
     let mut watch = Watch {
         source: source.clone(),
         registry: Registry::default(),
@@ -54,10 +49,10 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
         running: BTreeMap::new(),
         next_id: 0,
         answers: answers_tx,
-        shutdown: own_shutdown,
+        // The source's own tasks stop when it returns, shutdown or not.
+        shutdown: shutdown.child_token(),
         pending_reads: BTreeSet::new(),
-        one_off,
-        tasks,
+        tasks: TaskTracker::new(),
     };
     let mut replan_at: Option<Instant> = None;
     let mut interest_open = true;
@@ -117,78 +112,6 @@ fn joined_running_queries(
         .collect()
 }
 
-/// Starts the task reading keys once, outside their query: a key that joins a
-/// running query, or whose answer was older than what it had. At most
-/// `ONE_OFF_READS` at a time (the source's one-off permits); the rest wait as
-/// queued names, not as tasks, so that the thousands of keys joining running
-/// queries at start-up cost a queue entry each (as tasks they held about
-/// 24 MB at 10x). A failed read is retried with backoff; the key's query
-/// keeps watching meanwhile.
-fn spawn_one_off_reader(
-    source: &Arc<ConsulSource>,
-    answers: &mpsc::Sender<Answer>,
-    shutdown: &CancellationToken,
-    tasks: &TaskTracker,
-) -> mpsc::UnboundedSender<String> {
-    let (queue, mut queued) = mpsc::unbounded_channel::<String>();
-    let (source, answers, stop) = (source.clone(), answers.clone(), shutdown.clone());
-    let keys = futures::stream::poll_fn(move |cx| queued.poll_recv(cx));
-    tasks.spawn(async move {
-        let reads = keys.for_each_concurrent(super::ONE_OFF_READS, |key| {
-            let span = tracing::debug_span!("consul_read", source = %source.name(), key = %key);
-            read_one_off(&source, &answers, &stop, key).instrument(span)
-        });
-        tokio::select! {
-            () = reads => {}
-            () = stop.cancelled() => {}
-        }
-    });
-    queue
-}
-
-/// Reads `key` once and hands the answer to the run loop, retrying with backoff
-/// until it succeeds or the source stops.
-async fn read_one_off(
-    source: &ConsulSource,
-    answers: &mpsc::Sender<Answer>,
-    shutdown: &CancellationToken,
-    key: String,
-) {
-    let target = WatchTarget::Key(key);
-    let mut delay = Duration::from_millis(500);
-    loop {
-        let result = tokio::select! {
-            result = async {
-                let _permit = source.limits.one_off.acquire().await.ok()?;
-                Some(read(&source.client, &target, None).await)
-            } => result,
-            () = shutdown.cancelled() => None,
-        };
-        let Some(result) = result else { return };
-        match result {
-            Ok(read) => {
-                let answer = Answer {
-                    origin: Origin::OneOff,
-                    target,
-                    read,
-                    within: None,
-                    authoritative: false,
-                };
-                let _ = answers.send(answer).await;
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%error, category = error.category(), "Consul read failed");
-                delay = (delay * 2).min(source.settings.max_retry_interval);
-                tokio::select! {
-                    () = tokio::time::sleep(delay / 2 + super::query::jitter(delay / 2)) => {}
-                    () = shutdown.cancelled() => return,
-                }
-            }
-        }
-    }
-}
-
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -213,8 +136,6 @@ struct Watch {
     shutdown: CancellationToken,
     /// Keys already watched that gained an item needing its first observation.
     pending_reads: BTreeSet<String>,
-    /// Keys to read once, outside their query (see [`spawn_one_off_reader`]).
-    one_off: mpsc::UnboundedSender<String>,
     /// Every task the source started: query loops, their requests, one-off reads.
     tasks: TaskTracker,
 }
@@ -324,10 +245,51 @@ impl Watch {
         }
     }
 
-    /// Queues a read of `key` outside its query.
     fn spawn_one_off(&self, key: String) {
-        // Fails only once the reader has stopped: at shutdown.
-        let _ = self.one_off.send(key);
+        let source = self.source.clone();
+        let answers = self.answers.clone();
+        let shutdown = self.shutdown.clone();
+        let span = tracing::debug_span!("consul_read", source = %source.name(), key = %key);
+        self.tasks.spawn(
+            async move {
+                let target = WatchTarget::Key(key);
+                let mut delay = Duration::from_millis(500);
+                loop {
+                    let result = tokio::select! {
+                        result = async {
+                            let _permit = source.limits.one_off.acquire().await.ok()?;
+                            Some(read(&source.client, &target, None).await)
+                        } => result,
+                        () = shutdown.cancelled() => None,
+                    };
+                    let Some(result) = result else { return };
+                    match result {
+                        Ok(read) => {
+                            let answer = Answer {
+                                origin: Origin::OneOff,
+                                target,
+                                read,
+                                within: None,
+                                authoritative: false,
+                            };
+                            let _ = answers.send(answer).await;
+                            return;
+                        }
+                        Err(error) => {
+                            // The key's query keeps watching; this only delays the
+                            // first observation of the new item.
+                            tracing::warn!(%error, category = error.category(), "Consul read failed");
+                            delay = (delay * 2).min(source.settings.max_retry_interval);
+                            tokio::select! {
+                                () = tokio::time::sleep(delay / 2 + super::query::jitter(delay / 2)) => {}
+                                () = shutdown.cancelled() => return,
+                            }
+                        }
+                    }
+                }
+            }
+            .instrument(span),
+        );
     }
 
     /// Turns an answer into the observations that changed.
@@ -451,7 +413,6 @@ mod tests {
         )
         .unwrap();
         let (answers, _) = mpsc::channel(1);
-        let (one_off, _) = mpsc::unbounded_channel();
         Watch {
             source: Arc::new(source),
             registry: Registry::default(),
@@ -461,7 +422,6 @@ mod tests {
             answers,
             shutdown: CancellationToken::new(),
             pending_reads: BTreeSet::new(),
-            one_off,
             tasks: TaskTracker::new(),
         }
     }
