@@ -4,7 +4,8 @@
 //! # How consulrs is used, and where it is bypassed
 //!
 //! consulrs describes each API call as a rustify `Endpoint`; nudge uses its KV read
-//! endpoint ([`ReadKeyRequest`]: path, `dc`, `ns`, `recurse`) and its blocking-query
+//! endpoints ([`ReadKeyRequest`]: path, `dc`, `ns`, `recurse`; [`ReadKeysRequest`]
+//! for `?keys`, the names under a prefix) and its blocking-query
 //! feature ([`Features`] with [`Blocking`]: `index`, `wait`); answers are decoded
 //! by `super::kv`, as consulrs' `KVPair` reads them, without consulrs (the fuzz
 //! targets decode answers without the client). The request is built by rustify's lower-level
