@@ -308,6 +308,18 @@ impl Watch {
                     && this.plan.assigns(&target, key)
             }
         };
+        // The keys this answer reports for, of its query's, that `missing` says
+        // it did not see.
+        let assigned_missing = |this: &Self, missing: &dyn Fn(&str) -> bool| -> Vec<Name> {
+            this.plan
+                .0
+                .get(&target)
+                .into_iter()
+                .flatten()
+                .filter(|key| missing(key.as_str()) && reports_for(this, key))
+                .cloned()
+                .collect()
+        };
         let mut reread = Vec::new();
         let mut apply = |this: &mut Self, key: &str, seen: Seen<'_>| {
             let applied = this.registry.apply(key, seen, authoritative);
@@ -342,36 +354,16 @@ impl Watch {
                     }
                 }
                 let read_here = |key: &str| within.as_deref().is_none_or(|w| key.starts_with(w));
-                let absent: Vec<Name> = self
-                    .plan
-                    .0
-                    .get(&target)
-                    .into_iter()
-                    .flatten()
-                    .filter(|key| {
-                        read_here(key) && !present.contains(key.as_str()) && reports_for(self, key)
-                    })
-                    .cloned()
-                    .collect();
+                let absent =
+                    assigned_missing(self, &|key: &str| read_here(key) && !present.contains(key));
                 for key in absent {
                     apply(self, &key, Seen::Absent { index: read.index });
                 }
             }
             (WatchTarget::Prefix(_), Read::Keys(read)) => {
-                let gone: Vec<Name> = self
-                    .plan
-                    .0
-                    .get(&target)
-                    .into_iter()
-                    .flatten()
-                    .filter(|key| {
-                        read.keys
-                            .binary_search_by(|k| k.as_str().cmp(key.as_str()))
-                            .is_err()
-                            && reports_for(self, key)
-                    })
-                    .cloned()
-                    .collect();
+                let gone = assigned_missing(self, &|key: &str| {
+                    read.keys.binary_search_by(|k| k.as_str().cmp(key)).is_err()
+                });
                 for key in gone {
                     apply(self, &key, Seen::Absent { index: read.index });
                 }
