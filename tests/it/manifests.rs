@@ -37,6 +37,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
@@ -627,11 +628,17 @@ const VALUES: &[&str] = &[
 /// `helm template` of the chart as release `nudge` in `nudge-system` with
 /// `values`, parsed.
 pub(crate) fn render_chart(values: &str) -> Vec<Object> {
+    render_release("nudge", values)
+}
+
+/// `helm template` of the chart as release `release` in `nudge-system` with
+/// `values`, parsed.
+fn render_release(release: &str, values: &str) -> Vec<Object> {
     let scratch = Scratch::new();
     let values_file = scratch.file("values.yaml", values);
     let text = helm([
         OsStr::new("template"),
-        OsStr::new("nudge"),
+        OsStr::new(release),
         chart_dir().as_os_str(),
         OsStr::new("--namespace"),
         OsStr::new("nudge-system"),
@@ -709,6 +716,45 @@ fn helm_chart_with_default_values_is_a_cluster_wide_install() {
         Webhook::SelfManaged,
     );
     assert_eq!(deployment(&objects).spec.unwrap().replicas, Some(2));
+}
+
+/// Two releases in one namespace (say one per team, each watching its own
+/// namespaces) share no object and no name nudge writes to: each elects its own
+/// leader and keeps its own webhook certificate and configuration. The
+/// fingerprint key is the one thing shared: the same content gets the same
+/// fingerprint whichever release stamps it.
+#[test]
+fn two_releases_in_one_namespace_keep_apart() {
+    let names = |release: &str| {
+        let objects = render_release(release, DEFAULTS);
+        let deployment = deployment(&objects);
+        let config = check_config(&objects);
+        let mut names: BTreeSet<String> = objects.iter().map(kind_and_name).collect();
+        names.insert(format!("Lease/{}", config.leader_election.lease_name));
+        for var in [
+            "NUDGE_WEBHOOK__SECRET_NAME",
+            "NUDGE_WEBHOOK__CONFIGURATION_NAME",
+        ] {
+            let value = env_value(&deployment, var).unwrap_or_else(|| panic!("{var} is set"));
+            names.insert(format!("{var}={value}"));
+        }
+        (names, config.fingerprint.key_secret)
+    };
+    let (first, first_key) = names("team-a-nudge");
+    let (second, second_key) = names("team-b-nudge");
+    let shared: Vec<_> = first.intersection(&second).collect();
+    assert!(shared.is_empty(), "both releases use {shared:?}");
+    assert_eq!(first_key, second_key, "the fingerprint key is shared");
+    // A release named nudge keeps the names it always had (an upgrade moves
+    // nothing).
+    let (default, _) = names("nudge");
+    for name in [
+        "Lease/nudge",
+        "MutatingWebhookConfiguration/nudge",
+        "NUDGE_WEBHOOK__SECRET_NAME=nudge-webhook-tls",
+    ] {
+        assert!(default.contains(name), "{name} in {default:?}");
+    }
 }
 
 #[test]
@@ -1158,24 +1204,41 @@ fn value_paths(node: &Yaml, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
+/// The metadata of any object but a custom resource, with its kind.
+fn metadata_of(object: &Object) -> Option<(&'static str, &ObjectMeta)> {
+    Some(match object {
+        Object::Namespace(o) => ("Namespace", &o.metadata),
+        Object::ServiceAccount(o) => ("ServiceAccount", &o.metadata),
+        Object::ConfigMap(o) => ("ConfigMap", &o.metadata),
+        Object::Secret(o) => ("Secret", &o.metadata),
+        Object::Service(o) => ("Service", &o.metadata),
+        Object::Deployment(o) => ("Deployment", &o.metadata),
+        Object::PodDisruptionBudget(o) => ("PodDisruptionBudget", &o.metadata),
+        Object::Role(o) => ("Role", &o.metadata),
+        Object::RoleBinding(o) => ("RoleBinding", &o.metadata),
+        Object::ClusterRole(o) => ("ClusterRole", &o.metadata),
+        Object::ClusterRoleBinding(o) => ("ClusterRoleBinding", &o.metadata),
+        Object::MutatingWebhookConfiguration(o) => ("MutatingWebhookConfiguration", &o.metadata),
+        Object::Custom { .. } => return None,
+    })
+}
+
 /// The labels of any object.
 fn labels_of(object: &Object) -> BTreeMap<String, String> {
-    let metadata = match object {
-        Object::Namespace(o) => &o.metadata,
-        Object::ServiceAccount(o) => &o.metadata,
-        Object::ConfigMap(o) => &o.metadata,
-        Object::Secret(o) => &o.metadata,
-        Object::Service(o) => &o.metadata,
-        Object::Deployment(o) => &o.metadata,
-        Object::PodDisruptionBudget(o) => &o.metadata,
-        Object::Role(o) => &o.metadata,
-        Object::RoleBinding(o) => &o.metadata,
-        Object::ClusterRole(o) => &o.metadata,
-        Object::ClusterRoleBinding(o) => &o.metadata,
-        Object::MutatingWebhookConfiguration(o) => &o.metadata,
-        Object::Custom { labels, .. } => return labels.clone(),
-    };
-    metadata.labels.clone().unwrap_or_default()
+    match (object, metadata_of(object)) {
+        (Object::Custom { labels, .. }, _) => labels.clone(),
+        (_, Some((_, metadata))) => metadata.labels.clone().unwrap_or_default(),
+        (_, None) => BTreeMap::new(),
+    }
+}
+
+/// `Kind/name` of any object.
+fn kind_and_name(object: &Object) -> String {
+    match (object, metadata_of(object)) {
+        (Object::Custom { kind, name, .. }, _) => format!("{kind}/{name}"),
+        (_, Some((kind, metadata))) => format!("{kind}/{}", metadata.name.as_deref().unwrap_or("")),
+        (_, None) => unreachable!("only a custom resource has no typed metadata"),
+    }
 }
 
 /// A misspelt value (the schema has no such key) or a mistyped one fails
@@ -2358,7 +2421,8 @@ const ALLOWED: &[Allowed] = &[
         group: "coordination.k8s.io",
         resources: &["leases"],
         verbs: &["get", "update"],
-        names: Some(&["nudge"]),
+        // The release's own (PLATFORM's fullnameOverride names it).
+        names: Some(&["nudge", "platform-nudge"]),
         own_namespace: true,
         cluster: false,
     },
@@ -2374,7 +2438,11 @@ const ALLOWED: &[Allowed] = &[
         group: "",
         resources: &["secrets"],
         verbs: &["get", "update", "patch"],
-        names: Some(&["nudge-fingerprint-key", "nudge-webhook-tls"]),
+        names: Some(&[
+            "nudge-fingerprint-key",
+            "nudge-webhook-tls",
+            "platform-nudge-webhook-tls",
+        ]),
         own_namespace: true,
         cluster: false,
     },
@@ -2384,7 +2452,7 @@ const ALLOWED: &[Allowed] = &[
         // The self-managed certificate's caBundle is written by a conditional
         // update (replace with resourceVersion), so it never clobbers a concurrent edit.
         verbs: &["get", "update", "patch"],
-        names: Some(&["nudge"]),
+        names: Some(&["nudge", "platform-nudge"]),
         own_namespace: false,
         cluster: true,
     },

@@ -136,7 +136,27 @@ the release's namespace-independent settings merged in. */ -}}
 {{- $_ := set $section $key (printf "%s/%s" $mount.dir $file) }}
 {{- end }}
 {{- end }}
+{{- if not (hasKey $config "leader_election") }}{{ $_ := set $config "leader_election" dict }}{{ end }}
+{{- $_ := set $config.leader_election "lease_name" (include "nudge.leaseName" .) }}
 {{- toToml $config }}
+{{- end }}
+
+{{- /* The leader election Lease: the release's own unless named, so that two
+releases in one namespace each elect a leader. */ -}}
+{{- define "nudge.leaseName" -}}
+{{- default (include "nudge.fullname" .) (dig "leader_election" "lease_name" "" .Values.config) }}
+{{- end }}
+
+{{- /* The Secret of the webhook's certificate: the release's own unless named,
+so that two releases in one namespace do not overwrite each other's. */ -}}
+{{- define "nudge.webhookTlsSecretName" -}}
+{{- default (printf "%s-webhook-tls" (include "nudge.fullname" .)) .Values.webhook.tlsSecretName }}
+{{- end }}
+
+{{- /* The MutatingWebhookConfiguration (cluster-scoped): the release's own
+unless named, so that a second release can be installed. */ -}}
+{{- define "nudge.webhookConfigurationName" -}}
+{{- default (include "nudge.fullname" .) .Values.webhook.configurationName }}
 {{- end }}
 
 {{- /* PromQL label matchers selecting nudge's own series. */ -}}
