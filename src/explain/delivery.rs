@@ -257,7 +257,9 @@ pub(super) fn delivery_report(
 }
 
 /// The workload's verdict when its own settings hold pending config: a wait
-/// nudge means, not a controller falling behind.
+/// nudge means, not a controller falling behind. Its message is the hold's note
+/// as the Event says it ("config … is pending approval: …"), which already
+/// says it is held.
 pub(super) fn held_verdict(report: &DeliveryReport, verdict: Verdict) -> Verdict {
     let waits = matches!(
         verdict.state,
@@ -266,7 +268,7 @@ pub(super) fn held_verdict(report: &DeliveryReport, verdict: Verdict) -> Verdict
     match (&report.held, &report.pending) {
         (Some(note), Some(_)) if waits => Verdict {
             state: State::Held,
-            message: format!("held: {note}"),
+            message: note.clone(),
         },
         _ => verdict,
     }

@@ -676,7 +676,7 @@ fn manual_mode_shows_the_pending_fingerprint_to_approve() {
     assert_eq!(
         report.verdict.message,
         format!(
-            "held: config {pending} is pending approval: set nudge.dev/approve: {pending} (or latest)"
+            "config {pending} is pending approval: set nudge.dev/approve: {pending} (or latest)"
         )
     );
     assert_eq!(report.delivery.mode, "manual");
