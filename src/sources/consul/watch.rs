@@ -246,50 +246,14 @@ impl Watch {
     }
 
     fn spawn_one_off(&self, key: String) {
-        let source = self.source.clone();
-        let answers = self.answers.clone();
-        let shutdown = self.shutdown.clone();
-        let span = tracing::debug_span!("consul_read", source = %source.name(), key = %key);
-        self.tasks.spawn(
-            async move {
-                let target = WatchTarget::Key(key);
-                let mut delay = Duration::from_millis(500);
-                loop {
-                    let result = tokio::select! {
-                        result = async {
-                            let _permit = source.limits.one_off.acquire().await.ok()?;
-                            Some(read(&source.client, &target, None).await)
-                        } => result,
-                        () = shutdown.cancelled() => None,
-                    };
-                    let Some(result) = result else { return };
-                    match result {
-                        Ok(read) => {
-                            let answer = Answer {
-                                origin: Origin::OneOff,
-                                target,
-                                read,
-                                within: None,
-                                authoritative: false,
-                            };
-                            let _ = answers.send(answer).await;
-                            return;
-                        }
-                        Err(error) => {
-                            // The key's query keeps watching; this only delays the
-                            // first observation of the new item.
-                            tracing::warn!(%error, category = error.category(), "Consul read failed");
-                            delay = (delay * 2).min(source.settings.max_retry_interval);
-                            tokio::select! {
-                                () = tokio::time::sleep(delay / 2 + super::query::jitter(delay / 2)) => {}
-                                () = shutdown.cancelled() => return,
-                            }
-                        }
-                    }
-                }
-            }
-            .instrument(span),
+        let span = tracing::debug_span!("consul_read", source = %self.source.name(), key = %key);
+        let read = one_off_read(
+            self.source.clone(),
+            self.answers.clone(),
+            self.shutdown.clone(),
+            key,
         );
+        self.tasks.spawn(read.instrument(span));
     }
 
     /// Turns an answer into the observations that changed.
@@ -382,6 +346,55 @@ impl Watch {
     }
 }
 
+/// Reads `key` once, retrying until it is read or the source shuts down, and
+/// hands the answer on. At start-up thousands of these wait at once for one of
+/// the source's few one-off permits (every key that joins a running prefix
+/// query), so what waits is kept small: the request and the hand-over are boxed
+/// only once they run (with them inline a waiting task took 1.8 KB: 24 MB of
+/// the heap's peak at 10x).
+async fn one_off_read(
+    source: Arc<ConsulSource>,
+    answers: mpsc::Sender<Answer>,
+    shutdown: CancellationToken,
+    key: String,
+) {
+    let target = WatchTarget::Key(key);
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let result = tokio::select! {
+            result = async {
+                let _permit = source.limits.one_off.acquire().await.ok()?;
+                Some(Box::pin(read(&source.client, &target, None)).await)
+            } => result,
+            () = shutdown.cancelled() => None,
+        };
+        let Some(result) = result else { return };
+        match result {
+            Ok(read) => {
+                let answer = Answer {
+                    origin: Origin::OneOff,
+                    target,
+                    read,
+                    within: None,
+                    authoritative: false,
+                };
+                let _ = Box::pin(answers.send(answer)).await;
+                return;
+            }
+            Err(error) => {
+                // The key's query keeps watching; this only delays the
+                // first observation of the new item.
+                tracing::warn!(%error, category = error.category(), "Consul read failed");
+                delay = (delay * 2).min(source.settings.max_retry_interval);
+                tokio::select! {
+                    () = tokio::time::sleep(delay / 2 + super::query::jitter(delay / 2)) => {}
+                    () = shutdown.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,6 +429,17 @@ mod tests {
             pending_reads: BTreeSet::new(),
             tasks: TaskTracker::new(),
         }
+    }
+
+    /// Thousands of one-off reads wait for a permit at start-up: each must stay
+    /// small while it waits (the request and the hand-over are boxed): 576
+    /// bytes in a test build, against 1,696 with them inline.
+    #[test]
+    fn a_waiting_one_off_read_is_small() {
+        let w = watch(1);
+        let read = one_off_read(w.source, w.answers, w.shutdown, "p/a".to_owned());
+        let size = std::mem::size_of_val(&read);
+        assert!(size <= 768, "a one-off read's future takes {size} bytes");
     }
 
     #[tokio::test]
