@@ -116,6 +116,18 @@ impl TestCluster {
     }
 
     async fn with_backend(backend: Backend, test: &str) -> TestCluster {
+        // On an external cluster the drop deletes the namespace with the test's
+        // client, whose connections the test's runtime drives: a single-threaded
+        // runtime blocked in that drop would hang the external pass. Refused on
+        // the double too, so CI finds such a test before an external run does.
+        if tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::CurrentThread
+        {
+            panic!(
+                "{test}: a TestCluster needs a multi-threaded runtime; write \
+                 #[tokio::test(flavor = \"multi_thread\")]"
+            );
+        }
         capture_logs();
         let kubeconfig = match &backend {
             Backend::Double(double) => double.kubeconfig_path().to_owned(),
