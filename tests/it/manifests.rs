@@ -1225,20 +1225,21 @@ fn metadata_of(object: &Object) -> Option<(&'static str, &ObjectMeta)> {
 
 /// The labels of any object.
 fn labels_of(object: &Object) -> BTreeMap<String, String> {
-    match (object, metadata_of(object)) {
-        (Object::Custom { labels, .. }, _) => labels.clone(),
-        (_, Some((_, metadata))) => metadata.labels.clone().unwrap_or_default(),
-        (_, None) => BTreeMap::new(),
+    if let Object::Custom { labels, .. } = object {
+        return labels.clone();
     }
+    metadata_of(object)
+        .and_then(|(_, metadata)| metadata.labels.clone())
+        .unwrap_or_default()
 }
 
 /// `Kind/name` of any object.
 fn kind_and_name(object: &Object) -> String {
-    match (object, metadata_of(object)) {
-        (Object::Custom { kind, name, .. }, _) => format!("{kind}/{name}"),
-        (_, Some((kind, metadata))) => format!("{kind}/{}", metadata.name.as_deref().unwrap_or("")),
-        (_, None) => unreachable!("only a custom resource has no typed metadata"),
+    if let Object::Custom { kind, name, .. } = object {
+        return format!("{kind}/{name}");
     }
+    let (kind, metadata) = metadata_of(object).expect("a typed object has metadata");
+    format!("{kind}/{}", metadata.name.as_deref().unwrap_or(""))
 }
 
 /// A misspelt value (the schema has no such key) or a mistyped one fails
