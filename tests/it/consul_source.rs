@@ -5,7 +5,7 @@ use crate::support::consul as consul_support;
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use consul_support::{
     ConnectionSampler, ConsulAgent, Driver, cx, fast_watch, put_at, source, source_with, tracked,
 };
@@ -23,6 +23,9 @@ const SOON: Duration = Duration::from_secs(5);
 const AGENT_CONNECTION_LIMIT: u64 = 200;
 /// How long a change held by the token bucket (8 s) is watched for not showing.
 const QUIET: Duration = Duration::from_millis(1500);
+/// Generous bound for a change to be read by the rechecks (every second) that
+/// stand in for a refused blocking query.
+const RECHECKED: Duration = Duration::from_secs(3);
 
 fn native(value: &[u8]) -> Observation {
     Observation::Present(native_value(value))
@@ -592,6 +595,97 @@ async fn five_thousand_keys_stay_within_the_connection_limit() -> Result<()> {
         "the agent held {held} connections"
     );
     assert_eq!(driver.source.query_errors(), 0, "no 429s or other errors");
+    driver.shutdown().await
+}
+
+/// A nudge restarted at the same address finds the agent's connections taken:
+/// Consul keeps serving the blocking queries the stopped process abandoned, and
+/// counting their connections, until their `wait` ends (or what they watch
+/// changes). Here a stopped process's query and the test's idle connections
+/// take every connection but one, which the new process's pool gets. Its
+/// blocking queries are refused and its rechecks on the pooled connection are
+/// not: the refused queries back off (0.5–1 s, 1–2 s, …) instead of retrying
+/// every second, changes made meanwhile are read by the rechecks within about a
+/// second and each reported once, and blocking resumes once the abandoned query
+/// ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_refused_at_the_connection_limit_back_off_and_lose_no_change() -> Result<()> {
+    let agent = ConsulAgent::start_dev_with("limits { http_max_conns_per_client = 10 }")?;
+    for (key, value) in [("old/x", "x1"), ("app/a", "a1"), ("app/b", "b1")] {
+        agent.put(key, value.as_bytes()).await?;
+    }
+    let watch = WatchSettings {
+        wait: Duration::from_secs(15),
+        max_concurrent_queries: 1,
+        max_retry_interval: Duration::from_secs(8),
+        ..fast_watch()
+    };
+    let follow = |keys: &[&str]| {
+        let driver = Driver::run(source(&agent.addr(), watch.clone()), 16);
+        for key in keys {
+            driver.track(tracked(key, Algorithm::Native));
+        }
+        driver
+    };
+    let mut stopped = follow(&["old/x"]);
+    stopped.next(SOON).await?;
+    stopped.wait_blocking(1).await?;
+    // Sent, not only started.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let abandoned_at = Instant::now();
+    stopped.shutdown().await?;
+
+    let mut idle = agent.take_free_connections().await?;
+    drop(idle.pop().context("the agent had no free connection")?);
+    let mut driver = follow(&["app/a", "app/b"]);
+    for _ in 0..2 {
+        driver.next(SOON).await?;
+    }
+    // Four refused in a row: the next blocking query waits 4–8 s. The prefix
+    // is rechecked every second meanwhile, so changes are read within about
+    // that.
+    driver
+        .wait_until(SOON * 2, "four refused blocking queries", |s| {
+            s.query_errors() >= 4
+        })
+        .await?;
+    for (key, value) in [("app/a", "a2"), ("app/b", "b2")] {
+        agent.put(key, value.as_bytes()).await?;
+        assert_eq!(
+            driver.next(RECHECKED).await?,
+            update(key, Algorithm::Native, native(value.as_bytes()))
+        );
+    }
+
+    // The abandoned query ends `wait` + at most `wait`/16 after it was sent.
+    let freed = watch.wait + watch.wait / 16 + Duration::from_millis(500);
+    tokio::time::sleep(freed.saturating_sub(abandoned_at.elapsed())).await;
+    let errors = driver.source.query_errors();
+    // Refused queries in a row wait 0.5–1 s, 1–2 s, 2–4 s, 4–8 s, then 8 s: at
+    // most six fit in the 16.4 s the connection was held. Retrying every second
+    // after each successful recheck (as before) failed about a dozen times.
+    assert!(
+        errors <= 6,
+        "{errors} failures while the connection was held"
+    );
+    driver
+        .wait_until(Duration::from_secs(10), "blocking again", |s| {
+            s.blocking_queries_in_flight() == 1
+        })
+        .await?;
+    drop(idle);
+    let settled = driver.source.query_errors();
+    agent.put("app/a", b"a3").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("app/a", Algorithm::Native, native(b"a3"))
+    );
+    assert_eq!(driver.collect_for(QUIET).await, [], "each change once");
+    assert_eq!(
+        driver.source.query_errors(),
+        settled,
+        "no failure once freed"
+    );
     driver.shutdown().await
 }
 

@@ -1,7 +1,9 @@
 //! One blocking-query loop per [`WatchTarget`], following Consul's rules for blocking
 //! queries (<https://developer.hashicorp.com/consul/api-docs/features/blocking>):
 //! the index is reset when it goes backwards and never below 1 after a read, the
-//! loop is rate-limited with jitter, and failures back off exponentially with jitter.
+//! loop is rate-limited with jitter, and failures back off exponentially with jitter
+//! until a blocking query answers again; in between, a prefix query rechecks its
+//! names and index before it reads values again.
 //! An answer whose index went backwards is acted on only once a `consistent` read
 //! confirms it: a restarted server answers from its older state until it has
 //! applied its log, a restored or rebuilt cluster for good. A prefix query blocks
@@ -21,7 +23,8 @@ use super::WatchSettings;
 use super::client::{BlockOn, ClientError, ConsulClient, KeyRead, KeysRead, PrefixRead};
 use super::narrow;
 use super::plan::WatchTarget;
-use crate::rate::TokenBucket;
+use crate::errors::error_chain;
+use crate::rate::{Backoff, TokenBucket};
 
 /// Margin after a blocking query's server-side deadline (`wait` + `wait/16`) before
 /// its connection slot on the agent is considered free again.
@@ -141,6 +144,8 @@ async fn block(
 pub(crate) struct IndexCursor {
     last: Option<u64>,
     next: u64,
+    /// The last read failed; nothing was taken since.
+    failed: bool,
 }
 
 impl IndexCursor {
@@ -161,6 +166,7 @@ impl IndexCursor {
     pub fn advance(&mut self, index: u64, was_blocking: bool) -> bool {
         let backwards = self.went_backwards(index);
         self.last = Some(index);
+        self.failed = false;
         self.next = if backwards && was_blocking {
             0
         } else {
@@ -174,34 +180,91 @@ impl IndexCursor {
     /// after the restart is still noticed.
     pub fn restart(&mut self) {
         self.next = 0;
+        self.failed = true;
+    }
+
+    /// After a failure, the index last taken: a read that finds it unchanged
+    /// need not read values again (see [`QueryLoop::recheck`]). `None` before the
+    /// first answer and after any answer taken since.
+    pub fn failed_after(&self) -> Option<u64> {
+        self.last.filter(|_| self.failed)
+    }
+
+    /// A recheck found the index unchanged: block on it again.
+    pub fn resume(&mut self) {
+        if let Some(last) = self.last {
+            self.advance(last, false);
+        }
     }
 }
 
-/// Exponential backoff with jitter: 1 s, 2 s, 4 s, … capped at `max`; each delay is
-/// drawn from its upper half.
+/// The first delay after a failure; each next one doubles, up to
+/// `max_retry_interval`.
+pub(super) const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+/// How often a target is rechecked while its refused blocking query waits out
+/// its backoff: a change is read within about this.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// A query loop's failures in a row: the backoff before the next attempt, and
+/// what was logged, so that a run of one failure is logged once (warn) and its
+/// end once (info) instead of at every attempt; each failure is still counted
+/// in the source's metrics.
 #[derive(Debug)]
-pub(crate) struct Backoff {
+struct Failures {
+    backoff: Backoff,
     max: Duration,
-    current: Option<Duration>,
+    in_a_row: u32,
+    /// The category of the failure last logged at warn: a run of failures is
+    /// logged again when its kind changes (a refused connection, then a 403).
+    logged: Option<&'static str>,
+    /// After a failed blocking query: no blocking query before this instant.
+    blocking_held: Option<Instant>,
 }
 
-impl Backoff {
-    /// A backoff capped at `max`.
-    pub fn new(max: Duration) -> Self {
-        Self { max, current: None }
+impl Failures {
+    fn new(max: Duration) -> Self {
+        Self {
+            backoff: Backoff::new(FIRST_RETRY, max),
+            max,
+            in_a_row: 0,
+            logged: None,
+            blocking_held: None,
+        }
     }
 
-    /// The next delay.
-    pub fn next_delay(&mut self) -> Duration {
-        let base = Duration::from_secs(1).min(self.max);
-        let delay = self.current.map_or(base, |d| (d * 2).min(self.max));
-        self.current = Some(delay);
-        delay / 2 + jitter(delay / 2)
+    /// No blocking query before `until` (the backoff after a failed one).
+    fn hold_blocking(&mut self, until: Instant) {
+        self.blocking_held = Some(until);
     }
 
-    /// Back to the first delay, after a success.
-    pub fn reset(&mut self) {
-        self.current = None;
+    /// When the next blocking query may go, if that is after `now`.
+    fn blocking_held_until(&self, now: Instant) -> Option<Instant> {
+        self.blocking_held.filter(|until| *until > now)
+    }
+
+    /// Logs a failure; returns the delay before the next attempt.
+    fn failed(&mut self, error: &ClientError) -> Duration {
+        let delay = self.backoff.next_delay();
+        self.in_a_row += 1;
+        let category = error.category();
+        let text = error_chain(error);
+        let in_a_row = self.in_a_row;
+        if self.logged == Some(category) {
+            tracing::debug!(error = %text, category, retry_in = ?delay, in_a_row, "Consul query failed again");
+        } else {
+            tracing::warn!(error = %text, category, retry_in = ?delay, in_a_row, "Consul query failed");
+            self.logged = Some(category);
+        }
+        delay
+    }
+
+    /// A blocking query answered: the run of failures, if any, is over.
+    fn answered(&mut self) {
+        if self.in_a_row > 0 {
+            tracing::info!(failures = self.in_a_row, "Consul query answered again");
+            *self = Self::new(self.max);
+        }
     }
 }
 
@@ -321,9 +384,23 @@ impl QueryLoop {
     async fn run(self) {
         tracing::debug!("query started");
         let mut cursor = IndexCursor::default();
-        let mut backoff = Backoff::new(self.settings.max_retry_interval);
+        let mut failures = Failures::new(self.settings.max_retry_interval);
         let mut pace = Pace::new(&self.settings);
         loop {
+            if cursor.next() != 0
+                && let Some(until) = failures.blocking_held_until(Instant::now())
+            {
+                // A refused blocking query waits out its backoff; meanwhile the
+                // target is rechecked every `RECHECK_EVERY`, so a change is still
+                // read within about that.
+                if !self
+                    .sleep_until(until.min(Instant::now() + RECHECK_EVERY))
+                    .await
+                {
+                    break;
+                }
+                cursor.restart();
+            }
             if let Some(pace) = pace.as_mut()
                 && let Err(available) = pace.try_take(Instant::now())
             {
@@ -335,22 +412,35 @@ impl QueryLoop {
                 let _ = pace.try_take(Instant::now());
             }
             let index = cursor.next();
-            let result = if index == 0 {
-                self.read_once().await
-            } else {
-                self.read_blocking(index).await
+            let result = match (index, cursor.failed_after()) {
+                (0, Some(last)) => self.recheck(last).await,
+                (0, None) => self.read_once().await.map(|r| r.map(Some)),
+                _ => self.read_blocking(index).await.map(|r| r.map(Some)),
             };
             let Some(result) = result else { break };
             let read = match result {
-                Ok(read) => read,
+                Ok(Some(read)) => read,
+                Ok(None) => {
+                    cursor.resume();
+                    continue;
+                }
                 Err(error) => {
-                    if !self.retry_later(&mut cursor, &mut backoff, &error).await {
+                    let blocking = index != 0;
+                    if !self
+                        .retry_later(&mut cursor, &mut failures, &error, blocking)
+                        .await
+                    {
                         break;
                     }
                     continue;
                 }
             };
-            backoff.reset();
+            if index != 0 {
+                // Only a blocking query's answer ends a run of failures: while
+                // the agent refuses new connections, the rechecks on pooled
+                // connections still succeed, and must not reset the backoff.
+                failures.answered();
+            }
             let (read, authoritative) = if cursor.went_backwards(read.index()) {
                 // A server that restarted and has not yet applied its log, or a
                 // cluster restored from an older snapshot (or rebuilt): only a
@@ -367,7 +457,10 @@ impl QueryLoop {
                         (confirmed, authoritative)
                     }
                     Some(Err(error)) => {
-                        if !self.retry_later(&mut cursor, &mut backoff, &error).await {
+                        if !self
+                            .retry_later(&mut cursor, &mut failures, &error, false)
+                            .await
+                        {
                             break;
                         }
                         continue;
@@ -382,7 +475,10 @@ impl QueryLoop {
                     None => break,
                     Some(Ok(answers)) => answers,
                     Some(Err(error)) => {
-                        if !self.retry_later(&mut cursor, &mut backoff, &error).await {
+                        if !self
+                            .retry_later(&mut cursor, &mut failures, &error, false)
+                            .await
+                        {
                             break;
                         }
                         continue;
@@ -447,18 +543,53 @@ impl QueryLoop {
         }))
     }
 
-    /// After a failed read: the next read is a fresh non-blocking one, after a
-    /// backoff; `false` when stopped meanwhile.
+    /// After a failed read: the next read is a non-blocking recheck. After a
+    /// failed blocking query the recheck comes at once and the next blocking
+    /// query after the backoff (see `run`); after any other failure (Consul
+    /// unreachable) the recheck waits out the backoff. `false` when stopped
+    /// meanwhile.
     async fn retry_later(
         &self,
         cursor: &mut IndexCursor,
-        backoff: &mut Backoff,
+        failures: &mut Failures,
         error: &ClientError,
+        blocking: bool,
     ) -> bool {
         cursor.restart();
-        let delay = backoff.next_delay();
-        tracing::warn!(%error, category = error.category(), retry_in = ?delay, "Consul query failed");
+        let delay = failures.failed(error);
+        if blocking {
+            failures.hold_blocking(Instant::now() + delay);
+            return true;
+        }
         self.sleep_until(Instant::now() + delay).await
+    }
+
+    /// The first read after a failure. For a prefix, its names first (no values):
+    /// when their index is still `last`, nothing under it changed (a write or a
+    /// deletion moves it) and the answer is `Ok(None)`: the loop blocks on `last`
+    /// again. Otherwise, and for a key, a full read as at the start, which also
+    /// compares a restarted Consul at once. While the agent refuses new
+    /// connections (its `http_max_conns_per_client` taken, for example by the
+    /// abandoned queries of a nudge that just stopped, which Consul keeps until
+    /// their `wait` ends), a prefix is rechecked every `RECHECK_EVERY` on a
+    /// pooled connection, each time an answer of names, not its group's values.
+    /// `None` when stopped.
+    async fn recheck(&self, last: u64) -> Option<Result<Option<Read>, ClientError>> {
+        if let WatchTarget::Prefix(prefix) = &self.target {
+            let names = tokio::select! {
+                result = async {
+                    let _permit = self.limits.one_off.acquire().await.ok()?;
+                    Some(self.client.list_keys(prefix, None).await)
+                } => result?,
+                () = self.stop.cancelled() => return None,
+            };
+            match names {
+                Ok(names) if names.index == last => return Some(Ok(None)),
+                Ok(_) => {}
+                Err(error) => return Some(Err(error)),
+            }
+        }
+        self.read_once().await.map(|result| result.map(Some))
     }
 
     /// Sleeps; `false` when stopped meanwhile.
@@ -632,20 +763,71 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_up_to_the_cap_with_jitter_in_the_upper_half() {
-        let mut b = Backoff::new(Duration::from_secs(30));
-        let expected = [1, 2, 4, 8, 16, 30, 30];
-        for secs in expected {
-            let d = b.next_delay();
-            let full = Duration::from_secs(secs);
+    fn failures_back_off_until_a_blocking_query_answers() {
+        let mut f = Failures::new(Duration::from_secs(30));
+        // 0.5–1 s, 1–2 s, 2–4 s, …, then the cap.
+        for first_ms in [500, 1000, 2000, 4000, 8000, 16000, 30000] {
+            let d = f.failed(&ClientError::Timeout);
+            let low = Duration::from_millis(first_ms);
             assert!(
-                d >= full / 2 && d <= full,
-                "{d:?} not in [{:?}, {full:?}]",
-                full / 2
+                d >= low && d <= (low * 2).min(Duration::from_secs(30)),
+                "{d:?} for {low:?}"
             );
         }
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_secs(1));
+        f.answered();
+        assert!(f.failed(&ClientError::Timeout) <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_refused_blocking_query_is_held_back_until_one_answers() {
+        let mut f = Failures::new(Duration::from_secs(30));
+        let now = Instant::now();
+        assert_eq!(f.blocking_held_until(now), None);
+        f.hold_blocking(now + Duration::from_secs(2));
+        assert_eq!(
+            f.blocking_held_until(now),
+            Some(now + Duration::from_secs(2))
+        );
+        assert_eq!(f.blocking_held_until(now + Duration::from_secs(2)), None);
+        f.failed(&ClientError::Timeout);
+        f.answered();
+        assert_eq!(f.blocking_held_until(now), None);
+    }
+
+    #[test]
+    fn a_cap_below_the_first_delay_is_kept() {
+        let mut f = Failures::new(Duration::from_millis(200));
+        assert!(f.failed(&ClientError::Timeout) <= Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_run_of_one_kind_of_failure_is_logged_once_and_another_kind_again() {
+        let mut f = Failures::new(Duration::from_secs(30));
+        f.failed(&ClientError::Timeout);
+        let logged = f.logged;
+        f.failed(&ClientError::Timeout);
+        assert_eq!(f.logged, logged, "the same failure again");
+        f.failed(&ClientError::MissingIndex);
+        assert_ne!(f.logged, logged, "another kind is logged");
+        assert_eq!(f.in_a_row, 3);
+        f.answered();
+        assert_eq!((f.in_a_row, f.logged), (0, None));
+    }
+
+    #[test]
+    fn after_a_failure_the_last_index_is_rechecked_then_blocked_on_again() {
+        let mut c = IndexCursor::default();
+        c.restart();
+        assert_eq!(c.failed_after(), None, "nothing taken yet: a full read");
+        c.advance(20, false);
+        assert_eq!(c.failed_after(), None);
+        c.restart();
+        assert_eq!((c.next(), c.failed_after()), (0, Some(20)));
+        c.resume();
+        assert_eq!((c.next(), c.failed_after()), (20, None));
+        c.restart();
+        assert!(!c.advance(25, false), "a recheck that found a change");
+        assert_eq!((c.next(), c.failed_after()), (25, None));
     }
 
     fn prefix_answer(changes: &[(&str, u64)], index: u64) -> Read {
@@ -739,11 +921,5 @@ mod tests {
         });
         observe(&mut pace, &key, 5, start);
         assert!(pace.try_take(start).is_err(), "a key loop keeps one bucket");
-    }
-
-    #[test]
-    fn backoff_below_one_second_uses_the_cap() {
-        let mut b = Backoff::new(Duration::from_millis(200));
-        assert!(b.next_delay() <= Duration::from_millis(200));
     }
 }

@@ -15,7 +15,9 @@ use super::ConsulSource;
 use super::plan::{Plan, WatchTarget};
 use super::query::{Answer, Origin, QueryLoop, Read, read};
 use super::state::{Registry, Seen, TrackOutcome, UntrackOutcome};
+use crate::errors::error_chain;
 use crate::model::Name;
+use crate::rate::Backoff;
 use crate::sources::Source as _;
 use crate::sources::{Interest, SourceContext, SourceError, SourceUpdate};
 
@@ -359,7 +361,8 @@ async fn one_off_read(
     key: String,
 ) {
     let target = WatchTarget::Key(key);
-    let mut delay = Duration::from_millis(500);
+    // Boxed on the first failure: thousands of these wait at once.
+    let mut backoff: Option<Box<Backoff>> = None;
     loop {
         let result = tokio::select! {
             result = async {
@@ -384,10 +387,15 @@ async fn one_off_read(
             Err(error) => {
                 // The key's query keeps watching; this only delays the
                 // first observation of the new item.
-                tracing::warn!(%error, category = error.category(), "Consul read failed");
-                delay = (delay * 2).min(source.settings.max_retry_interval);
+                let delay = backoff
+                    .get_or_insert_with(|| {
+                        let max = source.settings.max_retry_interval;
+                        Box::new(Backoff::new(super::query::FIRST_RETRY, max))
+                    })
+                    .next_delay();
+                tracing::warn!(error = %error_chain(&error), category = error.category(), retry_in = ?delay, "Consul read failed");
                 tokio::select! {
-                    () = tokio::time::sleep(delay / 2 + super::query::jitter(delay / 2)) => {}
+                    () = tokio::time::sleep(delay) => {}
                     () = shutdown.cancelled() => return,
                 }
             }

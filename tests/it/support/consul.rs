@@ -261,6 +261,26 @@ impl ConsulAgent {
             .with_context(|| format!("agent log: {}", self.work_dir.join("agent.log").display()))
     }
 
+    /// Takes every connection the agent still accepts from 127.0.0.1 (its
+    /// `limits.http_max_conns_per_client`) with an idle connection, until one is
+    /// refused (reset at once). Dropping a returned connection frees its slot.
+    pub async fn take_free_connections(&self) -> Result<Vec<tokio::net::TcpStream>> {
+        use tokio::io::AsyncReadExt as _;
+        let mut held = Vec::new();
+        for _ in 0..1000 {
+            let mut stream =
+                tokio::net::TcpStream::connect(("127.0.0.1", self.http_port())).await?;
+            let mut buf = [0u8; 1];
+            match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buf)).await {
+                // Open and quiet: the agent counts it.
+                Err(_) => held.push(stream),
+                // Closed or reset: refused.
+                Ok(_) => return Ok(held),
+            }
+        }
+        bail!("the agent accepted 1000 connections: is its connection limit set?")
+    }
+
     /// Writes a key through this agent.
     pub async fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         put_at(&self.http, &self.addr(), key, value).await
