@@ -240,6 +240,16 @@ pub struct Agent {
     pub blocking_abandoned: usize,
     /// Blocking queries answered during the Consul change phase.
     pub answered_during_changes: usize,
+    /// Requests the agent closed or reset instead of answering (its connection
+    /// limit), by the phase they were sent in (phases with none left out).
+    pub failed_by_phase: Vec<(String, usize)>,
+}
+
+impl Agent {
+    /// Requests the agent failed, in every phase.
+    pub fn failed(&self) -> usize {
+        self.failed_by_phase.iter().map(|(_, n)| n).sum()
+    }
 }
 
 fn agent(m: &Measured) -> Agent {
@@ -259,14 +269,35 @@ fn agent(m: &Measured) -> Agent {
         reads: Summary::new(reads),
         blocking_sent: blocking().count(),
         blocking_answered: blocking().filter(|e| e.done_at.is_some()).count(),
-        blocking_abandoned: blocking().filter(|e| e.done_at.is_none()).count(),
+        blocking_abandoned: blocking()
+            .filter(|e| e.done_at.is_none() && !e.agent_failed)
+            .count(),
         answered_during_changes: consul_phase.map_or(0, |(_, phase)| {
             blocking()
                 .filter_map(|e| e.head_at)
                 .filter(|head| *head >= phase.from.wall && *head < phase.to.wall)
                 .count()
         }),
+        failed_by_phase: failed_by_phase(m),
     }
+}
+
+/// Requests the agent failed, by the phase they were sent in; those outside
+/// every phase (between phases) under "between phases".
+fn failed_by_phase(m: &Measured) -> Vec<(String, usize)> {
+    let mut by: Vec<(String, usize)> = Vec::new();
+    for exchange in m.exchanges.iter().filter(|e| e.agent_failed) {
+        let name = m
+            .phases
+            .iter()
+            .find(|p| exchange.sent_at >= p.from.wall && exchange.sent_at < p.to.wall)
+            .map_or("between phases", |p| p.name.as_str());
+        match by.iter_mut().find(|(n, _)| n == name) {
+            Some((_, count)) => *count += 1,
+            None => by.push((name.to_owned(), 1)),
+        }
+    }
+    by
 }
 
 /// The count checks: no LIST during the changes, every referencing workload

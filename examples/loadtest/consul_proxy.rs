@@ -45,6 +45,10 @@ pub struct Exchange {
     /// hung up first.
     pub done_at: Option<SystemTime>,
     pub body_bytes: u64,
+    /// The agent closed or reset the connection instead of answering (beyond
+    /// its `http_max_conns_per_client` it resets a new connection at once);
+    /// nudge saw its connection closed.
+    pub agent_failed: bool,
 }
 
 impl Exchange {
@@ -243,13 +247,24 @@ async fn forward(
             head_at: None,
             done_at: None,
             body_bytes: 0,
+            agent_failed: false,
         }),
         log,
     };
-    let response = {
+    let response = async {
         let mut sender = sender.lock().await;
         sender.ready().await?;
-        sender.send_request(request).await?
+        sender.send_request(request).await
+    }
+    .await;
+    let response = match response {
+        Ok(response) => response,
+        Err(error) => {
+            if let Some(exchange) = recording.exchange.as_mut() {
+                exchange.agent_failed = true;
+            }
+            return Err(error);
+        }
     };
     if let Some(exchange) = recording.exchange.as_mut() {
         exchange.head_at = Some(SystemTime::now());

@@ -214,6 +214,10 @@ impl Analysis<'_> {
                 "blocking_queries_answered": self.agent.blocking_answered,
                 "blocking_queries_abandoned": self.agent.blocking_abandoned,
                 "answered_during_consul_changes": self.agent.answered_during_changes,
+                "requests_failed_by_agent": self.agent.failed(),
+                "requests_failed_by_agent_by_phase": self.agent.failed_by_phase.iter()
+                    .map(|(phase, n)| (phase.clone(), json!(n)))
+                    .collect::<serde_json::Map<_, _>>(),
             },
             "requests_per_change": self.per_change(),
             "requests_during_changes": self.verbs,
@@ -516,8 +520,22 @@ impl Analysis<'_> {
                 )
             })
             .unwrap_or_default();
+        let failed = if agent.failed_by_phase.is_empty() {
+            String::new()
+        } else {
+            let by_phase: Vec<String> = agent
+                .failed_by_phase
+                .iter()
+                .map(|(phase, n)| format!("{n} in {phase}"))
+                .collect();
+            format!(
+                "; requests the agent refused (its connection limit) {}: {}",
+                agent.failed(),
+                by_phase.join(", ")
+            )
+        };
         format!(
-            "Consul agent through the benchmark's proxy (a read of a key takes {proxied50:.0} / {proxied99:.0} µs p50 / p99 through it, {direct50:.0} / {direct99:.0} µs direct: +{added:.0} µs p50; n={}): reads without index p50 / p99 {} ms (n={}); blocking queries sent {}, answered {} ({} during the Consul changes), given up by nudge {}{carried}\n",
+            "Consul agent through the benchmark's proxy (a read of a key takes {proxied50:.0} / {proxied99:.0} µs p50 / p99 through it, {direct50:.0} / {direct99:.0} µs direct: +{added:.0} µs p50; n={}): reads without index p50 / p99 {} ms (n={}); blocking queries sent {}, answered {} ({} during the Consul changes), given up by nudge {}{failed}{carried}\n",
             self.m.proxy_overhead.samples,
             agent.reads.p50_p99(),
             agent.reads.len(),
