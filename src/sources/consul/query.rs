@@ -190,6 +190,13 @@ impl IndexCursor {
         self.last.filter(|_| self.failed)
     }
 
+    /// The answer taken last was not handed on (reading what changed failed):
+    /// the last index handed on is `blocked_on`, the one its query blocked on,
+    /// so that a recheck after the failure reads what changed since.
+    pub fn undelivered(&mut self, blocked_on: u64) {
+        self.last = Some(blocked_on);
+    }
+
     /// A recheck found the index unchanged: block on it again.
     pub fn resume(&mut self) {
         if let Some(last) = self.last {
@@ -475,6 +482,9 @@ impl QueryLoop {
                     None => break,
                     Some(Ok(answers)) => answers,
                     Some(Err(error)) => {
+                        // What woke the query was not read: the recheck must
+                        // not take its index as handed on.
+                        cursor.undelivered(index);
                         if !self
                             .retry_later(&mut cursor, &mut failures, &error, false)
                             .await
@@ -828,6 +838,20 @@ mod tests {
         c.restart();
         assert!(!c.advance(25, false), "a recheck that found a change");
         assert_eq!((c.next(), c.failed_after()), (25, None));
+    }
+
+    #[test]
+    fn a_wake_whose_changes_were_not_read_is_rechecked_from_the_index_blocked_on() {
+        let mut c = IndexCursor::default();
+        c.advance(20, false);
+        assert!(!c.advance(31, true), "woke on 31");
+        c.undelivered(20);
+        c.restart();
+        assert_eq!(
+            c.failed_after(),
+            Some(20),
+            "a recheck finding 31 reads everything again"
+        );
     }
 
     fn prefix_answer(changes: &[(&str, u64)], index: u64) -> Read {
