@@ -227,6 +227,9 @@ struct Failures {
     logged: Option<&'static str>,
     /// After a failed blocking query: no blocking query before this instant.
     blocking_held: Option<Instant>,
+    /// The last failure was a blocking query's (typically its connection
+    /// refused while pooled ones still work).
+    blocking_failed: bool,
 }
 
 impl Failures {
@@ -237,12 +240,8 @@ impl Failures {
             in_a_row: 0,
             logged: None,
             blocking_held: None,
+            blocking_failed: false,
         }
-    }
-
-    /// No blocking query before `until` (the backoff after a failed one).
-    fn hold_blocking(&mut self, until: Instant) {
-        self.blocking_held = Some(until);
     }
 
     /// When the next blocking query may go, if that is after `now`.
@@ -250,10 +249,15 @@ impl Failures {
         self.blocking_held.filter(|until| *until > now)
     }
 
-    /// Logs a failure; returns the delay before the next attempt.
-    fn failed(&mut self, error: &ClientError) -> Duration {
+    /// Logs a failure; returns the delay before the next attempt, which after a
+    /// failed `blocking` query also holds back the next blocking query.
+    fn failed(&mut self, error: &ClientError, blocking: bool) -> Duration {
         let delay = self.backoff.next_delay();
         self.in_a_row += 1;
+        self.blocking_failed = blocking;
+        if blocking {
+            self.blocking_held = Some(Instant::now() + delay);
+        }
         let category = error.category();
         let text = error_chain(error);
         let in_a_row = self.in_a_row;
@@ -266,9 +270,13 @@ impl Failures {
         delay
     }
 
-    /// A blocking query answered: the run of failures, if any, is over.
-    fn answered(&mut self) {
-        if self.in_a_row > 0 {
+    /// A read answered (a `blocking` query, or another read): the run of
+    /// failures, if any, is over, unless it was of blocking queries and this was
+    /// another read: a read on a pooled connection says nothing of whether the
+    /// agent takes new ones, and must not bring the refused queries back to
+    /// their first delay.
+    fn answered(&mut self, blocking: bool) {
+        if self.in_a_row > 0 && (blocking || !self.blocking_failed) {
             tracing::info!(failures = self.in_a_row, "Consul query answered again");
             *self = Self::new(self.max);
         }
@@ -428,6 +436,7 @@ impl QueryLoop {
             let read = match result {
                 Ok(Some(read)) => read,
                 Ok(None) => {
+                    failures.answered(false);
                     cursor.resume();
                     continue;
                 }
@@ -442,12 +451,7 @@ impl QueryLoop {
                     continue;
                 }
             };
-            if index != 0 {
-                // Only a blocking query's answer ends a run of failures: while
-                // the agent refuses new connections, the rechecks on pooled
-                // connections still succeed, and must not reset the backoff.
-                failures.answered();
-            }
+            failures.answered(index != 0);
             let (read, authoritative) = if cursor.went_backwards(read.index()) {
                 // A server that restarted and has not yet applied its log, or a
                 // cluster restored from an older snapshot (or rebuilt): only a
@@ -566,9 +570,8 @@ impl QueryLoop {
         blocking: bool,
     ) -> bool {
         cursor.restart();
-        let delay = failures.failed(error);
+        let delay = failures.failed(error, blocking);
         if blocking {
-            failures.hold_blocking(Instant::now() + delay);
             return true;
         }
         self.sleep_until(Instant::now() + delay).await
@@ -773,54 +776,55 @@ mod tests {
     }
 
     #[test]
-    fn failures_back_off_until_a_blocking_query_answers() {
+    fn failures_back_off_until_a_read_answers() {
         let mut f = Failures::new(Duration::from_secs(30));
         // 0.5–1 s, 1–2 s, 2–4 s, …, then the cap.
         for first_ms in [500, 1000, 2000, 4000, 8000, 16000, 30000] {
-            let d = f.failed(&ClientError::Timeout);
+            let d = f.failed(&ClientError::Timeout, false);
             let low = Duration::from_millis(first_ms);
             assert!(
                 d >= low && d <= (low * 2).min(Duration::from_secs(30)),
                 "{d:?} for {low:?}"
             );
         }
-        f.answered();
-        assert!(f.failed(&ClientError::Timeout) <= Duration::from_secs(1));
+        f.answered(false);
+        assert!(f.failed(&ClientError::Timeout, false) <= Duration::from_secs(1));
     }
 
     #[test]
-    fn a_refused_blocking_query_is_held_back_until_one_answers() {
+    fn refused_blocking_queries_back_off_until_a_blocking_query_answers() {
         let mut f = Failures::new(Duration::from_secs(30));
-        let now = Instant::now();
-        assert_eq!(f.blocking_held_until(now), None);
-        f.hold_blocking(now + Duration::from_secs(2));
-        assert_eq!(
-            f.blocking_held_until(now),
-            Some(now + Duration::from_secs(2))
-        );
-        assert_eq!(f.blocking_held_until(now + Duration::from_secs(2)), None);
-        f.failed(&ClientError::Timeout);
-        f.answered();
-        assert_eq!(f.blocking_held_until(now), None);
+        let before = Instant::now();
+        assert_eq!(f.blocking_held_until(before), None);
+        let d = f.failed(&ClientError::Timeout, true);
+        let held = f.blocking_held_until(before).expect("held back");
+        assert!(held >= before + d && held <= Instant::now() + d);
+        assert_eq!(f.blocking_held_until(held), None, "until then only");
+        f.answered(false);
+        assert_eq!(f.in_a_row, 1, "a recheck does not end the run");
+        assert!(f.failed(&ClientError::Timeout, true) >= Duration::from_secs(1));
+        f.answered(true);
+        assert_eq!(f.in_a_row, 0);
+        assert_eq!(f.blocking_held_until(before), None);
     }
 
     #[test]
     fn a_cap_below_the_first_delay_is_kept() {
         let mut f = Failures::new(Duration::from_millis(200));
-        assert!(f.failed(&ClientError::Timeout) <= Duration::from_millis(200));
+        assert!(f.failed(&ClientError::Timeout, false) <= Duration::from_millis(200));
     }
 
     #[test]
     fn a_run_of_one_kind_of_failure_is_logged_once_and_another_kind_again() {
         let mut f = Failures::new(Duration::from_secs(30));
-        f.failed(&ClientError::Timeout);
+        f.failed(&ClientError::Timeout, false);
         let logged = f.logged;
-        f.failed(&ClientError::Timeout);
+        f.failed(&ClientError::Timeout, false);
         assert_eq!(f.logged, logged, "the same failure again");
-        f.failed(&ClientError::MissingIndex);
+        f.failed(&ClientError::MissingIndex, false);
         assert_ne!(f.logged, logged, "another kind is logged");
         assert_eq!(f.in_a_row, 3);
-        f.answered();
+        f.answered(false);
         assert_eq!((f.in_a_row, f.logged), (0, None));
     }
 
