@@ -225,11 +225,11 @@ struct Failures {
     /// The category of the failure last logged at warn: a run of failures is
     /// logged again when its kind changes (a refused connection, then a 403).
     logged: Option<&'static str>,
-    /// After a failed blocking query: no blocking query before this instant.
+    /// When the last failure was a blocking query's (typically its connection
+    /// refused while pooled ones still work): no blocking query before this
+    /// instant. `None` after any other failure, whose backoff is slept before
+    /// the next read anyway.
     blocking_held: Option<Instant>,
-    /// The last failure was a blocking query's (typically its connection
-    /// refused while pooled ones still work).
-    blocking_failed: bool,
 }
 
 impl Failures {
@@ -240,7 +240,6 @@ impl Failures {
             in_a_row: 0,
             logged: None,
             blocking_held: None,
-            blocking_failed: false,
         }
     }
 
@@ -254,10 +253,7 @@ impl Failures {
     fn failed(&mut self, error: &ClientError, blocking: bool) -> Duration {
         let delay = self.backoff.next_delay();
         self.in_a_row += 1;
-        self.blocking_failed = blocking;
-        if blocking {
-            self.blocking_held = Some(Instant::now() + delay);
-        }
+        self.blocking_held = blocking.then(|| Instant::now() + delay);
         let category = error.category();
         let text = error_chain(error);
         let in_a_row = self.in_a_row;
@@ -276,7 +272,7 @@ impl Failures {
     /// agent takes new ones, and must not bring the refused queries back to
     /// their first delay.
     fn answered(&mut self, blocking: bool) {
-        if self.in_a_row > 0 && (blocking || !self.blocking_failed) {
+        if self.in_a_row > 0 && (blocking || self.blocking_held.is_none()) {
             tracing::info!(failures = self.in_a_row, "Consul query answered again");
             *self = Self::new(self.max);
         }
@@ -433,10 +429,12 @@ impl QueryLoop {
                 _ => self.read_blocking(index).await.map(|r| r.map(Some)),
             };
             let Some(result) = result else { break };
+            if result.is_ok() {
+                failures.answered(index != 0);
+            }
             let read = match result {
                 Ok(Some(read)) => read,
                 Ok(None) => {
-                    failures.answered(false);
                     cursor.resume();
                     continue;
                 }
@@ -451,7 +449,6 @@ impl QueryLoop {
                     continue;
                 }
             };
-            failures.answered(index != 0);
             let (read, authoritative) = if cursor.went_backwards(read.index()) {
                 // A server that restarted and has not yet applied its log, or a
                 // cluster restored from an older snapshot (or rebuilt): only a
@@ -589,14 +586,7 @@ impl QueryLoop {
     /// `None` when stopped.
     async fn recheck(&self, last: u64) -> Option<Result<Option<Read>, ClientError>> {
         if let WatchTarget::Prefix(prefix) = &self.target {
-            let names = tokio::select! {
-                result = async {
-                    let _permit = self.limits.one_off.acquire().await.ok()?;
-                    Some(self.client.list_keys(prefix, None).await)
-                } => result?,
-                () = self.stop.cancelled() => return None,
-            };
-            match names {
+            match self.one_off(self.client.list_keys(prefix, None)).await? {
                 Ok(names) if names.index == last => return Some(Ok(None)),
                 Ok(_) => {}
                 Err(error) => return Some(Err(error)),
@@ -615,21 +605,22 @@ impl QueryLoop {
 
     /// A non-blocking read in Consul's `consistent` mode; `None` when stopped.
     async fn read_consistent(&self) -> Option<Result<Read, ClientError>> {
-        tokio::select! {
-            result = async {
-                let _permit = self.limits.one_off.acquire().await.ok()?;
-                Some(read_consistent(&self.client, &self.target).await)
-            } => result,
-            () = self.stop.cancelled() => None,
-        }
+        self.one_off(read_consistent(&self.client, &self.target))
+            .await
     }
 
     /// A non-blocking read; `None` when stopped.
     async fn read_once(&self) -> Option<Result<Read, ClientError>> {
+        self.one_off(read(&self.client, &self.target, None)).await
+    }
+
+    /// Runs the non-blocking `request` holding one of the source's one-off
+    /// permits; `None` when stopped.
+    async fn one_off<T>(&self, request: impl Future<Output = T>) -> Option<T> {
         tokio::select! {
             result = async {
                 let _permit = self.limits.one_off.acquire().await.ok()?;
-                Some(read(&self.client, &self.target, None).await)
+                Some(request.await)
             } => result,
             () = self.stop.cancelled() => None,
         }
