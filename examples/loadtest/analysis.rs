@@ -275,7 +275,7 @@ fn agent(m: &Measured) -> Agent {
         answered_during_changes: consul_phase.map_or(0, |(_, phase)| {
             blocking()
                 .filter_map(|e| e.head_at)
-                .filter(|head| *head >= phase.from.wall && *head < phase.to.wall)
+                .filter(|head| phase.contains_time(*head))
                 .count()
         }),
         failed_by_phase: failed_by_phase(m),
@@ -290,7 +290,7 @@ fn failed_by_phase(m: &Measured) -> Vec<(String, usize)> {
         let name = m
             .phases
             .iter()
-            .find(|p| exchange.sent_at >= p.from.wall && exchange.sent_at < p.to.wall)
+            .find(|p| p.contains_time(exchange.sent_at))
             .map_or("between phases", |p| p.name.as_str());
         match by.iter_mut().find(|(n, _)| n == name) {
             Some((_, count)) => *count += 1,

@@ -103,7 +103,12 @@ impl Phase {
 
     /// Whether a request arrived within the phase.
     pub fn contains(&self, r: &Request) -> bool {
-        r.received_at >= self.from.wall && r.received_at < self.to.wall
+        self.contains_time(r.received_at)
+    }
+
+    /// Whether `at` falls in this phase.
+    pub fn contains_time(&self, at: SystemTime) -> bool {
+        at >= self.from.wall && at < self.to.wall
     }
 
     /// The requests that arrived within the phase, summed up.
