@@ -10,9 +10,11 @@
 //! by `super::kv`, as consulrs' `KVPair` reads them, without consulrs (the fuzz
 //! targets decode answers without the client). The request is built by rustify's lower-level
 //! `Endpoint::request` with a nudge [`MiddleWare`] (`RequestDecorator`) instead of
-//! consulrs' own, and sent with the `reqwest` client that rustify's reqwest client
-//! wraps. Executing through consulrs/rustify (`exec_with_result`) is not possible
-//! for a watch because:
+//! consulrs' own, carried over into an `http` 1 request and sent with reqwest
+//! 0.12, which runs on the hyper and rustls the Kubernetes client uses: rustify's
+//! own client (reqwest 0.11, hyper 0.14, rustls 0.21) is never called, so the
+//! binary links one HTTP and TLS stack, not two. Executing through
+//! consulrs/rustify (`exec_with_result`) is not possible for a watch because:
 //!
 //! - rustify's `Client::execute` turns every non-2xx status into an error and drops
 //!   the response headers, so a 404 (key absent) loses `X-Consul-Index`, which is
@@ -25,7 +27,7 @@
 //! - rustify's `exec`/`parse` log failures at ERROR (`#[instrument(err)]`), and a
 //!   parse error would carry the response body, i.e. values, into logs.
 //!
-//! Sending the built `http::Request` with reqwest directly is the documented use of
+//! Sending the built request with reqwest directly is the documented use of
 //! `Endpoint::request` ("can be used for executing an endpoint without using a
 //! built-in Client"). Everything consulrs can express for a request (path
 //! encoding, query parameters, blocking features) still comes from it.
@@ -415,7 +417,7 @@ impl ConsulClient {
         path: &str,
         listing: Listing,
         mode: Mode,
-    ) -> Result<http02::Request<Vec<u8>>, ClientError> {
+    ) -> Result<http::Request<Vec<u8>>, ClientError> {
         let decorator = RequestDecorator {
             token: self.token.as_ref(),
             mode,
@@ -444,10 +446,12 @@ impl ConsulClient {
             .with_middleware(&decorator)
             .request(&self.base),
         };
-        built.map_err(|source| ClientError::Request {
-            path: path.to_owned(),
-            source,
-        })
+        built
+            .and_then(carried_over)
+            .map_err(|source| ClientError::Request {
+                path: path.to_owned(),
+                source,
+            })
     }
 
     async fn send(
@@ -591,6 +595,27 @@ impl MiddleWare for RequestDecorator<'_> {
     ) -> Result<(), rustify::errors::ClientError> {
         Ok(())
     }
+}
+
+/// rustify builds `http` 0.2 requests and reqwest sends `http` 1 ones: the
+/// request is carried over part by part (what reqwest 0.11's own
+/// `TryFrom<http::Request>` took from it), the token header staying sensitive.
+fn carried_over(
+    request: http02::Request<Vec<u8>>,
+) -> Result<http::Request<Vec<u8>>, rustify::errors::ClientError> {
+    let (parts, body) = request.into_parts();
+    let unusable =
+        |error: anyhow::Error| rustify::errors::ClientError::GenericError { source: error };
+    let mut builder = http::Request::builder()
+        .method(parts.method.as_str())
+        .uri(parts.uri.to_string());
+    for (name, value) in &parts.headers {
+        let mut carried =
+            http::HeaderValue::from_bytes(value.as_bytes()).map_err(|e| unusable(e.into()))?;
+        carried.set_sensitive(value.is_sensitive());
+        builder = builder.header(name.as_str(), carried);
+    }
+    builder.body(body).map_err(|e| unusable(e.into()))
 }
 
 /// What an `https` client is built with, read from the files once for both of
@@ -821,19 +846,8 @@ mod tests {
             token: Some("s3cr3t".to_owned()),
             ..ClientSettings::default()
         });
-        let endpoint = ReadKeyRequest {
-            key: "k".to_owned(),
-            ..ReadKeyRequest::default()
-        };
-        let decorator = RequestDecorator {
-            token: c.token.as_ref(),
-            mode: Mode::Now,
-            partition: None,
-        };
-        let req = endpoint
-            .with_middleware(&decorator)
-            .request(&c.base)
-            .unwrap();
+        // As sent: carried over from rustify's request into reqwest's.
+        let req = c.request("k", Listing::One, Mode::Now).unwrap();
         let value = req.headers().get(TOKEN_HEADER).unwrap();
         assert_eq!(value.as_bytes(), b"s3cr3t");
         assert!(value.is_sensitive());
