@@ -689,6 +689,58 @@ async fn queries_refused_at_the_connection_limit_back_off_and_lose_no_change() -
     driver.shutdown().await
 }
 
+/// Regrouping abandons blocking queries, which Consul serves until their
+/// `wait` ends. Once the lingering budget (`max_concurrent_queries`) is
+/// spent, an abandoned query is left to finish and keeps its blocking slot, so
+/// the query that replaced it finds none free. It rechecks every second
+/// instead of waiting blind for the slot (before: until the abandoned query's
+/// `wait` ended, up to 5 minutes after a start-up that regrouped often), reads
+/// a change within about that, and blocks once the slot is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_without_a_free_slot_rechecks_and_loses_no_change() -> Result<()> {
+    let agent = ConsulAgent::start()?;
+    for (key, value) in [("q/a", "a1"), ("q/b", "b1"), ("r/c", "c1")] {
+        agent.put(key, value.as_bytes()).await?;
+    }
+    let watch = WatchSettings {
+        wait: Duration::from_secs(15),
+        max_concurrent_queries: 1,
+        ..fast_watch()
+    };
+    let mut driver = Driver::run(source(&agent.addr(), watch.clone()), 16);
+    // Key `q/a`, then prefix `q/` (the key query dropped: it takes the one
+    // lingering slot), then prefix `` (the `q/` query left to finish: it
+    // keeps the one blocking slot until its wait ends).
+    for key in ["q/a", "q/b", "r/c"] {
+        driver.track(tracked(key, Algorithm::Native));
+        driver.next(SOON).await?;
+        driver.wait_blocking(1).await?;
+        // Sent, not only started.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let started = driver.source.blocking_queries_started();
+    // Not under `q/`: it does not end the abandoned query.
+    agent.put("r/c", b"c2").await?;
+    assert_eq!(
+        driver.next(RECHECKED).await?,
+        update("r/c", Algorithm::Native, native(b"c2"))
+    );
+
+    driver
+        .wait_until(watch.wait + SOON, "the new query to block", |s| {
+            s.blocking_queries_started() > started
+        })
+        .await?;
+    agent.put("q/b", b"b2").await?;
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("q/b", Algorithm::Native, native(b"b2"))
+    );
+    assert_eq!(driver.collect_for(QUIET).await, [], "each change once");
+    assert_eq!(driver.source.query_errors(), 0);
+    driver.shutdown().await
+}
+
 /// Consul is killed for 20 s. Meanwhile the key changes: the server is brought up
 /// on its data directory behind another HTTP port (the source's address stays
 /// unreachable), written to, and killed again. Then it comes back on its usual

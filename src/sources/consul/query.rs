@@ -175,9 +175,10 @@ impl IndexCursor {
         backwards
     }
 
-    /// After a failure, the next read is a fresh non-blocking one, so that a
-    /// restarted Consul is compared at once; the last index is kept, so a lower one
-    /// after the restart is still noticed.
+    /// After a failure (or when no blocking slot is free), the next read is a
+    /// fresh non-blocking one, so that a restarted Consul is compared at once;
+    /// the last index is kept, so a lower one after the restart is still
+    /// noticed.
     pub fn restart(&mut self) {
         self.next = 0;
         self.failed = true;
@@ -208,6 +209,14 @@ impl IndexCursor {
 /// The first delay after a failure; each next one doubles, up to
 /// `max_retry_interval`.
 pub(super) const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+/// A new query sends its first blocking request this long after it started:
+/// a query replaced sooner (start-up regroups the queries as the workloads
+/// are listed) leaves no blocking request behind for Consul to serve until
+/// its `wait` ends, holding a slot meanwhile. A change made before the first
+/// blocking request is still read at once: it moved the index that request
+/// sends.
+const FIRST_BLOCK_AFTER: Duration = Duration::from_secs(2);
 
 /// How often a target is rechecked while its refused blocking query waits out
 /// its backoff: a change is read within about this.
@@ -394,6 +403,7 @@ impl QueryLoop {
 
     async fn run(self) {
         tracing::debug!("query started");
+        let first_block = Instant::now() + FIRST_BLOCK_AFTER;
         let mut cursor = IndexCursor::default();
         let mut failures = Failures::new(self.settings.max_retry_interval);
         let mut pace = Pace::new(&self.settings);
@@ -426,7 +436,24 @@ impl QueryLoop {
             let result = match (index, cursor.failed_after()) {
                 (0, Some(last)) => self.recheck(last).await,
                 (0, None) => self.read_once().await.map(|r| r.map(Some)),
-                _ => self.read_blocking(index).await.map(|r| r.map(Some)),
+                _ => {
+                    if !self.sleep_until(first_block).await {
+                        break;
+                    }
+                    match self.read_blocking(index).await {
+                        Some(Blocking::Answered(result)) => Some(result.map(Some)),
+                        Some(Blocking::NoSlot) => {
+                            // Every blocking slot is taken (by queries abandoned
+                            // when the plan changed, left to finish): recheck as
+                            // after a failure, so that a change is still read
+                            // within about `RECHECK_EVERY`, then wait for a slot
+                            // again.
+                            cursor.restart();
+                            continue;
+                        }
+                        None => None,
+                    }
+                }
             };
             let Some(result) = result else { break };
             if result.is_ok() {
@@ -626,7 +653,8 @@ impl QueryLoop {
         }
     }
 
-    /// A blocking read; `None` when stopped.
+    /// A blocking read; `None` when stopped, [`Blocking::NoSlot`] when no
+    /// slot of `max_concurrent_queries` came free within `RECHECK_EVERY`.
     ///
     /// The request runs in its own task holding a permit of
     /// `max_concurrent_queries`. When the loop is stopped mid-query, the request is
@@ -637,9 +665,13 @@ impl QueryLoop {
     /// lingering slot until then. Without a free slot the request is left to finish
     /// and its connection goes back to the pool. Either way nudge never holds more
     /// than `2 × max_concurrent_queries` (+ one-off reads) of the agent's slots.
-    async fn read_blocking(&self, index: u64) -> Option<Result<Read, ClientError>> {
+    async fn read_blocking(&self, index: u64) -> Option<Blocking> {
         let permit = tokio::select! {
             permit = self.limits.blocking.clone().acquire_owned() => permit.ok()?,
+            () = tokio::time::sleep(RECHECK_EVERY) => {
+                tracing::debug!("no blocking query slot free; rechecking instead");
+                return Some(Blocking::NoSlot);
+            }
             () = self.stop.cancelled() => return None,
         };
         let block_on = BlockOn {
@@ -658,10 +690,18 @@ impl QueryLoop {
         };
         let mut handle = self.tasks.spawn(request.run().in_current_span());
         tokio::select! {
-            joined = &mut handle => joined.ok().flatten(),
+            joined = &mut handle => joined.ok().flatten().map(Blocking::Answered),
             () = self.stop.cancelled() => None,
         }
     }
+}
+
+/// What became of a blocking read.
+enum Blocking {
+    /// It was sent, and answered or failed.
+    Answered(Result<Read, ClientError>),
+    /// It was not sent: no blocking slot came free in time.
+    NoSlot,
 }
 
 /// One blocking request, detached from its loop so that stopping the loop does not
