@@ -18,6 +18,18 @@ pub(crate) fn saturating_add(at: Instant, duration: Duration) -> Instant {
         .unwrap_or(at)
 }
 
+/// When something changed at `now`, first at `first`, is due: once `window`
+/// has passed without another change, and at most `ceiling` after the first
+/// (debounce with a ceiling, design §5).
+pub(crate) fn debounced(
+    now: Instant,
+    first: Instant,
+    window: Duration,
+    ceiling: Duration,
+) -> Instant {
+    saturating_add(now, window).min(saturating_add(first, ceiling))
+}
+
 /// Why pacing parameters were rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]

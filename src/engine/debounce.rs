@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::rate::saturating_add;
+use crate::rate::debounced;
 use crate::small::release_spare;
 
 /// Pending keys and when each is due.
@@ -61,7 +61,7 @@ impl<K: Clone + Eq + Hash + Ord> Debouncer<K> {
             }
             None => now,
         };
-        let due = saturating_add(now, window).min(saturating_add(first_touch, max_delay));
+        let due = debounced(now, first_touch, window, max_delay);
         self.queue.insert((due, key.clone()));
         self.entries.insert(key, Entry { first_touch, due });
         due

@@ -17,7 +17,7 @@ use super::query::{Answer, Origin, QueryLoop, Read, read};
 use super::state::{Registry, Seen, TrackOutcome, UntrackOutcome};
 use crate::errors::error_chain;
 use crate::model::Name;
-use crate::rate::Backoff;
+use crate::rate::{Backoff, debounced};
 use crate::sources::Source as _;
 use crate::sources::{Interest, SourceContext, SourceError, SourceUpdate};
 
@@ -63,7 +63,8 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
         tasks: TaskTracker::new(),
     };
     let mut replan_at: Option<Instant> = None;
-    let mut replan_by: Option<Instant> = None;
+    // The first interest change not planned yet.
+    let mut unplanned_since: Option<Instant> = None;
     let mut interest_open = true;
     tracing::info!(source = %source.name(), address = %source.address(), "Consul source started");
     'run: loop {
@@ -82,15 +83,15 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
                 }
                 if keys_changed {
                     let now = Instant::now();
-                    let by = *replan_by.get_or_insert(now + MAX_SETTLE);
-                    replan_at = Some((now + SETTLE).min(by));
+                    let first = *unplanned_since.get_or_insert(now);
+                    replan_at = Some(debounced(now, first, SETTLE, MAX_SETTLE));
                 } else if replan_at.is_none() {
                     watch.read_pending();
                 }
             }
             () = sleep_until(replan_at), if replan_at.is_some() => {
                 replan_at = None;
-                replan_by = None;
+                unplanned_since = None;
                 watch.replan();
             }
             Some(answer) = answers_rx.recv() => watch.apply_answer(answer, &mut outgoing),
