@@ -248,7 +248,7 @@ impl Cli {
             return check_config(binary, &customize(controller));
         }
         crate::telemetry::init_logging(&config.log);
-        let client = match kube::Client::try_default().await {
+        let client = match crate::runtime::kube_client().await {
             Ok(client) => client,
             Err(error) => {
                 eprintln!(

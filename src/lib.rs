@@ -72,7 +72,7 @@ pub mod explain;
 mod window;
 
 pub use config::Config;
-pub use runtime::{Controller, RunError};
+pub use runtime::{Controller, RunError, kube_client};
 
 /// The source contract: what a custom source implements and the types it
 /// works with. See [`Source`](source::Source) for the guarantees every source

@@ -28,6 +28,7 @@ use crate::targets::{CronJobTarget, JobTarget, KubeTarget, Target, TargetSetting
 use crate::webhook::{self, Admission, AdmissionParts, AdmissionSettings, WebhookError};
 
 pub mod admin;
+mod client;
 pub mod lease;
 pub mod metrics;
 mod namespaces;
@@ -108,12 +109,24 @@ where
 
 /// Runs the controller as the `nudge` binary does (admin server and leader
 /// election as configured) until `shutdown` is cancelled, with the in-cluster
-/// configuration or the current kubeconfig context.
+/// configuration or the current kubeconfig context ([`kube_client`]).
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
-    let client = kube::Client::try_default()
-        .await
-        .map_err(RunError::Client)?;
+    let client = kube_client().await.map_err(RunError::Client)?;
     run_with_client(config, client, shutdown).await
+}
+
+/// The Kubernetes client the `nudge` binary runs with, for the in-cluster
+/// configuration or the current kubeconfig context as
+/// [`kube::Client::try_default`] finds them: kube's client, over a connection
+/// pool that closes a connection left idle for 20 s and stops a connection's
+/// read buffer at 64 KiB, so that a controller waiting between changes does not
+/// keep the connections and buffers of its last burst.
+///
+/// # Errors
+///
+/// When no configuration is found, or it cannot be used (kube's error).
+pub async fn kube_client() -> Result<kube::Client, kube::Error> {
+    client::infer().await
 }
 
 /// [`run`] with `client`.
