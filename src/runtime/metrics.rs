@@ -20,6 +20,7 @@
 //! | `nudge_source_observe_duration_seconds` | histogram | `source` | source wrappers, built-in sources |
 //! | `nudge_source_tracked_references` | gauge | `source` | engine driver |
 //! | `nudge_consul_query_errors_total` | counter | `source` | Consul sources |
+//! | `nudge_consul_blocking_slot_waits_total` | counter | `source` | Consul sources |
 //! | `nudge_webhook_requests_total` | counter | `result` | webhook |
 //! | `nudge_notifications_total` | counter | `format`, `result` | notifications (`events::notify`) |
 //! | `nudge_snapshot_copies` | gauge | `kind` | snapshot copy watch (`copies`) |
@@ -195,6 +196,7 @@ mod tests {
             .sources()
             .observe_took("configmap", std::time::Duration::from_millis(3));
         metrics.consul().query_failed(&SourceName::consul());
+        metrics.consul().slot_waited(&SourceName::consul());
         metrics.webhook().record(ReviewResult::Timeout);
         metrics
             .notify()
@@ -209,6 +211,7 @@ mod tests {
             "nudge_source_observe_duration_seconds",
             "nudge_source_tracked_references",
             "nudge_consul_query_errors",
+            "nudge_consul_blocking_slot_waits",
             "nudge_tracked_workloads",
             "nudge_tracked_references",
             "nudge_debounce_queue_depth",
@@ -230,6 +233,7 @@ mod tests {
             text.contains(r#"nudge_source_errors_total{source="configmap",category="backend"} 1"#)
         );
         assert!(text.contains(r#"nudge_consul_query_errors_total{source="consul"} 1"#));
+        assert!(text.contains(r#"nudge_consul_blocking_slot_waits_total{source="consul"} 1"#));
         assert!(text.contains(r#"nudge_webhook_requests_total{result="timeout"} 1"#));
         assert!(text.contains(r#"nudge_notifications_total{format="slack",result="failed"} 1"#));
         assert!(text.contains(

@@ -725,6 +725,10 @@ async fn a_query_without_a_free_slot_rechecks_and_loses_no_change() -> Result<()
         driver.next(RECHECKED).await?,
         update("r/c", Algorithm::Native, native(b"c2"))
     );
+    assert!(
+        driver.source.blocking_slot_waits() > 0,
+        "the wait for a slot is counted"
+    );
 
     driver
         .wait_until(watch.wait + SOON, "the new query to block", |s| {

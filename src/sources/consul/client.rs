@@ -149,6 +149,7 @@ pub struct ClientStats {
     blocking_started: AtomicU64,
     blocking_in_flight: AtomicU64,
     errors: AtomicU64,
+    slot_waits: AtomicU64,
 }
 
 impl ClientStats {
@@ -170,6 +171,12 @@ impl ClientStats {
     /// Requests that failed (transport, timeout, error status, bad answer).
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Times a query found no blocking-query slot free in time (see
+    /// [`ConsulClient::no_blocking_slot`]).
+    pub fn slot_waits(&self) -> u64 {
+        self.slot_waits.load(Ordering::Relaxed)
     }
 }
 
@@ -199,7 +206,7 @@ pub struct ConsulClient {
     partition: Option<String>,
     timeout: Duration,
     stats: ClientStats,
-    /// Where failed requests are also exported, once set.
+    /// Where failed requests and slot waits are also exported, once set.
     error_metrics: std::sync::OnceLock<(super::ConsulMetrics, crate::model::SourceName)>,
     /// Where the source's errors and read latency are recorded
     /// (`nudge_source_*`), once set.
@@ -295,10 +302,20 @@ impl ConsulClient {
         let _ = self.source_metrics.set((metrics, name));
     }
 
-    /// Also counts failed requests in `metrics` under source `name`; the first
-    /// call wins.
+    /// Also counts failed requests and slot waits in `metrics` under source
+    /// `name`; the first call wins.
     pub fn report_errors_to(&self, metrics: super::ConsulMetrics, name: crate::model::SourceName) {
         let _ = self.error_metrics.set((metrics, name));
+    }
+
+    /// A query found every blocking-query slot taken and reads without
+    /// blocking instead: counted, since its changes are read up to a second
+    /// late and each such read costs the agent a read of the query's keys.
+    pub(crate) fn no_blocking_slot(&self) {
+        self.stats.slot_waits.fetch_add(1, Ordering::Relaxed);
+        if let Some((metrics, name)) = self.error_metrics.get() {
+            metrics.slot_waited(name);
+        }
     }
 
     /// Request counters.

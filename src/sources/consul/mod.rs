@@ -61,16 +61,18 @@ struct SourceLabels {
     source: String,
 }
 
-/// Failed Consul queries by source, shared by every Consul instance. Clones share
-/// the counters.
+/// Failed Consul queries and waits for a blocking-query slot, by source,
+/// shared by every Consul instance. Clones share the counters.
 #[derive(Debug, Clone, Default)]
 pub struct ConsulMetrics {
     query_errors: Family<SourceLabels, Counter>,
+    slot_waits: Family<SourceLabels, Counter>,
 }
 
 impl ConsulMetrics {
-    /// Counters registered into `registry` as `query_errors` (give it the
-    /// `consul` sub-registry: `nudge_consul_query_errors_total`).
+    /// Counters registered into `registry` as `query_errors` and
+    /// `blocking_slot_waits` (give it the `consul` sub-registry:
+    /// `nudge_consul_query_errors_total`, `nudge_consul_blocking_slot_waits_total`).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
@@ -78,16 +80,28 @@ impl ConsulMetrics {
             "Consul queries that failed, by source",
             metrics.query_errors.clone(),
         );
+        registry.register(
+            "blocking_slot_waits",
+            "Times a Consul query found every blocking-query slot (max_concurrent_queries) taken for a second and read its keys without blocking instead, by source",
+            metrics.slot_waits.clone(),
+        );
         metrics
     }
 
     /// A query of `source` failed.
     pub fn query_failed(&self, source: &SourceName) {
-        self.query_errors
-            .get_or_create(&SourceLabels {
-                source: source.as_str().to_owned(),
-            })
-            .inc();
+        self.query_errors.get_or_create(&labels(source)).inc();
+    }
+
+    /// A query of `source` found no blocking-query slot free in time.
+    pub fn slot_waited(&self, source: &SourceName) {
+        self.slot_waits.get_or_create(&labels(source)).inc();
+    }
+}
+
+fn labels(source: &SourceName) -> SourceLabels {
+    SourceLabels {
+        source: source.as_str().to_owned(),
     }
 }
 

@@ -670,6 +670,7 @@ impl QueryLoop {
             permit = self.limits.blocking.clone().acquire_owned() => permit.ok()?,
             () = tokio::time::sleep(RECHECK_EVERY) => {
                 tracing::debug!("no blocking query slot free; rechecking instead");
+                self.client.no_blocking_slot();
                 return Some(Blocking::NoSlot);
             }
             () = self.stop.cancelled() => return None,

@@ -114,6 +114,12 @@ impl ConsulSource {
         self.client.stats().errors()
     }
 
+    /// Times a query found every blocking-query slot taken for a second and
+    /// read without blocking instead (`nudge_consul_blocking_slot_waits_total`).
+    pub fn blocking_slot_waits(&self) -> u64 {
+        self.client.stats().slot_waits()
+    }
+
     /// Requests sent to Consul since start, blocking or not.
     pub fn requests_sent(&self) -> u64 {
         self.client.stats().requests()
