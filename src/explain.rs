@@ -305,7 +305,7 @@ impl ExplainSettings {
     }
 }
 
-/// Everything [`build_report`] needs, gathered by [`explain`] (or a test).
+/// Everything [`build_report`] needs, gathered by [`explain_with`] (or a test).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Facts<'a> {
     /// The workload as read.

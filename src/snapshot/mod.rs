@@ -20,7 +20,7 @@
 //! - [`TemplateSnapshot`] reads a pod template: the snapshot it really uses
 //!   (entries whose copies it references), and its references with copies
 //!   mapped back to the objects they copy.
-//! - [`rewrite`] lists the reference names to replace to move a template
+//! - [`rewrite()`] lists the reference names to replace to move a template
 //!   (as JSON) from one snapshot to another, or back to the live objects.
 
 use std::collections::{BTreeMap, BTreeSet};

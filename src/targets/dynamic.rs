@@ -1,13 +1,13 @@
 //! [`KubeTarget`]: any namespaced kind with a pod template, through kube's
 //! dynamic API. Workloads are read with [`Workload::from_object`] at the kind's
 //! template path and stamped by server-side apply of
-//! [`stamp::apply_body`](crate::stamp::apply_body), except where apply cannot
+//! [`stamp::apply_body`], except where apply cannot
 //! say what is meant: lifting a scheduling gate, and every write to a kind
 //! outside `apps`/`batch` (its container lists may be atomic, so an applied env
 //! var would replace them). Those are one JSON patch over the object as read,
 //! guarded by its resourceVersion; on kinds outside `apps`/`batch` it also
 //! removes the outputs nudge gave up, as apply does on the built-in kinds
-//! ([`stamp::given_up_ops`](crate::stamp::given_up_ops)).
+//! ([`stamp::given_up_ops`]).
 //!
 //! A kind the API server does not serve (its CRD is not installed) never
 //! blocks `/ready` and is picked up once served: the target counts as ready,

@@ -173,8 +173,8 @@ impl ClientStats {
         self.errors.load(Ordering::Relaxed)
     }
 
-    /// Times a query found no blocking-query slot free in time (see
-    /// [`ConsulClient::no_blocking_slot`]).
+    /// Times a query found no blocking-query slot free in time and read
+    /// without blocking instead.
     pub fn slot_waits(&self) -> u64 {
         self.slot_waits.load(Ordering::Relaxed)
     }
