@@ -25,10 +25,10 @@ use tower_http::trace::TraceLayer;
 
 /// How long a connection may sit unused in the pool before it is closed. A
 /// change after a quiet spell opens one again (a TCP and TLS handshake).
-pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The most a connection's read buffer grows to (hyper's default: ~400 KiB).
-pub(crate) const MAX_READ_BUFFER: usize = 64 * 1024;
+const MAX_READ_BUFFER: usize = 64 * 1024;
 
 /// The client for the in-cluster configuration or the current kubeconfig
 /// context, as [`kube::Client::try_default`] finds it.
@@ -36,15 +36,12 @@ pub(crate) async fn infer() -> Result<kube::Client, kube::Error> {
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
-    from_config(config)
-}
-
-/// The client for `config`. A proxy is left to kube's own builder, which says
-/// whether this build can use it.
-pub(crate) fn from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
     pooled(config, IDLE_TIMEOUT)
 }
 
+/// The client for `config`, closing connections idle for `idle_timeout`. A
+/// proxy is left to kube's own builder, which says whether this build can use
+/// it.
 fn pooled(config: kube::Config, idle_timeout: Duration) -> Result<kube::Client, kube::Error> {
     if config.proxy_url.is_some() {
         return kube::Client::try_from(config);
@@ -127,7 +124,7 @@ mod tests {
     async fn a_proxy_is_left_to_kube_which_names_the_missing_feature() {
         let mut config = config("http://127.0.0.1:1");
         config.proxy_url = Some("http://127.0.0.1:3128".parse().unwrap());
-        let Err(error) = from_config(config) else {
+        let Err(error) = pooled(config, IDLE_TIMEOUT) else {
             panic!("a proxy this build cannot use was accepted");
         };
         let error = error.to_string();
