@@ -30,9 +30,17 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The most a connection's read buffer grows to (hyper's default: ~400 KiB).
 const MAX_READ_BUFFER: usize = 64 * 1024;
 
-/// The client for the in-cluster configuration or the current kubeconfig
-/// context, as [`kube::Client::try_default`] finds it.
-pub(crate) async fn infer() -> Result<kube::Client, kube::Error> {
+/// The Kubernetes client the `nudge` binary runs with, for the in-cluster
+/// configuration or the current kubeconfig context as
+/// [`kube::Client::try_default`] finds them: kube's client, over a connection
+/// pool that closes a connection left idle for 20 s and stops a connection's
+/// read buffer at 64 KiB, so that a controller waiting between changes does not
+/// keep the connections and buffers of its last burst.
+///
+/// # Errors
+///
+/// When no configuration is found, or it cannot be used (kube's error).
+pub async fn kube_client() -> Result<kube::Client, kube::Error> {
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;

@@ -29,6 +29,7 @@ use crate::webhook::{self, Admission, AdmissionParts, AdmissionSettings, Webhook
 
 pub mod admin;
 mod client;
+pub use self::client::kube_client;
 pub mod lease;
 pub mod metrics;
 mod namespaces;
@@ -113,20 +114,6 @@ where
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
     let client = kube_client().await.map_err(RunError::Client)?;
     run_with_client(config, client, shutdown).await
-}
-
-/// The Kubernetes client the `nudge` binary runs with, for the in-cluster
-/// configuration or the current kubeconfig context as
-/// [`kube::Client::try_default`] finds them: kube's client, over a connection
-/// pool that closes a connection left idle for 20 s and stops a connection's
-/// read buffer at 64 KiB, so that a controller waiting between changes does not
-/// keep the connections and buffers of its last burst.
-///
-/// # Errors
-///
-/// When no configuration is found, or it cannot be used (kube's error).
-pub async fn kube_client() -> Result<kube::Client, kube::Error> {
-    client::infer().await
 }
 
 /// [`run`] with `client`.

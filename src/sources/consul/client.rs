@@ -207,7 +207,7 @@ pub struct ConsulClient {
     timeout: Duration,
     stats: ClientStats,
     /// Where failed requests and slot waits are also exported, once set.
-    error_metrics: std::sync::OnceLock<(super::ConsulMetrics, crate::model::SourceName)>,
+    consul_metrics: std::sync::OnceLock<(super::ConsulMetrics, crate::model::SourceName)>,
     /// Where the source's errors and read latency are recorded
     /// (`nudge_source_*`), once set.
     source_metrics: std::sync::OnceLock<(crate::health::SourceMetrics, crate::model::SourceName)>,
@@ -286,7 +286,7 @@ impl ConsulClient {
             partition: settings.partition.clone(),
             timeout: settings.timeout,
             stats: ClientStats::default(),
-            error_metrics: std::sync::OnceLock::new(),
+            consul_metrics: std::sync::OnceLock::new(),
             source_metrics: std::sync::OnceLock::new(),
         })
     }
@@ -304,8 +304,8 @@ impl ConsulClient {
 
     /// Also counts failed requests and slot waits in `metrics` under source
     /// `name`; the first call wins.
-    pub fn report_errors_to(&self, metrics: super::ConsulMetrics, name: crate::model::SourceName) {
-        let _ = self.error_metrics.set((metrics, name));
+    pub fn count_into(&self, metrics: super::ConsulMetrics, name: crate::model::SourceName) {
+        let _ = self.consul_metrics.set((metrics, name));
     }
 
     /// A query found every blocking-query slot taken and reads without
@@ -313,7 +313,7 @@ impl ConsulClient {
     /// late and each such read costs the agent a read of the query's keys.
     pub(crate) fn no_blocking_slot(&self) {
         self.stats.slot_waits.fetch_add(1, Ordering::Relaxed);
-        if let Some((metrics, name)) = self.error_metrics.get() {
+        if let Some((metrics, name)) = self.consul_metrics.get() {
             metrics.slot_waited(name);
         }
     }
@@ -414,7 +414,7 @@ impl ConsulClient {
         }
         if let Err(error) = &result {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            if let Some((metrics, name)) = self.error_metrics.get() {
+            if let Some((metrics, name)) = self.consul_metrics.get() {
                 metrics.query_failed(name);
             }
             if let Some((metrics, name)) = recorder {

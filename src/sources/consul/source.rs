@@ -97,9 +97,10 @@ impl ConsulSource {
         })
     }
 
-    /// Exports failed queries to `metrics` (`nudge_consul_query_errors_total`).
+    /// Exports failed queries and slot waits to `metrics`
+    /// (`nudge_consul_query_errors_total`, `nudge_consul_blocking_slot_waits_total`).
     pub fn with_metrics(self, metrics: ConsulMetrics) -> Self {
-        self.client.report_errors_to(metrics, self.name.clone());
+        self.client.count_into(metrics, self.name.clone());
         self
     }
 
