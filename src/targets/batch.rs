@@ -22,11 +22,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions, PropagationPolicy};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions, PropagationPolicy};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::dynamic::classify;
+use super::object::WorkloadObject;
 use super::{ApplyOutcome, KubeTarget, Target, TargetContext, TargetError, TargetSettings};
 use crate::model::{GENERATED_JOB_LABELS, TemplatePath, Workload, WorkloadId, WorkloadKind};
 use crate::stamp::{self, AdmissionDecision, StampPatch};
@@ -70,10 +71,12 @@ impl CronJobTarget {
     }
 
     /// Starts one Job from the CronJob, as `kubectl create job --from=cronjob/…`.
-    async fn run_now(&self, id: &WorkloadId, cron_job: DynamicObject) -> Result<(), TargetError> {
-        let cron_job: CronJob = cron_job.try_parse().map_err(|e| TargetError::Rejected {
-            id: id.clone(),
-            message: format!("cannot read the CronJob: {e}"),
+    async fn run_now(&self, id: &WorkloadId, cron_job: &WorkloadObject) -> Result<(), TargetError> {
+        let cron_job: CronJob = serde_json::from_value(cron_job.value().clone()).map_err(|e| {
+            TargetError::Rejected {
+                id: id.clone(),
+                message: format!("cannot read the CronJob: {e}"),
+            }
         })?;
         let job = job_from(&cron_job).ok_or_else(|| TargetError::Rejected {
             id: id.clone(),
@@ -149,12 +152,10 @@ impl Target for CronJobTarget {
         let Some(cron_job) = self.inner.apply_object(current, patch).await? else {
             return Ok(ApplyOutcome::Gone);
         };
-        let opted_out = cron_job
-            .annotations()
-            .get(&self.inner.settings().scheme.run_on_change())
-            .is_some_and(|v| v == "false");
+        let opted_out =
+            cron_job.annotation(&self.inner.settings().scheme.run_on_change()) == Some("false");
         if changes_template && !opted_out {
-            self.run_now(&current.id, cron_job.clone()).await?;
+            self.run_now(&current.id, &cron_job).await?;
         }
         Ok(self
             .inner
@@ -234,11 +235,7 @@ impl JobTarget {
             }
             self.wait_gone(id, &uid).await?;
         }
-        let object: DynamicObject =
-            serde_json::from_value(replacement).map_err(|e| TargetError::Rejected {
-                id: id.clone(),
-                message: format!("cannot build the new Job: {e}"),
-            })?;
+        let object = WorkloadObject::from_value(replacement);
         let params = PostParams {
             field_manager: Some(self.inner.settings().field_manager.clone()),
             ..PostParams::default()
@@ -275,7 +272,7 @@ impl JobTarget {
         }
     }
 
-    fn api(&self, namespace: &str) -> Api<DynamicObject> {
+    fn api(&self, namespace: &str) -> Api<WorkloadObject> {
         let gvk = kube::api::GroupVersionKind::gvk("batch", "v1", "Job");
         Api::namespaced_with(
             self.client.clone(),
@@ -288,8 +285,8 @@ impl JobTarget {
 /// The Job to create in place of `job`: the same object without what the API
 /// server generated (identity, status, generated selector and labels) and with
 /// `patch`'s values written.
-fn replacement(job: &DynamicObject, patch: &StampPatch, settings: &TargetSettings) -> Value {
-    let mut object = serde_json::to_value(job).unwrap_or_default();
+fn replacement(job: &WorkloadObject, patch: &StampPatch, settings: &TargetSettings) -> Value {
+    let mut object = job.value().clone();
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         for field in [
             "uid",

@@ -23,11 +23,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::core::DynamicResourceScope;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::object::WorkloadObject;
 use super::{ApplyOutcome, Target, TargetContext, TargetError, WatchScope, WorkloadEvent};
 use crate::annotations::AnnotationScheme;
 use crate::model::{TemplatePath, Workload, WorkloadId, WorkloadKind};
@@ -198,8 +200,7 @@ pub fn builtin_kinds() -> Vec<(WorkloadKind, &'static str)> {
 /// Workloads per page of a kind's initial list. The watcher holds a whole
 /// page, parsed, until it has handed on every object of it, and every kind
 /// lists at once: in pages of 500 (kube's default) that was the largest part
-/// of the heap's peak at the benchmark's 10× scale (16 MB of 85), and a
-/// workload with its `managedFields` is larger on a real cluster than there.
+/// of the heap's peak at the benchmark's 10× scale (16 MB of 85).
 const WATCH_PAGE: u32 = 100;
 
 /// First and last delay between two discoveries of a kind not served yet.
@@ -368,7 +369,7 @@ impl KubeTarget {
         &self,
         current: &Workload,
         patch: &StampPatch,
-    ) -> Result<Option<DynamicObject>, TargetError> {
+    ) -> Result<Option<WorkloadObject>, TargetError> {
         if !patch.releases.is_empty() || !self.applies_by_ssa() || stamp::changes_snapshot(patch) {
             return self.apply_json_patch(current, patch).await;
         }
@@ -411,12 +412,12 @@ impl KubeTarget {
         &self,
         current: &Workload,
         patch: &StampPatch,
-    ) -> Result<Option<DynamicObject>, TargetError> {
+    ) -> Result<Option<WorkloadObject>, TargetError> {
         let id = &current.id;
         let Some(object) = self.get_object(id).await? else {
             return Ok(None);
         };
-        let value = serde_json::to_value(&object).unwrap_or_default();
+        let value = object.into_value();
         let (params, mut body) = self.settings.json_patch(&value, patch);
         if stamp::changes_snapshot(patch) {
             let guards = self.snapshot_guards(current, patch, &value)?;
@@ -515,15 +516,19 @@ impl KubeTarget {
         }
     }
 
-    /// Reads the whole object of `id` now.
+    /// Reads the whole object of `id` now, `managedFields` included: the
+    /// JSON patch path reads nudge's own entry there
+    /// ([`stamp::given_up_ops`]).
     pub(crate) async fn get_object(
         &self,
         id: &WorkloadId,
-    ) -> Result<Option<DynamicObject>, TargetError> {
-        self.api(Some(&id.namespace))
+    ) -> Result<Option<WorkloadObject>, TargetError> {
+        let object: Option<DynamicObject> = self
+            .api_as(Some(&id.namespace))
             .get_opt(&id.name)
             .await
-            .map_err(|e| classify(id, e))
+            .map_err(|e| classify(id, e))?;
+        Ok(object.map(|o| WorkloadObject::from_value(serde_json::to_value(o).unwrap_or_default())))
     }
 
     /// What `pick` makes of the workloads of this kind in `namespace`
@@ -565,11 +570,20 @@ impl KubeTarget {
     }
 
     /// Reads a [`Workload`] of this target's kind from an object it returned.
-    pub(crate) fn workload_of(&self, object: DynamicObject) -> Option<Workload> {
+    pub(crate) fn workload_of(&self, object: WorkloadObject) -> Option<Workload> {
         self.workload(object)
     }
 
-    fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+    /// The API of this kind, its objects read as [`WorkloadObject`]s.
+    fn api(&self, namespace: Option<&str>) -> Api<WorkloadObject> {
+        self.api_as(namespace)
+    }
+
+    /// The API of this kind, its objects read as `K`.
+    fn api_as<K>(&self, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>,
+    {
         let resource = self.resource.get().cloned().unwrap_or_else(|| {
             // Not served yet: the plural is unknown. Requests go to kube's
             // guess, which the API server answers 404 (not found: nothing to
@@ -589,9 +603,9 @@ impl KubeTarget {
 
     /// Reads a workload from a dynamic object; malformed ones are logged and
     /// skipped (a bad object must not stop the stream).
-    fn workload(&self, object: DynamicObject) -> Option<Workload> {
+    fn workload(&self, object: WorkloadObject) -> Option<Workload> {
         let name = object.name_any();
-        match Workload::from_object(&self.kind, to_value(object)) {
+        match Workload::from_object(&self.kind, object.into_value()) {
             Ok(workload) => Some(workload),
             Err(error) => {
                 tracing::warn!(kind = %self.kind, %name, %error, "cannot read workload; skipping it");
@@ -600,17 +614,17 @@ impl KubeTarget {
         }
     }
 
-    fn workload_id(&self, object: &DynamicObject) -> Option<WorkloadId> {
+    fn workload_id(&self, object: &WorkloadObject) -> Option<WorkloadId> {
         Some(WorkloadId::new(
             self.kind.clone(),
             object.namespace()?,
-            object.metadata.name.clone()?,
+            object.meta().name.clone()?,
         ))
     }
 
     fn to_event(
         &self,
-        event: watcher::Event<DynamicObject>,
+        event: watcher::Event<WorkloadObject>,
         scope: &WatchScope,
     ) -> Option<WorkloadEvent> {
         Some(match event {
@@ -621,17 +635,6 @@ impl KubeTarget {
             watcher::Event::Delete(obj) => WorkloadEvent::Delete(self.workload_id(&obj)?),
         })
     }
-}
-
-/// The object as JSON, without `managedFields` (large, and never read).
-fn to_value(mut object: DynamicObject) -> Value {
-    object.metadata.managed_fields = None;
-    let metadata = serde_json::to_value(&object.metadata).unwrap_or_default();
-    let mut value = object.data;
-    if let Some(map) = value.as_object_mut() {
-        map.insert("metadata".into(), metadata);
-    }
-    value
 }
 
 /// A kube error as a [`TargetError`]: 409 conflict, 429/5xx/transport transient,

@@ -24,6 +24,7 @@ use crate::stamp::StampPatch;
 
 mod batch;
 mod dynamic;
+mod object;
 
 pub use self::batch::{CronJobTarget, JobTarget, cron_job_kind, job_kind};
 pub use self::dynamic::{KubeTarget, TargetSettings, TargetSetupError, builtin_kinds};
