@@ -1,4 +1,6 @@
-//! WATCH: a stream of JSON lines (`{"object":…,"type":…}`), with replay
+//! WATCH: a stream of JSON lines (`{"type":…,"object":…}`, the type first as
+//! kube-apiserver writes it: a client's reader can then read the object
+//! without buffering it first), with replay
 //! from a resourceVersion, initial events, bookmarks, selectors (an object
 //! leaving the selector is DELETED for the watcher), timeouts, and 410
 //! ERROR events for resourceVersions older than the history window.
@@ -47,11 +49,11 @@ impl Watcher {
 
     fn line(&self, kind: &str, obj: &Value) -> Bytes {
         let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(b"{\"object\":");
-        out.extend_from_slice(&output::object_bytes(&self.rt, obj, self.shape));
-        out.extend_from_slice(b",\"type\":\"");
+        out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(kind.as_bytes());
-        out.extend_from_slice(b"\"}\n");
+        out.extend_from_slice(b"\",\"object\":");
+        out.extend_from_slice(&output::object_bytes(&self.rt, obj, self.shape));
+        out.extend_from_slice(b"}\n");
         Bytes::from(out)
     }
 
@@ -69,17 +71,17 @@ impl Watcher {
             }
         };
         let mut out = Vec::with_capacity(160);
-        out.extend_from_slice(b"{\"object\":");
+        out.extend_from_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
         out.extend_from_slice(&serde_json::to_vec(&obj).unwrap_or_default());
-        out.extend_from_slice(b",\"type\":\"BOOKMARK\"}\n");
+        out.extend_from_slice(b"}\n");
         Bytes::from(out)
     }
 
     fn error_line(err: &ApiError) -> Bytes {
         let mut out = Vec::with_capacity(200);
-        out.extend_from_slice(b"{\"object\":");
+        out.extend_from_slice(b"{\"type\":\"ERROR\",\"object\":");
         out.extend_from_slice(&serde_json::to_vec(&err.to_status()).unwrap_or_default());
-        out.extend_from_slice(b",\"type\":\"ERROR\"}\n");
+        out.extend_from_slice(b"}\n");
         Bytes::from(out)
     }
 

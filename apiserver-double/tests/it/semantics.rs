@@ -893,3 +893,43 @@ async fn resource_quotas_refuse_creates_beyond_their_object_counts() {
         201
     );
 }
+
+/// kube-apiserver writes a watch event as Go's `WatchEvent` struct, `type`
+/// before `object`; a client that reads an adjacently tagged event (kube's
+/// `WatchEvent`) reads the object without buffering it only in that order.
+#[tokio::test]
+async fn watch_lines_name_their_type_before_their_object() {
+    let api = ApiServerDouble::start_with(Config {
+        bookmark_interval: Duration::from_millis(100),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let http = Http::new(&api);
+    http.post(CM, &json!({"metadata": {"name": "t"}, "data": {"n": "0"}}))
+        .await;
+    let r = http
+        .get(&format!(
+            "{CM}?watch=1&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=1"
+        ))
+        .await;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let types: Vec<&str> = ["ADDED", "BOOKMARK"]
+        .into_iter()
+        .filter(|t| lines.iter().any(|l| l.contains(&format!("\"{t}\""))))
+        .collect();
+    assert_eq!(types, ["ADDED", "BOOKMARK"], "{text}");
+    for line in &lines {
+        assert!(line.starts_with("{\"type\":\""), "{line}");
+    }
+    let r = http
+        .get(&format!("{CM}?watch=1&resourceVersion=1&timeoutSeconds=1"))
+        .await;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    let line = text.lines().next().unwrap_or_default();
+    assert!(
+        line.starts_with("{\"type\":\"ERROR\",\"object\":"),
+        "{text}"
+    );
+}
