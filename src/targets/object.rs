@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 /// metadata, what kube's watcher and `ResourceExt` read, carries only the
 /// name, namespace, uid and resourceVersion; everything else is read from
 /// [`WorkloadObject::value`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct WorkloadObject {
     meta: ObjectMeta,
     value: Value,
