@@ -734,7 +734,7 @@ fn short_reference(reference: &Reference, workload_namespace: &str) -> String {
         reference.source,
         object_name(reference, workload_namespace)
     );
-    if let KeySelection::Only(keys) = &reference.keys {
+    if let KeySelection::Only(keys) = &*reference.keys {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let _ = write!(text, "[{}]", keys.join(","));
     }

@@ -92,6 +92,7 @@ impl Stamps {
             algorithm,
             gate,
         } = c.tracked.into_inner();
+        let keys = keys.into_selection();
         let merged = group
             .objects
             .entry((source, namespace, name, algorithm, gate))
@@ -164,7 +165,7 @@ impl Group {
                 source,
                 namespace,
                 name,
-                keys: merged.keys,
+                keys: merged.keys.into(),
             };
             origins.extend(merged.origins.into_iter().map(|o| (reference.clone(), o)));
             inputs.push(Input {

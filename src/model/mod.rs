@@ -359,7 +359,53 @@ pub struct Reference {
     /// Object name (ConfigMap/Secret) or key path (Consul).
     pub(crate) name: Name,
     /// Which keys count.
-    pub(crate) keys: KeySelection,
+    pub(crate) keys: Keys,
+}
+
+/// A reference's [`KeySelection`], kept in 8 bytes: most references take
+/// every key, and a reference is held in every tracked item (tens of
+/// thousands at scale), so the narrowed set is boxed and "every key" costs
+/// nothing. Reads as a [`KeySelection`] (`Deref`), orders and serializes as one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Keys(Option<Box<KeySelection>>);
+
+impl From<KeySelection> for Keys {
+    fn from(keys: KeySelection) -> Self {
+        match keys {
+            // Never boxed: `None` is every key, so that equality and order
+            // stay those of the selection.
+            KeySelection::All => Self(None),
+            only => Self(Some(Box::new(only))),
+        }
+    }
+}
+
+impl Keys {
+    /// The selection, without a copy.
+    pub(crate) fn into_selection(self) -> KeySelection {
+        self.0.map_or(KeySelection::All, |keys| *keys)
+    }
+}
+
+impl std::ops::Deref for Keys {
+    type Target = KeySelection;
+
+    fn deref(&self) -> &KeySelection {
+        const ALL: &KeySelection = &KeySelection::All;
+        self.0.as_deref().unwrap_or(ALL)
+    }
+}
+
+impl PartialEq<KeySelection> for Keys {
+    fn eq(&self, other: &KeySelection) -> bool {
+        **self == *other
+    }
+}
+
+impl Serialize for Keys {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
 }
 
 impl Reference {
@@ -373,7 +419,7 @@ impl Reference {
             source,
             namespace: Some(Name::from(namespace.as_ref())),
             name: Name::from(name.as_ref()),
-            keys: KeySelection::All,
+            keys: Keys::default(),
         }
     }
 
@@ -383,13 +429,13 @@ impl Reference {
             source,
             namespace: None,
             name: Name::from(path.as_ref()),
-            keys: KeySelection::All,
+            keys: Keys::default(),
         }
     }
 
     /// The same reference narrowed to `keys`.
     pub(crate) fn with_keys(mut self, keys: KeySelection) -> Self {
-        self.keys = keys;
+        self.keys = keys.into();
         self
     }
 
@@ -424,7 +470,7 @@ impl Reference {
             id.push('/');
         }
         id.push_str(&self.name);
-        if let KeySelection::Only(keys) = &self.keys {
+        if let KeySelection::Only(keys) = &*self.keys {
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             id.push('[');
             id.push_str(&keys.join(","));
@@ -443,7 +489,7 @@ impl fmt::Display for Reference {
             write!(f, "{ns}/")?;
         }
         f.write_str(&self.name)?;
-        if let KeySelection::Only(keys) = &self.keys {
+        if let KeySelection::Only(keys) = &*self.keys {
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             write!(f, "[{}]", keys.join(","))?;
         }
@@ -740,4 +786,38 @@ pub enum Scope {
     Namespaced,
     /// Consul and other external stores: the reference is a key path.
     External,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_keeps_every_key_without_a_box_and_orders_as_its_selection() {
+        // A tracked item is held once per tracked reference (tens of
+        // thousands at scale): its allocation stays within 112 bytes.
+        assert!(
+            size_of::<Reference>() <= 80,
+            "{} bytes",
+            size_of::<Reference>()
+        );
+        let whole = Reference::object(SourceName::configmap(), "ns", "app");
+        let narrowed = whole.clone().with_keys(KeySelection::one("a"));
+        assert_eq!(whole.keys, KeySelection::All);
+        assert!(whole.keys.0.is_none());
+        assert_eq!(whole.clone().with_keys(KeySelection::All), whole);
+        assert!(
+            whole < narrowed,
+            "every key orders first, as KeySelection::All does"
+        );
+        assert!(narrowed.keys.contains("a") && !narrowed.keys.contains("b"));
+        assert_eq!(
+            serde_json::to_value(&narrowed).unwrap()["keys"],
+            serde_json::to_value(KeySelection::one("a")).unwrap()
+        );
+        assert_eq!(
+            narrowed.keys.clone().into_selection(),
+            KeySelection::one("a")
+        );
+    }
 }

@@ -915,7 +915,7 @@ fn snapshot(inputs: &[Resolved<'_>]) -> Result<String, Vec<BlockReason>> {
                 crate::snapshot::SnapshotKey::new(
                     kind,
                     reference.name.clone(),
-                    reference.keys.clone(),
+                    (*reference.keys).clone(),
                 ),
                 digest,
             ),
