@@ -23,9 +23,19 @@ pub struct CurrentOutputs {
     id: WorkloadId,
     /// Workload annotations that are outputs. Keys are usually short enough to
     /// be stored inline; there are two or three per workload, for every workload.
-    annotations: Vec<(Name, Value)>,
+    /// Boxed slices, not vectors: built once, and 16 bytes each instead of 24
+    /// in every workload's record.
+    annotations: Box<[(Name, Value)]>,
     /// Pod-template annotations that are outputs.
-    template_annotations: Vec<(Name, Value)>,
+    template_annotations: Box<[(Name, Value)]>,
+    /// The outputs in the pod spec, which few workloads have: `None` when
+    /// there are none (8 bytes in every record instead of 32).
+    spec: Option<Box<SpecOutputs>>,
+}
+
+/// The outputs a workload has in its pod spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SpecOutputs {
     /// Containers carrying an output env var, in pod-spec order.
     containers: Vec<ContainerOutputs>,
     /// Scheduling gates that are outputs, present on the pod template.
@@ -130,10 +140,10 @@ impl CurrentOutputs {
     /// The values of `outputs` on `workload`.
     pub fn new<'a>(workload: &Workload, outputs: impl IntoIterator<Item = &'a Output>) -> Self {
         let keys = OutputKeys::of(outputs);
-        let containers = super::containers_by_role(workload)
+        let containers: Vec<ContainerOutputs> = super::containers_by_role(workload)
             .filter_map(|(init, container)| ContainerOutputs::of(init, container, &keys.env))
             .collect();
-        let gates = workload
+        let gates: Vec<String> = workload
             .template
             .spec
             .as_ref()
@@ -153,10 +163,10 @@ impl CurrentOutputs {
         }
         Self {
             id: workload.id.clone(),
-            annotations: pick(&workload.annotations, &keys.own),
-            template_annotations,
-            containers,
-            gates,
+            annotations: pick(&workload.annotations, &keys.own).into_boxed_slice(),
+            template_annotations: template_annotations.into_boxed_slice(),
+            spec: (!containers.is_empty() || !gates.is_empty())
+                .then(|| Box::new(SpecOutputs { containers, gates })),
         }
     }
 
@@ -168,15 +178,19 @@ impl CurrentOutputs {
     /// A workload holding only these values: enough for `diff` and `Target::apply`,
     /// which read nothing else.
     pub fn to_workload(&self) -> Workload {
+        let (containers, gates) = self
+            .spec
+            .as_deref()
+            .map_or((&[][..], &[][..]), |s| (&s.containers[..], &s.gates[..]));
         let (init, main): (Vec<&ContainerOutputs>, Vec<&ContainerOutputs>) =
-            self.containers.iter().partition(|c| c.init);
-        let gates = (!self.gates.is_empty()).then(|| {
-            self.gates
+            containers.iter().partition(|c| c.init);
+        let gates = (!gates.is_empty()).then(|| {
+            gates
                 .iter()
                 .map(|name| PodSchedulingGate { name: name.clone() })
                 .collect()
         });
-        let spec = (!self.containers.is_empty() || gates.is_some()).then(|| PodSpec {
+        let spec = (!containers.is_empty() || gates.is_some()).then(|| PodSpec {
             containers: main
                 .into_iter()
                 .map(ContainerOutputs::to_container)

@@ -38,7 +38,7 @@ pub(super) struct Record {
     pub(super) timing: Option<Box<Timing>>,
     pub(super) rollout: Rollout,
     /// References whose observation changed since the last stamp.
-    pub(super) pending: BTreeSet<Reference>,
+    pub(super) pending: Pending,
     /// When the first change not yet stamped was observed.
     pub(super) observed_at: Option<Instant>,
     pub(super) write: WriteState,
@@ -68,6 +68,35 @@ pub(super) struct Record {
     pub(super) written: u64,
     /// Its config revisions (see [`Revisions`]).
     pub(super) revisions: Revisions,
+}
+
+/// The references whose observation changed since a workload's last stamp:
+/// empty in nearly every record, so 8 bytes until a change arrives (which
+/// keeps a record within a 192-byte allocation).
+#[derive(Debug, Default)]
+pub(super) struct Pending(Option<Box<BTreeSet<Reference>>>);
+
+impl Pending {
+    pub(super) fn insert(&mut self, reference: Reference) {
+        self.0.get_or_insert_default().insert(reference);
+    }
+
+    pub(super) fn contains(&self, reference: &Reference) -> bool {
+        self.0.as_ref().is_some_and(|set| set.contains(reference))
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|set| set.is_empty())
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Reference> {
+        self.0.iter().flat_map(|set| set.iter())
+    }
+
+    /// Everything pending, leaving nothing (and no allocation) behind.
+    pub(super) fn take(&mut self) -> BTreeSet<Reference> {
+        self.0.take().map(|set| *set).unwrap_or_default()
+    }
 }
 
 /// What the core keeps of a snapshotting workload, read from its
@@ -147,7 +176,7 @@ impl Record {
             full: None,
             timing: None,
             rollout: Rollout::Unknown,
-            pending: BTreeSet::new(),
+            pending: Pending::default(),
             observed_at: None,
             write: WriteState::Idle,
             retry: None,
@@ -243,7 +272,7 @@ impl Record {
     /// Everything pending, now in sync: what the pending changes named.
     pub(super) fn clear_pending(&mut self) -> BTreeSet<Reference> {
         self.observed_at = None;
-        std::mem::take(&mut self.pending)
+        self.pending.take()
     }
 
     /// The changes a write dispatched now carries, and when the first was
@@ -254,7 +283,7 @@ impl Record {
         &mut self,
         rolls: bool,
     ) -> (BTreeSet<Reference>, Option<Instant>, BTreeSet<Reference>) {
-        let changed = std::mem::take(&mut self.pending);
+        let changed = self.pending.take();
         let observed_at = self.observed_at.take();
         if rolls {
             (changed, observed_at, BTreeSet::new())
@@ -273,7 +302,9 @@ impl Record {
 
     /// A write that did not go through: its changes are still to be written.
     pub(super) fn restore(&mut self, write: &InFlight) {
-        self.pending.extend(write.changed.iter().cloned());
+        for reference in &write.changed {
+            self.pending.insert(reference.clone());
+        }
         if let Some(at) = write.observed_at {
             self.observed_at = Some(self.observed_at.map_or(at, |o| o.min(at)));
         }

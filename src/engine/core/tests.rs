@@ -752,8 +752,8 @@ fn a_workload_keeps_one_copy_of_its_id_across_events() {
 }
 
 /// There is a record per referencing workload (15,000 in the 10× benchmark):
-/// one past 256 bytes costs the next allocator size class, 320.
+/// one past 192 bytes costs the next allocator size class, 224.
 #[test]
-fn a_record_fits_a_256_byte_allocation() {
-    assert!(size_of::<Record>() <= 256, "{} bytes", size_of::<Record>());
+fn a_record_fits_a_192_byte_allocation() {
+    assert!(size_of::<Record>() <= 192, "{} bytes", size_of::<Record>());
 }
