@@ -571,11 +571,7 @@ async fn history_window_and_resource_versions() {
     let r = http
         .post(CM, &json!({"metadata": {"name": "h"}, "data": {"n": "0"}}))
         .await;
-    let first_rv: u64 = r.json()["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let first_rv = resource_version(&r.json());
     for i in 1..10 {
         http.patch(
             &format!("{CM}/h"),
@@ -909,11 +905,7 @@ async fn watch_lines_name_their_type_before_their_object() {
     let created = http
         .post(CM, &json!({"metadata": {"name": "t"}, "data": {"n": "0"}}))
         .await;
-    let created_rv: u64 = created.json()["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let created_rv = resource_version(&created.json());
     let r = http
         .get(&format!(
             "{CM}?watch=1&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=1"
@@ -943,4 +935,13 @@ async fn watch_lines_name_their_type_before_their_object() {
         line.starts_with("{\"type\":\"ERROR\",\"object\":"),
         "{text}"
     );
+}
+
+/// An object's `metadata.resourceVersion`, as the number the double counts in.
+fn resource_version(object: &Value) -> u64 {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
