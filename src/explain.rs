@@ -47,8 +47,8 @@ use crate::errors::error_chain;
 use crate::fingerprint::{Algorithm, FingerprintKey, ObjectKind, Observation};
 use crate::model::TemplatePath;
 use crate::model::{
-    Input, KeySelection, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked,
-    Workload, WorkloadId,
+    Input, Origin, Output, Reference, SourceCatalog, SourceName, StampSpec, Tracked, Workload,
+    WorkloadId,
 };
 use crate::outcome::history;
 pub(crate) use crate::outcome::history::Revision;
@@ -734,9 +734,8 @@ fn short_reference(reference: &Reference, workload_namespace: &str) -> String {
         reference.source,
         object_name(reference, workload_namespace)
     );
-    if let KeySelection::Only(keys) = &*reference.keys {
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let _ = write!(text, "[{}]", keys.join(","));
+    if let Some(keys) = reference.keys.listed() {
+        let _ = write!(text, "[{keys}]");
     }
     text
 }

@@ -338,6 +338,21 @@ impl KeySelection {
         }
     }
 
+    /// The keys of a narrowed selection, comma-separated in byte order
+    /// (`k1,k2`), as references and snapshot keys print them; `None` for
+    /// every key.
+    pub(crate) fn listed(&self) -> Option<String> {
+        match self {
+            Self::All => None,
+            Self::Only(keys) => Some(
+                keys.iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        }
+    }
+
     /// Whether `key` is covered.
     pub(crate) fn contains(&self, key: &str) -> bool {
         match self {
@@ -470,10 +485,9 @@ impl Reference {
             id.push('/');
         }
         id.push_str(&self.name);
-        if let KeySelection::Only(keys) = &*self.keys {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if let Some(keys) = self.keys.listed() {
             id.push('[');
-            id.push_str(&keys.join(","));
+            id.push_str(&keys);
             id.push(']');
         }
         id
@@ -489,9 +503,8 @@ impl fmt::Display for Reference {
             write!(f, "{ns}/")?;
         }
         f.write_str(&self.name)?;
-        if let KeySelection::Only(keys) = &*self.keys {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            write!(f, "[{}]", keys.join(","))?;
+        if let Some(keys) = self.keys.listed() {
+            write!(f, "[{keys}]")?;
         }
         Ok(())
     }

@@ -127,9 +127,8 @@ impl fmt::Display for SnapshotKey {
     /// byte order): the form [`Snapshot`]s are written in.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.kind.source(), self.name)?;
-        if let KeySelection::Only(keys) = &self.keys {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            write!(f, "[{}]", keys.join(","))?;
+        if let Some(keys) = self.keys.listed() {
+            write!(f, "[{keys}]")?;
         }
         Ok(())
     }

@@ -34,7 +34,7 @@ use super::{
 use crate::annotations::{AnnotationScheme, RELOADER_MATCH, is_ignored};
 use crate::fingerprint::{self, Algorithm, Fingerprint, ObjectData, ObjectKind, Observation};
 use crate::health::{SourceMetrics, WatchHealth};
-use crate::model::{Gate, KeySelection, Name, Scope, SourceName, Tracked};
+use crate::model::{Gate, Name, Scope, SourceName, Tracked};
 use crate::rate::Backoff;
 use crate::scope::NamespaceScope;
 use crate::small::SmallMap;
@@ -337,7 +337,7 @@ impl<K: ContentObject> ObjectReader for ObjectSource<K> {
             return Ok(Observation::Absent);
         };
         let data = object.data();
-        let keys: &KeySelection = &tracked.reference.keys;
+        let keys = &*tracked.reference.keys;
         let fingerprint = match tracked.algorithm {
             Algorithm::Native => {
                 fingerprint::native_object(K::KIND, &data.narrowed(keys), cx.key())
