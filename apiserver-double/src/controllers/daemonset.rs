@@ -7,6 +7,8 @@
 //! `<name>-<hash>` records each template (the hash is `controller.ComputeHash`,
 //! see [`super::hash`]).
 
+use std::borrow::Borrow;
+
 use serde_json::{Value, json};
 
 use super::Requeue;
@@ -24,11 +26,16 @@ pub(crate) const HASH_LABEL: &str = "controller-revision-hash";
 
 /// The revisions of `namespace` a DaemonSet owns: controlled by it and
 /// selected by its selector (`controlledHistories`, without adoption).
-pub(crate) fn owned_revisions(ds: &Value, in_namespace: Vec<Value>) -> Vec<Revision> {
+pub(crate) fn owned_revisions(
+    ds: &Value,
+    in_namespace: impl IntoIterator<Item = impl Borrow<Value>>,
+) -> Vec<Revision> {
     in_namespace
         .into_iter()
-        .filter(|r| is_controlled_by(r, meta::uid(ds)) && selected_by(ds, r))
-        .map(|obj| Revision { obj })
+        .filter(|r| is_controlled_by(r.borrow(), meta::uid(ds)) && selected_by(ds, r.borrow()))
+        .map(|obj| Revision {
+            obj: obj.borrow().clone(),
+        })
         .collect()
 }
 

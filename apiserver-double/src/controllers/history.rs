@@ -3,6 +3,7 @@
 //! `getPatch` of `pkg/controller/statefulset/stateful_set_utils.go` and
 //! `pkg/controller/daemon/util/daemonset_util.go`).
 
+use std::borrow::Borrow;
 use std::cmp::Ordering;
 
 use serde_json::{Value, json};
@@ -83,13 +84,18 @@ pub(crate) fn by_revision(a: &Revision, b: &Revision) -> Ordering {
 
 /// `ListControllerRevisions`: the revisions of `owner`'s namespace its
 /// selector selects that it controls or that nobody controls, sorted.
-pub(crate) fn revisions_of(owner: &Value, in_namespace: Vec<Value>) -> Vec<Revision> {
+pub(crate) fn revisions_of(
+    owner: &Value,
+    in_namespace: impl IntoIterator<Item = impl Borrow<Value>>,
+) -> Vec<Revision> {
     let uid = meta::uid(owner);
     let mut list: Vec<Revision> = in_namespace
         .into_iter()
-        .filter(|r| selected_by(owner, r))
-        .filter(|r| controller_of(r).is_none() || is_controlled_by(r, uid))
-        .map(|obj| Revision { obj })
+        .filter(|r| selected_by(owner, r.borrow()))
+        .filter(|r| controller_of(r.borrow()).is_none() || is_controlled_by(r.borrow(), uid))
+        .map(|obj| Revision {
+            obj: obj.borrow().clone(),
+        })
         .collect();
     list.sort_by(by_revision);
     list

@@ -291,12 +291,11 @@ impl Controllers {
     }
 }
 
-/// The objects of a store slot in the namespace of `owner`.
-fn in_namespace(state: &State, storage: usize, owner: &Value) -> Vec<Value> {
+/// The objects of a store slot in the namespace of `owner`, shared with the
+/// store: a sync copies only those its owner selects (copying every one per
+/// sync took 7 % of the double's CPU in the benchmark's 10× initial stamps).
+fn in_namespace(state: &State, storage: usize, owner: &Value) -> Vec<Arc<Value>> {
     state
         .store
         .list(storage, &format!("{}/", meta::namespace(owner)))
-        .into_iter()
-        .map(|o| (*o).clone())
-        .collect()
 }

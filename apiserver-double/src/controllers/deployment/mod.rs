@@ -27,6 +27,7 @@ pub(crate) mod util;
 
 // The other files of this module are `impl` blocks of `DeploymentSync`, one
 // per Go file of the controller; they share these imports (`use super::*`).
+use std::borrow::Borrow;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
@@ -49,12 +50,17 @@ pub(crate) use self::util::ReplicaSet;
 /// The ReplicaSets of `namespace` a Deployment owns: controlled by it and
 /// selected by its selector (`getReplicaSetsForDeployment`, without the
 /// adoption and release of others).
-pub(crate) fn owned_replica_sets(deployment: &Value, in_namespace: Vec<Value>) -> Vec<ReplicaSet> {
+pub(crate) fn owned_replica_sets(
+    deployment: &Value,
+    in_namespace: impl IntoIterator<Item = impl Borrow<Value>>,
+) -> Vec<ReplicaSet> {
     let uid = meta::uid(deployment);
     in_namespace
         .into_iter()
-        .filter(|rs| is_controlled_by(rs, uid) && selected_by(deployment, rs))
-        .map(|obj| ReplicaSet { obj })
+        .filter(|rs| is_controlled_by(rs.borrow(), uid) && selected_by(deployment, rs.borrow()))
+        .map(|obj| ReplicaSet {
+            obj: obj.borrow().clone(),
+        })
         .collect()
 }
 
