@@ -182,6 +182,38 @@ pub(crate) fn semantic_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
     }
 }
 
+/// [`semantic_eq`] with the field at `ignored` (a path of object keys) taken
+/// as absent from both sides, without copying either.
+pub(crate) fn semantic_eq_ignoring<'a>(
+    a: Option<&'a Value>,
+    b: Option<&'a Value>,
+    ignored: &[&str],
+) -> bool {
+    let [key, rest @ ..] = ignored else {
+        return semantic_eq(a, b);
+    };
+    // The keys of an object on the path that count (all but the last step).
+    let kept = |m: &'a Map<String, Value>| {
+        m.keys()
+            .filter(move |k| !(rest.is_empty() && k.as_str() == *key))
+    };
+    let zero = |v: Option<&'a Value>| match v {
+        Some(Value::Object(m)) => kept(m).next().is_none(),
+        other => semantic_eq(other, None),
+    };
+    match (a, b) {
+        _ if zero(a) && zero(b) => true,
+        (Some(Value::Object(x)), Some(Value::Object(y))) => kept(x).chain(kept(y)).all(|k| {
+            if k.as_str() == *key {
+                semantic_eq_ignoring(x.get(k), y.get(k), rest)
+            } else {
+                semantic_eq(x.get(k), y.get(k))
+            }
+        }),
+        _ => semantic_eq(a, b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +227,62 @@ mod tests {
         assert_eq!(int_or_percent(None, 10, true), Ok(0));
         assert!(int_or_percent(Some(&json!("3")), 10, true).is_err());
         assert!(int_or_percent(Some(&json!("x%")), 10, true).is_err());
+    }
+
+    #[test]
+    fn an_ignored_field_compares_as_if_removed_from_copies() {
+        let path = ["metadata", "labels", "hash"];
+        // What it replaces: remove the field from copies, then compare.
+        let removed = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(labels) = v
+                .pointer_mut("/metadata/labels")
+                .and_then(Value::as_object_mut)
+            {
+                labels.remove("hash");
+            }
+            v
+        };
+        let values = [
+            json!({"metadata": {"labels": {"app": "x", "hash": "1"}}, "spec": {"c": 1}}),
+            json!({"metadata": {"labels": {"app": "x", "hash": "2"}}, "spec": {"c": 1}}),
+            json!({"metadata": {"labels": {"app": "x"}}, "spec": {"c": 1}}),
+            json!({"metadata": {"labels": {"app": "y", "hash": "1"}}, "spec": {"c": 1}}),
+            json!({"metadata": {"labels": {"app": "x", "hash": "1"}}, "spec": {"c": 2}}),
+            json!({"metadata": {"labels": {"hash": "1"}}}),
+            json!({"metadata": {"labels": {}}}),
+            json!({"metadata": {"labels": null}}),
+            json!({"metadata": {}}),
+            json!({"spec": {"hash": "1"}}),
+            json!({"spec": {"hash": "2"}}),
+            json!({}),
+            json!(null),
+            json!("hash"),
+        ];
+        for a in &values {
+            for b in &values {
+                assert_eq!(
+                    semantic_eq_ignoring(Some(a), Some(b), &path),
+                    semantic_eq(Some(&removed(a)), Some(&removed(b))),
+                    "{a} vs {b}"
+                );
+            }
+        }
+        assert!(semantic_eq_ignoring(
+            Some(&values[0]),
+            Some(&values[1]),
+            &path
+        ));
+        assert!(!semantic_eq_ignoring(
+            Some(&values[0]),
+            Some(&values[3]),
+            &path
+        ));
+        assert!(!semantic_eq_ignoring(
+            Some(&values[9]),
+            Some(&values[10]),
+            &path
+        ));
     }
 
     #[test]

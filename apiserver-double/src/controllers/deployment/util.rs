@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::status::{Condition, DeploymentStatus, PROGRESSING};
 use crate::controllers::object::{
     annotation, annotations_mut, generation, int_at, int_or_percent, int_or_zero, is_deleting,
-    observed_generation, semantic_eq, str_at,
+    observed_generation, semantic_eq_ignoring, str_at,
 };
 use crate::ids;
 use crate::meta;
@@ -375,16 +375,7 @@ pub(crate) fn desired_replicas_annotation(rs: &ReplicaSet) -> Option<i64> {
 /// `EqualIgnoreHash`: the pod templates are semantically equal once the
 /// pod-template-hash label is removed from both.
 pub(crate) fn equal_ignore_hash(a: &Value, b: &Value) -> bool {
-    let without_hash = |t: &Value| {
-        let mut t = t.clone();
-        if let Some(labels) =
-            meta::get_path_mut(&mut t, &["metadata", "labels"]).and_then(Value::as_object_mut)
-        {
-            labels.remove(POD_TEMPLATE_HASH);
-        }
-        t
-    };
-    semantic_eq(Some(&without_hash(a)), Some(&without_hash(b)))
+    semantic_eq_ignoring(Some(a), Some(b), &["metadata", "labels", POD_TEMPLATE_HASH])
 }
 
 /// `ReplicaSetsByCreationTimestamp`: older first, then by name.
