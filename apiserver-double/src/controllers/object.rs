@@ -192,7 +192,7 @@ pub(crate) fn semantic_eq_ignoring<'a>(
     let [key, rest @ ..] = ignored else {
         return semantic_eq(a, b);
     };
-    // The keys of an object on the path that count (all but the last step).
+    // An object's keys that count: all, but the ignored one at the last step.
     let kept = |m: &'a Map<String, Value>| {
         m.keys()
             .filter(move |k| !(rest.is_empty() && k.as_str() == *key))
