@@ -12,8 +12,9 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::ConsulSource;
-use super::plan::{Plan, WatchTarget};
-use super::query::{Answer, Origin, QueryLoop, Read, read};
+use super::client::{ClientError, ConsulClient};
+use super::plan::{OneOffRead, Plan, WatchTarget};
+use super::query::{Answer, Origin, QueryLoop, Read};
 use super::state::{Registry, Seen, TrackOutcome, UntrackOutcome};
 use crate::errors::error_chain;
 use crate::model::Name;
@@ -249,22 +250,32 @@ impl Watch {
         );
     }
 
-    /// Starts a one-off read for every pending key.
+    /// Starts the one-off reads that observe every pending key (keys joining
+    /// one running prefix query are read together, [`Plan::one_off_reads`]).
     fn read_pending(&mut self) {
-        for key in std::mem::take(&mut self.pending_reads) {
-            if self.registry.contains(&key) {
-                self.spawn_one_off(key);
-            }
+        let pending: BTreeSet<String> = std::mem::take(&mut self.pending_reads)
+            .into_iter()
+            .filter(|key| self.registry.contains(key))
+            .collect();
+        for read in self.plan.one_off_reads(&pending) {
+            self.spawn_one_off(read);
         }
     }
 
-    fn spawn_one_off(&self, key: String) {
-        let span = tracing::debug_span!("consul_read", source = %self.source.name(), key = %key);
+    fn spawn_one_off(&self, read: OneOffRead) {
+        let span = match &read {
+            OneOffRead::Key(key) => {
+                tracing::debug_span!("consul_read", source = %self.source.name(), key = %key)
+            }
+            OneOffRead::Part { within, .. } => {
+                tracing::debug_span!("consul_read", source = %self.source.name(), prefix = %within)
+            }
+        };
         let read = one_off_read(
             self.source.clone(),
             self.answers.clone(),
             self.shutdown.clone(),
-            key,
+            read,
         );
         self.tasks.spawn(read.instrument(span));
     }
@@ -348,7 +359,7 @@ impl Watch {
             _ => tracing::error!(query = %target, "answer does not match its query"),
         }
         for key in reread {
-            self.spawn_one_off(key);
+            self.spawn_one_off(OneOffRead::Key(key));
         }
     }
 
@@ -359,45 +370,49 @@ impl Watch {
     }
 }
 
-/// Reads `key` once, retrying until it is read or the source shuts down, and
-/// hands the answer on. At start-up thousands of these wait at once for one of
-/// the source's few one-off permits (every key that joins a running prefix
-/// query), so what waits is kept small: the request and the hand-over are boxed
-/// only once they run (with them inline a waiting task took 1.8 KB: 24 MB of
-/// the heap's peak at 10x).
+/// Reads a key or a part of a prefix query once, retrying until it is read or
+/// the source shuts down, and hands the answer on. Many of these can wait at
+/// once for one of the source's few one-off permits (keys joining running
+/// queries that are too sparse to read together), so what waits is kept
+/// small: the request and the hand-over are boxed only once they run (with
+/// them inline a waiting task took 1.8 KB).
 async fn one_off_read(
     source: Arc<ConsulSource>,
     answers: mpsc::Sender<Answer>,
     shutdown: CancellationToken,
-    key: String,
+    one_off: OneOffRead,
 ) {
-    let target = WatchTarget::Key(key);
     // Boxed on the first failure: thousands of these wait at once.
     let mut backoff: Option<Box<Backoff>> = None;
     loop {
         let result = tokio::select! {
             result = async {
                 let _permit = source.limits.one_off.acquire().await.ok()?;
-                Some(Box::pin(read(&source.client, &target, None)).await)
+                Some(Box::pin(read_once(&source.client, &one_off)).await)
             } => result,
             () = shutdown.cancelled() => None,
         };
         let Some(result) = result else { return };
         match result {
             Ok(read) => {
+                // A part's answer reports for the keys of its query there.
+                let (target, within) = match one_off {
+                    OneOffRead::Key(key) => (WatchTarget::Key(key), None),
+                    OneOffRead::Part { query, within } => (query, Some(within)),
+                };
                 let answer = Answer {
                     origin: Origin::OneOff,
                     target,
                     read,
-                    within: None,
+                    within,
                     authoritative: false,
                 };
                 let _ = Box::pin(answers.send(answer)).await;
                 return;
             }
             Err(error) => {
-                // The key's query keeps watching; this only delays the
-                // first observation of the new item.
+                // The keys' query keeps watching; this only delays their
+                // first observation.
                 let delay = backoff
                     .get_or_insert_with(|| {
                         let max = source.settings.max_retry_interval;
@@ -411,6 +426,14 @@ async fn one_off_read(
                 }
             }
         }
+    }
+}
+
+/// Reads a key, or a part of a prefix query recursively.
+async fn read_once(client: &ConsulClient, one_off: &OneOffRead) -> Result<Read, ClientError> {
+    match one_off {
+        OneOffRead::Key(key) => client.get_key(key, None).await.map(Read::Key),
+        OneOffRead::Part { within, .. } => client.get_prefix(within, None).await.map(Read::Prefix),
     }
 }
 
@@ -450,13 +473,14 @@ mod tests {
         }
     }
 
-    /// Thousands of one-off reads wait for a permit at start-up: each must stay
-    /// small while it waits (the request and the hand-over are boxed): 576
-    /// bytes in a test build, against 1,696 with them inline.
+    /// Many one-off reads can wait for a permit at once: each must stay small
+    /// while it waits (the request and the hand-over are boxed): 640 bytes in
+    /// a test build, against 1,696 with them inline.
     #[test]
     fn a_waiting_one_off_read_is_small() {
         let w = watch(1);
-        let read = one_off_read(w.source, w.answers, w.shutdown, "p/a".to_owned());
+        let key = OneOffRead::Key("p/a".to_owned());
+        let read = one_off_read(w.source, w.answers, w.shutdown, key);
         let size = std::mem::size_of_val(&read);
         assert!(size <= 768, "a one-off read's future takes {size} bytes");
     }
@@ -564,6 +588,47 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].tracked.reference.name, "p/a2");
         assert_eq!(out[0].observation, Observation::Absent);
+    }
+
+    #[tokio::test]
+    async fn a_part_read_once_reports_the_query_keys_within_it_only() {
+        let mut w = watch(1);
+        let mut out = Vec::new();
+        for key in ["p/a1", "p/a2", "p/b1"] {
+            w.apply_interest(Interest::Track(item(key, Algorithm::Native)), &mut out);
+        }
+        w.replan();
+        w.shutdown.cancel();
+        let query = WatchTarget::Prefix("p/".to_owned());
+        let entry = KvEntry {
+            key: "p/a1".to_owned(),
+            value: b"1".to_vec(),
+            modify_index: 3,
+        };
+        // What a read of the part p/a, made for p/a1 and p/a2, answers.
+        let answer = Answer {
+            origin: Origin::OneOff,
+            target: query,
+            read: Read::Prefix(PrefixRead {
+                entries: vec![entry],
+                index: 5,
+            }),
+            within: Some("p/a".to_owned()),
+            authoritative: false,
+        };
+        w.apply_answer(answer, &mut out);
+        let reported: Vec<(String, Observation)> = out
+            .drain(..)
+            .map(|u| (u.tracked.reference.name.to_string(), u.observation))
+            .collect();
+        // p/b1 is outside the part: not taken for gone.
+        assert_eq!(
+            reported,
+            [
+                ("p/a1".to_owned(), Observation::Present(native_value(b"1"))),
+                ("p/a2".to_owned(), Observation::Absent),
+            ]
+        );
     }
 
     #[test]
