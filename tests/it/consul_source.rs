@@ -904,6 +904,84 @@ async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
     allowed.shutdown().await
 }
 
+/// A token that may read a prefix but not two keys under it: Consul leaves
+/// those keys out of recursive reads, where a read of the key itself is
+/// refused. A key left out of a prefix query's first read, or of the part
+/// read for keys joining the query, is read alone: its denial is an error,
+/// and it is never reported absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_a_token_may_not_read_in_a_prefix_query_are_errors_not_absent() -> Result<()> {
+    let agent = ConsulAgent::start_dev_with(
+        r#"acl { enabled = true, default_policy = "deny", tokens { master = "root-token" } }"#,
+    )?;
+    let http = reqwest::Client::new();
+    let as_root =
+        |request: reqwest::RequestBuilder| request.header("X-Consul-Token", "root-token").send();
+    for key in ["p/a", "p/b", "p/c", "p/hidden", "p/secret"] {
+        let put = as_root(http.put(format!("{}/v1/kv/{key}", agent.addr())).body("v")).await?;
+        assert!(put.status().is_success());
+    }
+    let rules = r#"key_prefix "p/" { policy = "read" } key "p/hidden" { policy = "deny" } key "p/secret" { policy = "deny" }"#;
+    let policy = serde_json::json!({ "Name": "p-but-secret", "Rules": rules });
+    let created = as_root(
+        http.put(format!("{}/v1/acl/policy", agent.addr()))
+            .body(policy.to_string()),
+    )
+    .await?;
+    assert!(created.status().is_success(), "{}", created.text().await?);
+    let token = serde_json::json!({ "Policies": [{ "Name": "p-but-secret" }] });
+    let created = as_root(
+        http.put(format!("{}/v1/acl/token", agent.addr()))
+            .body(token.to_string()),
+    )
+    .await?;
+    let created: serde_json::Value = serde_json::from_slice(&created.bytes().await?)?;
+    let secret_id = created["SecretID"]
+        .as_str()
+        .context("a token's SecretID")?
+        .to_owned();
+
+    let client = ClientSettings {
+        address: agent.addr(),
+        token: Some(secret_id),
+        ..ClientSettings::default()
+    };
+    let watch = WatchSettings {
+        max_concurrent_queries: 1,
+        ..fast_watch()
+    };
+    let mut driver = Driver::run(source_with(client, watch), 16);
+    // One `p/` query, whose first read leaves p/hidden out.
+    for key in ["p/a", "p/b", "p/hidden"] {
+        driver.track(tracked(key, Algorithm::Native));
+    }
+    let mut first: Vec<String> = Vec::new();
+    for _ in 0..2 {
+        let update = driver.next(SOON).await?;
+        assert_eq!(update.observation, native(b"v"));
+        first.push(update.tracked.reference().name().to_string());
+    }
+    first.sort();
+    assert_eq!(first, ["p/a", "p/b"]);
+    // p/c and p/secret join the running `p/` query, and are read together.
+    for key in ["p/c", "p/secret"] {
+        driver.track(tracked(key, Algorithm::Native));
+    }
+    assert_eq!(
+        driver.next(SOON).await?,
+        update("p/c", Algorithm::Native, native(b"v"))
+    );
+    // Each denied key's read refused at least twice: as errors, with
+    // nothing reported.
+    driver
+        .wait_until(SOON, "the denied keys' reads refused", |s| {
+            s.query_errors() >= 4
+        })
+        .await?;
+    assert_eq!(driver.received(), [], "a denial is not an absent key");
+    driver.shutdown().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_reads_once_and_refuses_what_it_cannot_fingerprint() -> Result<()> {
     let agent = ConsulAgent::start()?;

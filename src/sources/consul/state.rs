@@ -130,6 +130,13 @@ impl Registry {
         self.keys.contains_key(key)
     }
 
+    /// Whether `key` has a tracked item that nothing was reported for yet.
+    pub fn awaits_first(&self, key: &str) -> bool {
+        self.keys
+            .get(key)
+            .is_some_and(|state| state.items.values().any(Option::is_none))
+    }
+
     /// Applies what an answer says about `key`, returning what must be reported.
     ///
     /// An answer older than the newest one applied is ignored (a one-off read can

@@ -61,6 +61,7 @@ pub(super) async fn run(source: Arc<ConsulSource>, ctx: SourceContext) -> Result
         // The source's own tasks stop when it returns, shutdown or not.
         shutdown: shutdown.child_token(),
         pending_reads: BTreeSet::new(),
+        read_alone: BTreeSet::new(),
         tasks: TaskTracker::new(),
     };
     let mut replan_at: Option<Instant> = None;
@@ -150,6 +151,9 @@ struct Watch {
     shutdown: CancellationToken,
     /// Keys already watched that gained an item needing its first observation.
     pending_reads: BTreeSet<String>,
+    /// Keys with a read of their own in flight, so that each has one at a
+    /// time (a refused read retries until it is answered).
+    read_alone: BTreeSet<String>,
     /// Every task the source started: query loops, their requests, one-off reads.
     tasks: TaskTracker,
 }
@@ -262,7 +266,12 @@ impl Watch {
         }
     }
 
-    fn spawn_one_off(&self, read: OneOffRead) {
+    fn spawn_one_off(&mut self, read: OneOffRead) {
+        if let OneOffRead::Key(key) = &read
+            && !self.read_alone.insert(key.clone())
+        {
+            return;
+        }
         let span = match &read {
             OneOffRead::Key(key) => {
                 tracing::debug_span!("consul_read", source = %self.source.name(), key = %key)
@@ -289,6 +298,9 @@ impl Watch {
             within,
             authoritative,
         } = answer;
+        if let (Origin::OneOff, WatchTarget::Key(key)) = (origin, &target) {
+            self.read_alone.remove(key);
+        }
         let reports_for = |this: &Self, key: &str| match origin {
             Origin::OneOff => this.registry.contains(key),
             Origin::Query(id) => {
@@ -316,6 +328,11 @@ impl Watch {
                 reread.push(key.to_owned());
             }
         };
+        // A key a prefix answer leaves out is gone once it was seen; before
+        // that, it is read alone. Consul leaves what the token may not read
+        // out of recursive reads and names (all of it: a 404), where a read
+        // of the key is refused: a denial is an error, not an absent key.
+        let mut unseen = Vec::new();
         match (&target, &read) {
             (WatchTarget::Key(key), Read::Key(read)) => {
                 if reports_for(self, key) {
@@ -345,7 +362,11 @@ impl Watch {
                 let absent =
                     assigned_missing(self, &|key: &str| read_here(key) && !present.contains(key));
                 for key in absent {
-                    apply(self, &key, Seen::Absent { index: read.index });
+                    if self.registry.awaits_first(&key) {
+                        unseen.push(key);
+                    } else {
+                        apply(self, &key, Seen::Absent { index: read.index });
+                    }
                 }
             }
             (WatchTarget::Prefix(_), Read::Keys(read)) => {
@@ -353,12 +374,16 @@ impl Watch {
                     read.keys.binary_search_by(|k| k.as_str().cmp(key)).is_err()
                 });
                 for key in gone {
-                    apply(self, &key, Seen::Absent { index: read.index });
+                    if self.registry.awaits_first(&key) {
+                        unseen.push(key);
+                    } else {
+                        apply(self, &key, Seen::Absent { index: read.index });
+                    }
                 }
             }
             _ => tracing::error!(query = %target, "answer does not match its query"),
         }
-        for key in reread {
+        for key in reread.into_iter().chain(unseen.iter().map(Name::to_string)) {
             self.spawn_one_off(OneOffRead::Key(key));
         }
     }
@@ -469,6 +494,7 @@ mod tests {
             answers,
             shutdown: CancellationToken::new(),
             pending_reads: BTreeSet::new(),
+            read_alone: BTreeSet::new(),
             tasks: TaskTracker::new(),
         }
     }
@@ -486,7 +512,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_prefix_answer_reports_changed_and_missing_keys_only() {
+    async fn a_prefix_answer_reports_changed_keys_and_reads_unseen_missing_ones_alone() {
         let mut w = watch(1);
         let mut out = Vec::new();
         for key in ["p/a", "p/b", "p/c"] {
@@ -509,6 +535,7 @@ mod tests {
             within: None,
             authoritative: false,
         };
+        let tasks = w.tasks.len();
         w.apply_answer(
             answer(vec![
                 entry("p/a", b"1", 3),
@@ -526,15 +553,33 @@ mod tests {
             [
                 ("p/a".to_owned(), Observation::Present(native_value(b"1"))),
                 ("p/b".to_owned(), Observation::Present(native_value(b"2"))),
-                ("p/c".to_owned(), Observation::Absent),
             ]
         );
+        // p/c, never seen, is read alone: a token that may not read it
+        // would leave it out just the same.
+        assert_eq!(w.tasks.len(), tasks + 1);
         w.apply_answer(
             answer(vec![entry("p/a", b"1", 3), entry("p/b", b"3", 8)]),
             &mut out,
         );
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].tracked.reference.name, "p/b");
+        assert_eq!(out.remove(0).tracked.reference.name, "p/b");
+        assert_eq!(w.tasks.len(), tasks + 1, "one read of p/c at a time");
+        let alone = Answer {
+            origin: Origin::OneOff,
+            target: WatchTarget::Key("p/c".to_owned()),
+            read: Read::Key(KeyRead {
+                value: None,
+                modify_index: None,
+                index: 9,
+            }),
+            within: None,
+            authoritative: false,
+        };
+        w.apply_answer(alone, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].tracked.reference.name, "p/c");
+        assert_eq!(out[0].observation, Observation::Absent);
     }
 
     #[tokio::test]
@@ -591,27 +636,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_part_read_once_reports_the_query_keys_within_it_only() {
+    async fn a_part_read_once_reports_within_it_and_reads_unseen_missing_keys_alone() {
         let mut w = watch(1);
         let mut out = Vec::new();
-        for key in ["p/a1", "p/a2", "p/b1"] {
+        for key in ["p/a1", "p/a2", "p/b1", "p/a3"] {
             w.apply_interest(Interest::Track(item(key, Algorithm::Native)), &mut out);
         }
         w.replan();
         w.shutdown.cancel();
         let query = WatchTarget::Prefix("p/".to_owned());
-        let entry = KvEntry {
-            key: "p/a1".to_owned(),
-            value: b"1".to_vec(),
-            modify_index: 3,
+        let id = w.running[&query].id;
+        let entry = |key: &str, modify_index| KvEntry {
+            key: key.to_owned(),
+            value: format!("{key}@{modify_index}").into_bytes(),
+            modify_index,
         };
-        // What a read of the part p/a, made for p/a1 and p/a2, answers.
+        // The query's first read saw p/a1, p/a2 and p/b1; p/a3, left out, is
+        // read alone.
+        w.apply_answer(
+            Answer {
+                origin: Origin::Query(id),
+                target: query.clone(),
+                read: Read::Prefix(PrefixRead {
+                    entries: vec![entry("p/a1", 2), entry("p/a2", 3), entry("p/b1", 4)],
+                    index: 4,
+                }),
+                within: None,
+                authoritative: false,
+            },
+            &mut out,
+        );
+        assert_eq!(out.drain(..).count(), 3);
+        // p/a4 and p/a5 join the running query, and a read of the part p/a
+        // answers for them.
+        for key in ["p/a4", "p/a5"] {
+            w.apply_interest(Interest::Track(item(key, Algorithm::Native)), &mut out);
+        }
+        w.replan();
+        let tasks = w.tasks.len();
         let answer = Answer {
             origin: Origin::OneOff,
             target: query,
             read: Read::Prefix(PrefixRead {
-                entries: vec![entry],
-                index: 5,
+                entries: vec![entry("p/a1", 2), entry("p/a3", 6), entry("p/a4", 7)],
+                index: 7,
             }),
             within: Some("p/a".to_owned()),
             authoritative: false,
@@ -621,14 +689,24 @@ mod tests {
             .drain(..)
             .map(|u| (u.tracked.reference.name.to_string(), u.observation))
             .collect();
-        // p/b1 is outside the part: not taken for gone.
+        // p/a1 unchanged; p/a2, seen before, is gone; p/b1 is outside the
+        // part; p/a5, never seen, is not taken for absent but read alone
+        // (a token may not read it).
         assert_eq!(
             reported,
             [
-                ("p/a1".to_owned(), Observation::Present(native_value(b"1"))),
+                (
+                    "p/a3".to_owned(),
+                    Observation::Present(native_value(b"p/a3@6"))
+                ),
+                (
+                    "p/a4".to_owned(),
+                    Observation::Present(native_value(b"p/a4@7"))
+                ),
                 ("p/a2".to_owned(), Observation::Absent),
             ]
         );
+        assert_eq!(w.tasks.len(), tasks + 1, "one read of p/a5 alone");
     }
 
     #[test]
