@@ -863,15 +863,23 @@ async fn a_rebuilt_consul_with_lower_indexes_is_believed_once_confirmed() -> Res
     Ok(())
 }
 
+/// The token [`acl_agent`] lets do anything.
+const ROOT_TOKEN: &str = "root-token";
+
+/// A dev agent with ACLs on, denying what no token allows.
+fn acl_agent() -> Result<ConsulAgent> {
+    ConsulAgent::start_dev_with(&format!(
+        r#"acl {{ enabled = true, default_policy = "deny", tokens {{ master = "{ROOT_TOKEN}" }} }}"#
+    ))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
-    let agent = ConsulAgent::start_dev_with(
-        r#"acl { enabled = true, default_policy = "deny", tokens { master = "root-token" } }"#,
-    )?;
+    let agent = acl_agent()?;
     let http = reqwest::Client::new();
     let put = http
         .put(format!("{}/v1/kv/secret/key", agent.addr()))
-        .header("X-Consul-Token", "root-token")
+        .header("X-Consul-Token", ROOT_TOKEN)
         .body("s")
         .send()
         .await?;
@@ -895,7 +903,7 @@ async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
 
     let client = ClientSettings {
         address: agent.addr(),
-        token: Some("root-token".to_owned()),
+        token: Some(ROOT_TOKEN.to_owned()),
         ..ClientSettings::default()
     };
     let mut allowed = Driver::run(source_with(client, fast_watch()), 16);
@@ -911,12 +919,10 @@ async fn acl_token_is_sent_and_a_denial_is_an_error_not_absent() -> Result<()> {
 /// and it is never reported absent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_a_token_may_not_read_in_a_prefix_query_are_errors_not_absent() -> Result<()> {
-    let agent = ConsulAgent::start_dev_with(
-        r#"acl { enabled = true, default_policy = "deny", tokens { master = "root-token" } }"#,
-    )?;
+    let agent = acl_agent()?;
     let http = reqwest::Client::new();
     let as_root =
-        |request: reqwest::RequestBuilder| request.header("X-Consul-Token", "root-token").send();
+        |request: reqwest::RequestBuilder| request.header("X-Consul-Token", ROOT_TOKEN).send();
     for key in ["p/a", "p/b", "p/c", "p/hidden", "p/secret"] {
         let put = as_root(http.put(format!("{}/v1/kv/{key}", agent.addr())).body("v")).await?;
         assert!(put.status().is_success());

@@ -80,6 +80,13 @@ struct KeyState {
     as_of: u64,
 }
 
+impl KeyState {
+    /// Whether an item has had nothing reported for it yet.
+    fn awaits_first(&self) -> bool {
+        self.items.values().any(Option::is_none)
+    }
+}
+
 /// Tracked items by Consul key, with the last observation reported for each.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
@@ -132,9 +139,7 @@ impl Registry {
 
     /// Whether `key` has a tracked item that nothing was reported for yet.
     pub fn awaits_first(&self, key: &str) -> bool {
-        self.keys
-            .get(key)
-            .is_some_and(|state| state.items.values().any(Option::is_none))
+        self.keys.get(key).is_some_and(KeyState::awaits_first)
     }
 
     /// Applies what an answer says about `key`, returning what must be reported.
@@ -153,7 +158,7 @@ impl Registry {
         if !authoritative && as_of < state.as_of {
             return Applied {
                 updates: Vec::new(),
-                reread: state.items.values().any(Option::is_none),
+                reread: state.awaits_first(),
             };
         }
         let unchanged = !authoritative

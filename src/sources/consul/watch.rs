@@ -328,11 +328,8 @@ impl Watch {
                 reread.push(key.to_owned());
             }
         };
-        // A key a prefix answer leaves out is gone once it was seen; before
-        // that, it is read alone. Consul leaves what the token may not read
-        // out of recursive reads and names (all of it: a 404), where a read
-        // of the key is refused: a denial is an error, not an absent key.
-        let mut unseen = Vec::new();
+        // Keys of the query that a prefix answer left out, as of its index.
+        let mut left_out = Vec::new();
         match (&target, &read) {
             (WatchTarget::Key(key), Read::Key(read)) => {
                 if reports_for(self, key) {
@@ -361,27 +358,27 @@ impl Watch {
                 let read_here = |key: &str| within.as_deref().is_none_or(|w| key.starts_with(w));
                 let absent =
                     assigned_missing(self, &|key: &str| read_here(key) && !present.contains(key));
-                for key in absent {
-                    if self.registry.awaits_first(&key) {
-                        unseen.push(key);
-                    } else {
-                        apply(self, &key, Seen::Absent { index: read.index });
-                    }
-                }
+                left_out.extend(absent.into_iter().map(|key| (key, read.index)));
             }
             (WatchTarget::Prefix(_), Read::Keys(read)) => {
                 let gone = assigned_missing(self, &|key: &str| {
                     read.keys.binary_search_by(|k| k.as_str().cmp(key)).is_err()
                 });
-                for key in gone {
-                    if self.registry.awaits_first(&key) {
-                        unseen.push(key);
-                    } else {
-                        apply(self, &key, Seen::Absent { index: read.index });
-                    }
-                }
+                left_out.extend(gone.into_iter().map(|key| (key, read.index)));
             }
             _ => tracing::error!(query = %target, "answer does not match its query"),
+        }
+        // A key left out is gone once it was seen; before that, it is read
+        // alone. Consul leaves what the token may not read out of recursive
+        // reads and names (all of it: a 404), where a read of the key is
+        // refused: a denial is an error, not an absent key.
+        let mut unseen = Vec::new();
+        for (key, index) in left_out {
+            if self.registry.awaits_first(&key) {
+                unseen.push(key);
+            } else {
+                apply(self, &key, Seen::Absent { index });
+            }
         }
         for key in reread.into_iter().chain(unseen.iter().map(Name::to_string)) {
             self.spawn_one_off(OneOffRead::Key(key));
@@ -474,6 +471,13 @@ mod tests {
         Tracked::new(Reference::key(SourceName::consul(), key), algorithm)
     }
 
+    /// The updates in `out`, as each key and its observation; `out` is left empty.
+    fn drain_reported(out: &mut Vec<SourceUpdate>) -> Vec<(String, Observation)> {
+        out.drain(..)
+            .map(|u| (u.tracked.reference.name.to_string(), u.observation))
+            .collect()
+    }
+
     fn watch(max: usize) -> Watch {
         let source = ConsulSource::new(
             SourceName::consul(),
@@ -544,10 +548,7 @@ mod tests {
             ]),
             &mut out,
         );
-        let reported: Vec<(String, Observation)> = out
-            .drain(..)
-            .map(|u| (u.tracked.reference.name.to_string(), u.observation))
-            .collect();
+        let reported = drain_reported(&mut out);
         assert_eq!(
             reported,
             [
@@ -685,10 +686,7 @@ mod tests {
             authoritative: false,
         };
         w.apply_answer(answer, &mut out);
-        let reported: Vec<(String, Observation)> = out
-            .drain(..)
-            .map(|u| (u.tracked.reference.name.to_string(), u.observation))
-            .collect();
+        let reported = drain_reported(&mut out);
         // p/a1 unchanged; p/a2, seen before, is gone; p/b1 is outside the
         // part; p/a5, never seen, is not taken for absent but read alone
         // (a token may not read it).
