@@ -508,8 +508,16 @@ impl KubeTarget {
             field_manager: Some(self.settings.field_manager.clone()),
             ..PatchParams::default()
         };
-        let api = self.api(Some(&id.namespace));
-        match api.patch(&id.name, &params, &Patch::Merge(&body)).await {
+        let url = self.api(Some(&id.namespace)).resource_url().to_owned();
+        let mut request = kube::core::Request::new(url)
+            .patch(&id.name, &params, &Patch::Merge(&body))
+            .map_err(|error| classify(id, kube::Error::BuildRequest(error)))?;
+        // Named as `Api::patch` names its span.
+        request.extensions_mut().insert("patch");
+        // The answer's status only: the workload it echoes is not needed (its
+        // watch event follows), and parsing it was a quarter of recording an
+        // outcome.
+        match self.client.request_text(request).await {
             Ok(_) => Ok(true),
             Err(error) if is_status(&error, 404) => Ok(false),
             Err(error) => Err(classify(id, error)),

@@ -732,3 +732,59 @@ async fn wait_configmaps_tracked(nudge: &impl Running, count: f64) {
     )
     .await;
 }
+
+/// How nudge records an outcome (`Target::annotate`): a merge patch on the
+/// workload's own annotations, guarded by the resourceVersion of the copy it
+/// has, read back by status only. A stale copy is a conflict (recording reads
+/// the workload again), and a workload gone since is no error.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outcome_annotation_is_guarded_by_the_copy_and_a_gone_workload_is_no_error() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use nudge::target::{KubeTarget, Target, TargetError, TemplatePath, Workload, WorkloadKind};
+    use std::collections::BTreeMap;
+
+    let cluster = TestCluster::start("annotate-guarded").await;
+    cluster
+        .create_workload("Deployment", "guarded", &[], &[], plain_pod())
+        .await;
+    let kind = WorkloadKind::new(
+        "apps",
+        "v1",
+        "Deployment",
+        TemplatePath::parse("spec.template").unwrap(),
+    );
+    let target = KubeTarget::new(
+        cluster.client(),
+        kind.clone(),
+        "deployments",
+        nudge::target::TargetSettings::from_config(&cluster.nudge_config()),
+    );
+    let read = || async {
+        Workload::from_object(&kind, cluster.workload("Deployment", "guarded").await).unwrap()
+    };
+    let copy = read().await;
+    let set = |value: &str| BTreeMap::from([("nudge.dev/history".to_owned(), Some(value.into()))]);
+
+    assert!(target.annotate(&copy, &set("first")).await.unwrap());
+    let written = cluster.workload("Deployment", "guarded").await;
+    assert_eq!(
+        written["metadata"]["annotations"]["nudge.dev/history"],
+        "first"
+    );
+
+    let stale = target.annotate(&copy, &set("second")).await;
+    assert!(
+        matches!(stale, Err(TargetError::Conflict { .. })),
+        "{stale:?}"
+    );
+    let kept = cluster.workload("Deployment", "guarded").await;
+    assert_eq!(
+        kept["metadata"]["annotations"]["nudge.dev/history"],
+        "first"
+    );
+
+    let current = read().await;
+    cluster.delete::<Deployment>("guarded").await;
+    let gone = target.annotate(&current, &set("third")).await;
+    assert!(matches!(gone, Ok(false)), "{gone:?}");
+}
