@@ -762,10 +762,21 @@ async fn an_outcome_annotation_is_guarded_by_the_copy_and_a_gone_workload_is_no_
     let read = || async {
         Workload::from_object(&kind, cluster.workload("Deployment", "guarded").await).unwrap()
     };
-    let copy = read().await;
     let set = |value: &str| BTreeMap::from([("nudge.dev/history".to_owned(), Some(value.into()))]);
 
-    assert!(target.annotate(&copy, &set("first")).await.unwrap());
+    // The Deployment controller writes its status meanwhile: a copy it
+    // outdates is a conflict, read again as recording does.
+    let mut copy = read().await;
+    let mut attempts = 0;
+    while let Err(error) = target.annotate(&copy, &set("first")).await {
+        attempts += 1;
+        assert!(
+            matches!(error, TargetError::Conflict { .. }) && attempts < 20,
+            "{error:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        copy = read().await;
+    }
     let written = cluster.workload("Deployment", "guarded").await;
     assert_eq!(
         written["metadata"]["annotations"]["nudge.dev/history"],
